@@ -1,0 +1,77 @@
+# Tollgate: `make run` starts the gateway, `make test` tests it. `make` lists targets.
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+
+PY       := .venv/bin/python
+ENVOY    := .tools/bin/envoy
+CARGO    ?= cargo
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+
+# Settings (override on the command line):
+#   DETACH=1       make run starts the stack in the background
+#   CONCURRENCY=N  Envoy worker threads for make run / up
+#   PYTEST_ARGS=…  extra pytest arguments, e.g. PYTEST_ARGS='-k anthropic -x'
+DETACH      ?=
+CONCURRENCY ?= 2
+PYTEST_ARGS ?=
+
+NATIVE_BINS := target/release/mock-llm target/release/tollgate-authz
+
+.PHONY: help bootstrap build build-native build-wasm run up down stop status \
+        test test-unit validate compose-check test-e2e lint fmt clean
+
+help: ## List the targets (this text)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[1m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@echo; echo "Settings: DETACH=1 (run in background), CONCURRENCY=N (Envoy workers), PYTEST_ARGS=..."
+
+bootstrap: ## Install what is missing: Envoy 1.40, Wasm target, Redis, fortio, Python test deps
+	@scripts/bootstrap.sh
+
+build: bootstrap build-native build-wasm ## Build the authz service, the mock and the Wasm filter
+
+build-native: ## Build only the native binaries (mock-llm, tollgate-authz), release mode
+	$(CARGO) build --release --bins -p mock-llm -p tollgate-authz
+
+build-wasm: ## Build only the Wasm filter into build/tollgate_filter.wasm
+	@scripts/build-wasm.sh
+
+run: build ## Start Redis, mock-llm, authz-service and Envoy on loopback (foreground; DETACH=1 to detach)
+	@exec $(PY) scripts/stack.py $(if $(DETACH),up,run) --concurrency $(CONCURRENCY)
+
+up: build ## Start the stack in the background and return once it is healthy
+	@$(PY) scripts/stack.py up --concurrency $(CONCURRENCY)
+
+down: ## Stop the stack started by `make up` / `make run DETACH=1`
+	@if [ -x $(PY) ]; then $(PY) scripts/stack.py down; else python3 scripts/stack.py down; fi
+
+stop: down ## Same as down
+
+status: ## Show which parts of the detached stack are running
+	@$(PY) scripts/stack.py status
+
+test: build test-unit validate compose-check test-e2e ## Everything: unit tests, config checks, end-to-end tests
+	@echo "make test: all passed"
+
+test-unit: ## Unit and integration tests of every Rust crate (cargo test)
+	$(CARGO) test --release
+
+validate: build-wasm ## Validate envoy.yaml with `envoy --mode validate` and the built Wasm file
+	@$(ENVOY) --mode validate -c envoy.yaml --disable-hot-restart --log-level error && echo "validate: envoy.yaml OK"
+
+compose-check: ## Check docker-compose.yml and the Dockerfiles statically (no Docker engine here)
+	@$(PY) scripts/compose_check.py
+
+test-e2e: ## End-to-end tests: real Envoy, Redis, Wasm filter, authz-service and mock, official openai client
+	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+lint: ## clippy with warnings as errors, and rustfmt --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) fmt --all -- --check
+
+fmt: ## Format the Rust code
+	$(CARGO) fmt --all
+
+clean: down ## Remove build outputs and run state (keeps .venv and .tools)
+	$(CARGO) clean
+	rm -rf build .run

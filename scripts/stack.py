@@ -1,0 +1,356 @@
+#!/usr/bin/env python3
+"""Start, watch and stop the Tollgate stack (Redis, mock-llm, authz-service, Envoy).
+
+One implementation for every caller:
+
+    stack.py run            foreground; Ctrl-C stops everything    (make run)
+    stack.py up             start detached, return when healthy     (make up)
+    stack.py down           stop what `up` started                  (make down)
+    stack.py status         show what `up` started
+
+The e2e tests and the benchmarks import `Stack` and start it on free ports.
+Ports come from config/ports.env; envoy.yaml is rendered with the ports moved
+when they differ from the defaults (the file itself is never edited).
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO_KEY = "tg-demo-key"
+COMPONENTS = ("redis", "mock", "authz", "envoy")
+
+
+def read_ports(path: Path = ROOT / "config" / "ports.env") -> dict[str, int]:
+    """Parse KEY=VALUE lines (comments allowed) of config/ports.env."""
+    ports = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        key, _, value = line.partition("=")
+        ports[key.strip()] = int(value.strip())
+    return ports
+
+
+DEFAULT_PORTS = read_ports()
+
+
+def configured_ports() -> dict[str, int]:
+    """The defaults of config/ports.env, each overridable by an environment
+    variable of the same name (e.g. TG_GATEWAY_PORT=8081 make run)."""
+    return {k: int(os.environ.get(k, v)) for k, v in DEFAULT_PORTS.items()}
+
+
+def free_ports() -> dict[str, int]:
+    """A fresh loopback port for every entry of config/ports.env."""
+    socks, ports = [], {}
+    for name in DEFAULT_PORTS:
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports[name] = s.getsockname()[1]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def render_envoy_config(src: Path, ports: dict[str, int]) -> str:
+    """envoy.yaml with every default port replaced by the chosen one."""
+    text = src.read_text()
+    mapping = {str(DEFAULT_PORTS[k]): str(v) for k, v in ports.items()}
+    return re.sub(r"(port_value:\s*)(\d+)", lambda m: m.group(1) + mapping.get(m.group(2), m.group(2)), text)
+
+
+def tool(name: str) -> str:
+    """Path of a tool the bootstrap installed, or the one on PATH."""
+    for candidate in (ROOT / ".tools" / "bin" / name, ROOT / ".venv" / "bin" / name):
+        if candidate.exists():
+            return str(candidate)
+    found = shutil.which(name)
+    if not found:
+        raise SystemExit(f"stack: {name} not found; run `make bootstrap`")
+    return found
+
+
+def http_get(url: str, timeout: float = 1.0) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+def redis_ping(port: int) -> bool:
+    with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+        s.sendall(b"PING\r\n")
+        return s.recv(16).startswith(b"+PONG")
+
+
+def _die_with_parent():
+    """Child side of Popen: get SIGTERM if the harness dies, so nothing is orphaned."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+@dataclass
+class Stack:
+    run_dir: Path
+    ports: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_PORTS))
+    policy: Path = ROOT / "config" / "policy.yaml"
+    mock_config: Path = ROOT / "config" / "mock-llm.yaml"
+    envoy_config: Path = ROOT / "envoy.yaml"
+    envoy_concurrency: int = 2
+    components: tuple[str, ...] = COMPONENTS
+    detached: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    # -- addresses -----------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['TG_GATEWAY_PORT']}/v1"
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['TG_ADMIN_PORT']}"
+
+    @property
+    def mock_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['TG_MOCK_PORT']}"
+
+    @property
+    def authz_http_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['TG_AUTHZ_HTTP_PORT']}"
+
+    # -- processes -----------------------------------------------------------
+    def command(self, name: str) -> list[str]:
+        p = self.ports
+        if name == "redis":
+            return [tool("redis-server"), "--port", str(p["TG_REDIS_PORT"]), "--bind", "127.0.0.1",
+                    "--save", "", "--appendonly", "no", "--daemonize", "no"]
+        if name == "mock":
+            return [str(ROOT / "target" / "release" / "mock-llm"),
+                    "--listen", f"127.0.0.1:{p['TG_MOCK_PORT']}", "--config", str(self.mock_config)]
+        if name == "authz":
+            return [str(ROOT / "target" / "release" / "tollgate-authz"), "serve",
+                    "--policy", str(self.policy),
+                    "--grpc-listen", f"127.0.0.1:{p['TG_AUTHZ_GRPC_PORT']}",
+                    "--http-listen", f"127.0.0.1:{p['TG_AUTHZ_HTTP_PORT']}",
+                    "--redis-url", f"redis://127.0.0.1:{p['TG_REDIS_PORT']}"]
+        if name == "envoy":
+            rendered = self.run_dir / "envoy.yaml"
+            rendered.write_text(render_envoy_config(self.envoy_config, self.ports))
+            return [tool("envoy"), "-c", str(rendered), "--disable-hot-restart",
+                    "--concurrency", str(self.envoy_concurrency), "--log-level", "warn"]
+        raise ValueError(name)
+
+    def healthy(self, name: str) -> bool:
+        p = self.ports
+        try:
+            if name == "redis":
+                return redis_ping(p["TG_REDIS_PORT"])
+            if name == "mock":
+                return http_get(f"{self.mock_url}/_mock/health")[0] == 200
+            if name == "authz":
+                return http_get(f"{self.authz_http_url}/healthz")[0] == 200
+            if name == "envoy":
+                return http_get(f"{self.admin_url}/ready")[0] == 200
+        except OSError:
+            return False
+        raise ValueError(name)
+
+    def log_path(self, name: str) -> Path:
+        return self.run_dir / f"{name}.log"
+
+    def start_component(self, name: str, timeout: float = 60.0) -> None:
+        cmd = self.command(name)
+        if not Path(cmd[0]).exists():
+            raise RuntimeError(f"{name}: {cmd[0]} is missing; run `make build`")
+        log = open(self.log_path(name), "ab")
+        self.procs[name] = proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            env={**os.environ, **self.env}, start_new_session=True,
+            preexec_fn=None if self.detached else _die_with_parent)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited with {proc.returncode}:\n{self.tail(name)}")
+            if self.healthy(name):
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"{name} not healthy after {timeout:.0f}s:\n{self.tail(name)}")
+
+    def stop_component(self, name: str, grace: float = 5.0) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def start(self) -> "Stack":
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        for name in self.components:
+            self.log_path(name).unlink(missing_ok=True)
+        busy = [f"{k}={v}" for k, v in self.ports.items() if port_in_use(v)]
+        if busy:
+            raise RuntimeError(f"ports already in use: {', '.join(busy)} "
+                               "(a detached Tollgate? `make down` stops it)")
+        try:
+            for name in self.components:
+                self.start_component(name)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for name in reversed(COMPONENTS):
+            self.stop_component(name)
+
+    def tail(self, name: str, lines: int = 60) -> str:
+        path = self.log_path(name)
+        if not path.exists():
+            return "(no log)"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    def dump_logs(self, out=sys.stderr) -> None:
+        for name in self.components:
+            print(f"\n===== {name} log ({self.log_path(name)}) =====\n{self.tail(name, 200)}", file=out)
+
+    def dead(self) -> list[str]:
+        return [n for n, p in self.procs.items() if p.poll() is not None]
+
+
+# -- detached mode bookkeeping ------------------------------------------------
+DEFAULT_RUN_DIR = ROOT / ".run" / "default"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def down(run_dir: Path) -> int:
+    pids_file = run_dir / "pids.json"
+    if not pids_file.exists():
+        print("stack: nothing to stop")
+        return 0
+    pids = json.loads(pids_file.read_text())
+    for name in reversed(COMPONENTS):
+        pid = pids.get(name)
+        if pid and _alive(pid):
+            os.kill(pid, signal.SIGTERM)
+            for _ in range(100):
+                if not _alive(pid):
+                    break
+                time.sleep(0.05)
+            else:
+                os.kill(pid, signal.SIGKILL)
+            print(f"stack: stopped {name} (pid {pid})")
+    pids_file.unlink()
+    return 0
+
+
+def banner(stack: Stack) -> str:
+    return f"""
+Tollgate is up.
+  gateway   {stack.base_url}   (OpenAI-compatible)
+  demo key  {DEMO_KEY}
+  admin     {stack.admin_url}/stats/prometheus
+  logs      {stack.run_dir}/
+
+  curl -s {stack.base_url}/chat/completions -H 'Authorization: Bearer {DEMO_KEY}' \\
+    -H 'content-type: application/json' \\
+    -d '{{"model":"openai/gpt-4o-mini","messages":[{{"role":"user","content":"hi"}}]}}'
+"""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("action", choices=["run", "up", "down", "status"])
+    parser.add_argument("--concurrency", type=int, default=2, help="Envoy worker threads")
+    parser.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="logs, rendered config, pids")
+    args = parser.parse_args()
+    pids_file = args.run_dir / "pids.json"
+
+    if args.action == "down":
+        return down(args.run_dir)
+    if args.action == "status":
+        pids = json.loads(pids_file.read_text()) if pids_file.exists() else {}
+        for name in COMPONENTS:
+            pid = pids.get(name)
+            print(f"{name:6} {'running pid ' + str(pid) if pid and _alive(pid) else 'stopped'}")
+        return 0
+
+    if pids_file.exists():  # a previous `make up` holds the ports
+        down(args.run_dir)
+    stack = Stack(run_dir=args.run_dir, ports=configured_ports(), envoy_concurrency=args.concurrency,
+                  detached=args.action == "up")
+    try:
+        stack.start()
+    except RuntimeError as err:
+        print(f"stack: {err}", file=sys.stderr)
+        return 1
+    print(banner(stack), flush=True)
+    if args.action == "up":
+        pids_file.write_text(json.dumps({n: p.pid for n, p in stack.procs.items()}))
+        print("Detached: `make down` stops it.")
+        return 0
+
+    stopping = False
+
+    def on_signal(signum, _frame):
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    print("Ctrl-C stops it.", flush=True)
+    while not stopping:
+        dead = stack.dead()
+        if dead:
+            print(f"stack: {', '.join(dead)} exited; stopping the rest", file=sys.stderr)
+            stack.dump_logs()
+            stack.stop()
+            return 1
+        time.sleep(0.2)
+    print("\nstack: stopping...", flush=True)
+    stack.stop()
+    print("stack: stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""The whole gateway, end to end, through the official openai client.
+
+Real Envoy with the built Wasm filter, real authz-service and Redis, and
+mock-llm as the providers, all on free loopback ports (see tests/conftest.py).
+"""
+from __future__ import annotations
+
+import urllib.request
+
+import openai
+import pytest
+
+from helpers import HI, assert_openai_error, post
+
+
+@pytest.fixture(scope="module")
+def client(stack, demo_key):
+    return openai.OpenAI(base_url=stack.base_url, api_key=demo_key, max_retries=0, timeout=20)
+
+
+def test_chat_completion_through_gateway(client):
+    resp = client.chat.completions.create(model="openai/gpt-4o-mini", messages=HI)
+    assert resp.object == "chat.completion"
+    assert resp.choices[0].message.role == "assistant"
+    assert resp.choices[0].message.content
+    assert resp.choices[0].finish_reason == "stop"
+    assert resp.usage.prompt_tokens > 0 and resp.usage.completion_tokens > 0
+    assert resp.usage.total_tokens == resp.usage.prompt_tokens + resp.usage.completion_tokens
+
+
+def test_response_names_the_provider_and_carries_rate_limit_headers(client):
+    raw = client.chat.completions.with_raw_response.create(model="openai/gpt-4o-mini", messages=HI)
+    assert raw.headers["x-tollgate-provider"] == "openai"
+    for name in ("x-ratelimit-limit-requests", "x-ratelimit-remaining-requests",
+                 "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens"):
+        assert raw.headers.get(name), name
+
+
+def test_anthropic_model_is_translated_both_ways(client):
+    resp = client.chat.completions.create(
+        model="anthropic/claude-sonnet-4-5",
+        messages=[{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello there"}])
+    assert resp.object == "chat.completion"
+    assert resp.choices[0].message.content
+    assert resp.choices[0].finish_reason == "stop"
+    assert resp.usage.total_tokens == resp.usage.prompt_tokens + resp.usage.completion_tokens
+
+
+def test_streaming_ends_with_usage_when_asked(client):
+    stream = client.chat.completions.create(model="openai/gpt-4o-mini", messages=HI, stream=True,
+                                            stream_options={"include_usage": True})
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text
+    assert all(c.object == "chat.completion.chunk" for c in chunks)
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+
+
+def test_missing_key_is_401_openai_error(stack):
+    status, _, body = post(f"{stack.base_url}/chat/completions", {"model": "openai/gpt-4o-mini", "messages": HI})
+    assert status == 401
+    assert_openai_error(body)
+
+
+def test_unknown_key_is_rejected_by_the_official_client(stack):
+    bad = openai.OpenAI(base_url=stack.base_url, api_key="tg-not-a-key", max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as exc:
+        bad.chat.completions.create(model="openai/gpt-4o-mini", messages=HI)
+    assert exc.value.status_code == 401
+    assert "tg-not-a-key" not in str(exc.value.body)
+
+
+def test_unknown_model_is_404_model_not_found(client):
+    with pytest.raises(openai.NotFoundError) as exc:
+        client.chat.completions.create(model="openai/no-such-model", messages=HI)
+    assert exc.value.code == "model_not_found"
+
+
+def test_virtual_key_never_reaches_the_provider(stack, client, demo_key):
+    client.chat.completions.create(model="openai/gpt-4o-mini", messages=HI)
+    with urllib.request.urlopen(f"{stack.mock_url}/_mock/stats", timeout=5) as resp:
+        stats = resp.read().decode()
+    assert demo_key not in stats
+    assert "x-tollgate-tenant" not in stats.lower()
+
+
+def test_prometheus_stats_are_served(stack, client):
+    client.chat.completions.create(model="openai/gpt-4o-mini", messages=HI)
+    with urllib.request.urlopen(f"{stack.admin_url}/stats/prometheus", timeout=5) as resp:
+        text = resp.read().decode()
+    assert "envoy_cluster_upstream_rq_total" in text
+    assert 'envoy_cluster_name="openai"' in text

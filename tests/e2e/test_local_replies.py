@@ -1,0 +1,89 @@
+"""Envoy's own error replies reach clients as OpenAI-format JSON.
+
+Each test starts a private stack and breaks one thing: a provider that is
+down, a provider slower than the route timeout, a full queue, authz-service
+down, a body that is too large.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import re
+
+import pytest
+
+from helpers import HI, assert_openai_error, post
+
+CHAT = {"model": "openai/gpt-4o-mini", "messages": HI}
+
+
+def auth(demo_key: str) -> dict:
+    return {"authorization": f"Bearer {demo_key}"}
+
+
+def variant(tmp_path, **subs) -> "Path":
+    """envoy.yaml with regex substitutions applied, written to tmp_path."""
+    from stack import ROOT
+    text = (ROOT / "envoy.yaml").read_text()
+    for pattern, repl in subs.values():
+        text, n = re.subn(pattern, repl, text)
+        assert n, f"pattern {pattern!r} not found in envoy.yaml"
+    out = tmp_path / "envoy-variant.yaml"
+    out.write_text(text)
+    return out
+
+
+def test_provider_down_is_502_upstream_unavailable(make_stack, demo_key):
+    s = make_stack()
+    s.stop_component("mock")
+    status, _, body = post(f"{s.base_url}/chat/completions", CHAT, auth(demo_key))
+    assert status == 502, body
+    assert_openai_error(body, "upstream_unavailable")
+
+
+def test_slow_provider_is_504_upstream_timeout(make_stack, demo_key, tmp_path):
+    cfg = variant(tmp_path, t=(r"timeout: 600s", "timeout: 0.5s"))
+    s = make_stack(envoy_config=cfg)
+    status, _, body = post(f"{s.base_url}/chat/completions", CHAT,
+                           {**auth(demo_key), "x-mock-latency-ms": "3000"})
+    assert status == 504, body
+    assert_openai_error(body, "upstream_timeout")
+
+
+def test_full_queue_is_503_gateway_overloaded(make_stack, demo_key, tmp_path):
+    cfg = variant(tmp_path,
+                  c=(r"max_connections: 1024", "max_connections: 1"),
+                  p=(r"max_pending_requests: 1024", "max_pending_requests: 1"),
+                  r=(r"max_requests: 8192", "max_requests: 1"))
+    s = make_stack(envoy_config=cfg)
+    headers = {**auth(demo_key), "x-mock-latency-ms": "1500"}
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(lambda _: post(f"{s.base_url}/chat/completions", CHAT, headers), range(6)))
+    statuses = sorted(r[0] for r in results)
+    assert 200 in statuses, statuses
+    overloaded = [r for r in results if r[0] == 503]
+    assert overloaded, statuses
+    for _, _, body in overloaded:
+        assert_openai_error(body, "gateway_overloaded")
+
+
+def test_authz_down_is_503_and_nothing_passes(make_stack, demo_key):
+    s = make_stack()
+    s.stop_component("authz")
+    status, _, body = post(f"{s.base_url}/chat/completions", CHAT, auth(demo_key))
+    assert status == 503, body
+    assert_openai_error(body, "authz_unavailable")
+
+
+def test_body_over_the_limit_is_413(stack, demo_key):
+    big = b'{"model":"openai/gpt-4o-mini","messages":[{"role":"user","content":"' + b"x" * (17 << 20) + b'"}]}'
+    status, _, body = post(f"{stack.base_url}/chat/completions", big, auth(demo_key), timeout=30)
+    assert status == 413, body
+    assert_openai_error(body)
+
+
+@pytest.mark.parametrize("path", ["/", "/v2/chat", "/healthz"])
+def test_unknown_path_is_404_openai_error(stack, demo_key, path):
+    url = stack.base_url.removesuffix("/v1") + path
+    status, _, body = post(url, CHAT, auth(demo_key))
+    assert status == 404, body
+    assert_openai_error(body)
