@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 NATIVE_BINS := target/release/mock-llm target/release/tollgate-authz
 
 .PHONY: help bootstrap build build-native build-wasm run up down stop status \
-        test test-unit validate compose-check test-e2e lint fmt clean
+        test test-unit validate compose-check test-e2e bench-smoke bench bench-full lint fmt clean
 
 help: ## List the targets (this text)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[1m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -50,7 +50,7 @@ stop: down ## Same as down
 status: ## Show which parts of the detached stack are running
 	@$(PY) scripts/stack.py status
 
-test: build test-unit validate compose-check test-e2e ## Everything: unit tests, config checks, end-to-end tests
+test: build test-unit validate compose-check test-e2e bench-smoke ## Everything: unit tests, config checks, end-to-end tests
 	@echo "make test: all passed"
 
 test-unit: ## Unit and integration tests of every Rust crate (cargo test)
@@ -64,6 +64,15 @@ compose-check: ## Check docker-compose.yml and the Dockerfiles statically (no Do
 
 test-e2e: ## End-to-end tests: real Envoy, Redis, Wasm filter, authz-service and mock, official openai client
 	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+bench-smoke: build ## Every benchmark scenario briefly (under a minute): keeps the harness working
+	$(PY) bench/bench.py smoke --out .run/bench-smoke
+
+bench: build ## Benchmarks against same-run baselines (a few minutes) → bench/results/<time>/
+	$(PY) bench/bench.py quick
+
+bench-full: build ## Longer benchmarks → bench/results/<time>/
+	$(PY) bench/bench.py full
 
 lint: ## clippy with warnings as errors, and rustfmt --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings

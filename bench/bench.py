@@ -1,0 +1,325 @@
+#!/usr/bin/env python3
+"""Tollgate benchmarks: fortio against the real stack and its baselines, in one run.
+
+    bench.py smoke    every scenario briefly (under a minute; run by `make test`)
+    bench.py quick    fixed rates + max throughput (a few minutes; `make bench`)
+    bench.py full     longer, plus the Bifrost replica (`make bench-full`)
+
+Scenarios (each on a fresh stack, all in one session so they compare fairly):
+    direct       fortio → mock-llm                                  the floor
+    envoy        fortio → Envoy, plain router → mock-llm            the proxy baseline
+    wasm         Envoy + Wasm filter (OpenAI→Anthropic, key choice)
+    authz        Envoy + ext_authz with Redis buckets, no Wasm
+    full         the whole gateway (OpenAI→Anthropic), non-streaming
+    full-stream  the whole gateway, streaming
+
+Overhead is defined end to end: a scenario's latency percentile minus the
+baseline's percentile under the same offered load in the same run. Gateway
+cost is CPU per request: user+system CPU seconds (from /proc) that Envoy,
+authz-service and Redis spent during the run, divided by requests served.
+Every load targets 127.0.0.1 and is bounded in time; every process is
+stopped at the end, also on failure. A run below 100% success fails loudly.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+from stack import DEMO_KEY, Stack, free_ports, tool  # noqa: E402
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+GATEWAY_PROCS = ("envoy", "authz", "redis")
+PERCENTILES = (50, 90, 99, 99.9)
+
+
+class BenchFailure(RuntimeError):
+    pass
+
+
+# -- Envoy configurations for the baselines, derived from envoy.yaml ----------
+def load_envoy() -> dict:
+    return yaml.safe_load((ROOT / "envoy.yaml").read_text())
+
+
+def _hcm(cfg: dict) -> dict:
+    return cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+
+
+def without_filters(cfg: dict, *names: str) -> dict:
+    cfg = copy.deepcopy(cfg)
+    hcm = _hcm(cfg)
+    hcm["http_filters"] = [f for f in hcm["http_filters"] if f["name"] not in names]
+    return cfg
+
+
+def fixed_route_to_mock(cfg: dict, mock_key: str) -> dict:
+    """Without the Wasm filter nothing picks a cluster or a provider key: route
+    straight to the openai cluster and add the mock's key, as a plain proxy would."""
+    cfg = copy.deepcopy(cfg)
+    route = _hcm(cfg)["route_config"]["virtual_hosts"][0]["routes"][0]
+    route["route"].pop("cluster_header")
+    route["route"]["cluster"] = "openai"
+    route["request_headers_to_add"] = [{"header": {"key": "authorization", "value": f"Bearer {mock_key}"},
+                                        "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}]
+    return cfg
+
+
+def without_clusters(cfg: dict, *names: str) -> dict:
+    cfg = copy.deepcopy(cfg)
+    cfg["static_resources"]["clusters"] = [c for c in cfg["static_resources"]["clusters"] if c["name"] not in names]
+    return cfg
+
+
+# -- scenarios ---------------------------------------------------------------
+CHAT_OPENAI = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Say hello to the benchmark."}]}
+
+
+@dataclass
+class Scenario:
+    name: str
+    what: str
+    components: tuple[str, ...]
+    envoy: dict | None          # None: fortio talks to the mock directly
+    model: str
+    stream: bool = False
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def payload(self) -> str:
+        body = dict(CHAT_OPENAI, model=self.model)
+        if self.stream:
+            body["stream"] = True
+        return json.dumps(body)
+
+
+def scenarios(mock_key: str) -> list[Scenario]:
+    base = load_envoy()
+    auth = {"authorization": f"Bearer {DEMO_KEY}"}
+    plain = without_clusters(fixed_route_to_mock(without_filters(base, "envoy.filters.http.ext_authz",
+                                                                 "envoy.filters.http.wasm"), mock_key),
+                             "tollgate_authz", "tollgate_authz_http")
+    return [
+        Scenario("direct", "fortio → mock-llm (OpenAI API), no Envoy", ("mock",), None, "gpt-4o-mini",
+                 headers={"authorization": f"Bearer {mock_key}"}),
+        Scenario("envoy", "Envoy plain router → mock-llm", ("mock", "envoy"), plain, "gpt-4o-mini"),
+        Scenario("wasm", "Envoy + Wasm filter, OpenAI→Anthropic translation and key choice",
+                 ("redis", "mock", "authz", "envoy"), without_filters(base, "envoy.filters.http.ext_authz"),
+                 "anthropic/claude-sonnet-4-5"),
+        Scenario("authz", "Envoy + ext_authz (virtual key, Redis buckets), no Wasm",
+                 ("redis", "mock", "authz", "envoy"),
+                 fixed_route_to_mock(without_filters(base, "envoy.filters.http.wasm"), mock_key),
+                 "gpt-4o-mini", headers=auth),
+        Scenario("full", "whole gateway, OpenAI→Anthropic, non-streaming", ("redis", "mock", "authz", "envoy"),
+                 base, "anthropic/claude-sonnet-4-5", headers=auth),
+        Scenario("full-stream", "whole gateway, OpenAI→Anthropic, streaming", ("redis", "mock", "authz", "envoy"),
+                 base, "anthropic/claude-sonnet-4-5", stream=True, headers=auth),
+    ]
+
+
+# -- measurement -------------------------------------------------------------
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+class RssSampler(threading.Thread):
+    """Peak RSS of each process, sampled every 100 ms while a load runs."""
+
+    def __init__(self, pids: dict[str, int]):
+        super().__init__(daemon=True)
+        self.pids, self.peak = pids, {n: 0 for n in pids}
+        self.done = threading.Event()
+
+    def run(self):
+        while not self.done.is_set():
+            for name, pid in self.pids.items():
+                try:
+                    self.peak[name] = max(self.peak[name], rss_bytes(pid))
+                except OSError:
+                    pass
+            self.done.wait(0.1)
+
+    def stop(self) -> dict[str, int]:
+        self.done.set()
+        self.join()
+        return self.peak
+
+
+def fortio(url: str, payload: str, headers: dict[str, str], qps: float, conns: int, seconds: float,
+           out: Path) -> dict:
+    cmd = [tool("fortio"), "load", "-quiet", "-qps", str(qps), "-c", str(conns), "-t", f"{seconds}s",
+           "-p", ",".join(str(p) for p in PERCENTILES), "-timeout", "30s", "-json", str(out),
+           "-payload", payload, "-H", "content-type: application/json"]
+    for k, v in headers.items():
+        cmd += ["-H", f"{k}: {v}"]
+    cmd.append(url)
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
+    if run.returncode != 0 or not out.exists():
+        raise BenchFailure(f"fortio failed ({run.returncode}): {run.stderr[-2000:]}")
+    return json.loads(out.read_text())
+
+
+def summarize(raw: dict, cpu: dict[str, float], rss: dict[str, int]) -> dict:
+    hist = raw["DurationHistogram"]
+    ok = raw["RetCodes"].get("200", 0)
+    total = hist["Count"]
+    served = total + raw.get("NumThreads", 0)  # fortio's warm-up calls also hit the stack
+    pct = {str(p["Percentile"]): p["Value"] * 1e6 for p in hist["Percentiles"]}  # µs
+    cpu_us = {n: s * 1e6 / served for n, s in cpu.items()}
+    gateway = sum(v for n, v in cpu_us.items() if n in GATEWAY_PROCS)
+    return {
+        "requested_qps": raw["RequestedQPS"], "actual_qps": round(raw["ActualQPS"], 1),
+        "requests": total, "ok": ok, "success_rate": ok / total if total else 0.0,
+        "ret_codes": raw["RetCodes"], "latency_us": pct, "avg_us": hist["Avg"] * 1e6,
+        "cpu_us_per_request": {n: round(v, 1) for n, v in cpu_us.items()},
+        "gateway_cpu_us_per_request": round(gateway, 1),
+        "peak_rss_mb": {n: round(b / 2**20, 1) for n, b in rss.items()},
+    }
+
+
+@dataclass
+class Plan:
+    rates: list[float]
+    seconds: float
+    conns: int
+    max_steps: list[float]
+    step_seconds: float
+    p99_bound_ms: float
+    bifrost: bool = False
+
+
+PLANS = {
+    "smoke": Plan(rates=[100], seconds=2, conns=4, max_steps=[], step_seconds=0, p99_bound_ms=1000),
+    "quick": Plan(rates=[500, 1000, 2000], seconds=8, conns=32, max_steps=[1000, 2000, 3000, 4000, 6000],
+                  step_seconds=5, p99_bound_ms=50),
+    "full": Plan(rates=[500, 1000, 2000], seconds=30, conns=64, max_steps=[1000, 2000, 3000, 4000, 5000, 6000, 8000],
+                 step_seconds=15, p99_bound_ms=50, bifrost=True),
+}
+
+
+def run_load(stack: Stack, sc: Scenario, qps: float, seconds: float, conns: int, out: Path) -> dict:
+    url = (f"{stack.mock_url}/v1/chat/completions" if sc.envoy is None
+           else f"{stack.base_url}/chat/completions")
+    pids = {n: p.pid for n, p in stack.procs.items()}
+    before = {n: cpu_seconds(pid) for n, pid in pids.items()}
+    sampler = RssSampler(pids)
+    sampler.start()
+    try:
+        raw = fortio(url, sc.payload(), sc.headers, qps, conns, seconds, out)
+    finally:
+        rss = sampler.stop()
+    cpu = {n: cpu_seconds(pid) - before[n] for n, pid in pids.items()}
+    return summarize(raw, cpu, rss)
+
+
+def start_stack(sc: Scenario, workdir: Path, mock_config: Path | None = None) -> Stack:
+    run_dir = workdir / "stacks" / sc.name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    kwargs = {}
+    if sc.envoy is not None:
+        cfg = run_dir / "envoy-scenario.yaml"
+        cfg.write_text(yaml.safe_dump(sc.envoy, sort_keys=False))
+        kwargs["envoy_config"] = cfg
+    if mock_config is not None:
+        kwargs["mock_config"] = mock_config
+    return Stack(run_dir=run_dir, ports=free_ports(), components=sc.components,
+                 envoy_concurrency=int(os.environ.get("BENCH_ENVOY_CONCURRENCY", "1")), **kwargs).start()
+
+
+def machine() -> dict:
+    mem = next(l for l in Path("/proc/meminfo").read_text().splitlines() if l.startswith("MemTotal"))
+    envoy_v = subprocess.run([tool("envoy"), "--version"], capture_output=True, text=True).stdout.strip()
+    fortio_v = subprocess.run([tool("fortio"), "version"], capture_output=True, text=True).stdout.strip()
+    return {"cores": os.cpu_count(), "memory": f"{int(mem.split()[1]) // 1024 ** 2} GiB",
+            "kernel": platform.release(), "python": platform.python_version(),
+            "envoy": envoy_v.split("/")[2] if envoy_v.count("/") >= 2 else envoy_v,
+            "fortio": fortio_v, "cpu": _cpu_model()}
+
+
+def _cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("plan", choices=sorted(PLANS))
+    parser.add_argument("--out", type=Path, default=None, help="results directory")
+    parser.add_argument("--only", default="", help="comma-separated scenario names")
+    args = parser.parse_args()
+    plan = PLANS[args.plan]
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out = args.out or ROOT / "bench" / "results" / f"{stamp}-{args.plan}"
+    (out / "raw").mkdir(parents=True, exist_ok=True)
+
+    chosen = [s for s in scenarios("mock-openai-key-1") if not args.only or s.name in args.only.split(",")]
+    summary = {"plan": args.plan, "started": stamp, "machine": machine(),
+               "plan_settings": plan.__dict__, "scenarios": {}}
+    failures = []
+    for sc in chosen:
+        print(f"bench: {sc.name}: {sc.what}", flush=True)
+        stack = start_stack(sc, out)
+        try:
+            result = {"what": sc.what, "rates": {}, "max_throughput": None}
+            for qps in plan.rates:
+                r = run_load(stack, sc, qps, plan.seconds, plan.conns, out / "raw" / f"{sc.name}-{qps:g}.json")
+                result["rates"][f"{qps:g}"] = r
+                print(f"  {qps:>6g} rps: {r['actual_qps']:>8} served, success {r['success_rate']:.2%}, "
+                      f"p50 {r['latency_us']['50']:.0f} µs, p99 {r['latency_us']['99']:.0f} µs, "
+                      f"gateway CPU {r['gateway_cpu_us_per_request']} µs/req", flush=True)
+                if r["success_rate"] < 1.0:
+                    failures.append(f"{sc.name} at {qps:g} rps: success {r['success_rate']:.2%} {r['ret_codes']}")
+            best = None
+            for qps in plan.max_steps:
+                r = run_load(stack, sc, qps, plan.step_seconds, plan.conns,
+                             out / "raw" / f"{sc.name}-step-{qps:g}.json")
+                passed = (r["success_rate"] == 1.0 and r["latency_us"]["99"] <= plan.p99_bound_ms * 1000
+                          and r["actual_qps"] >= 0.95 * qps)
+                print(f"  step {qps:>6g} rps: {'pass' if passed else 'fail'} ({r['actual_qps']} served, "
+                      f"p99 {r['latency_us']['99'] / 1000:.1f} ms)", flush=True)
+                if not passed:
+                    break
+                best = r["actual_qps"]
+            result["max_throughput"] = best
+            summary["scenarios"][sc.name] = result
+        except BaseException:
+            stack.dump_logs()
+            raise
+        finally:
+            stack.stop()
+
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    from report import write_report  # noqa: E402  (matplotlib is slow to import)
+    write_report(summary, out)
+    print(f"bench: results in {out}")
+    if failures:
+        print("bench: FAILED — success below 100% where 100% is expected:\n  " + "\n  ".join(failures),
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""REPORT.md and PNG charts from a bench run's summary.json.
+
+    python bench/report.py bench/results/<run>     (re-render a past run)
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+PCTS = ("50", "90", "99", "99.9")
+BASELINES = ("envoy", "direct")
+
+
+def _fmt(v: float | None, unit: str = "") -> str:
+    return "–" if v is None else f"{v:,.0f}{unit}"
+
+
+def latency_table(s: dict, rate: str) -> list[str]:
+    rows = ["| scenario | success | served rps | p50 µs | p90 µs | p99 µs | p99.9 µs | "
+            "+p50 / +p99 over envoy | +p50 / +p99 over direct |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    base = {b: s["scenarios"].get(b, {}).get("rates", {}).get(rate) for b in BASELINES}
+    for name, sc in s["scenarios"].items():
+        r = sc["rates"].get(rate)
+        if not r:
+            continue
+        lat = r["latency_us"]
+        over = []
+        for b in BASELINES:
+            if base[b] and name != b:
+                over.append(f"{lat['50'] - base[b]['latency_us']['50']:+,.0f} / "
+                            f"{lat['99'] - base[b]['latency_us']['99']:+,.0f}")
+            else:
+                over.append("–")
+        rows.append(f"| {name} | {r['success_rate']:.2%} | {r['actual_qps']:,.0f} | "
+                    + " | ".join(_fmt(lat[p]) for p in PCTS) + f" | {over[0]} | {over[1]} |")
+    return rows
+
+
+def cpu_table(s: dict, rate: str) -> list[str]:
+    rows = ["| scenario | Envoy µs/req | authz µs/req | Redis µs/req | gateway sum µs/req | × envoy | "
+            "mock µs/req | peak RSS Envoy / authz / Redis / mock MB |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    envoy = s["scenarios"].get("envoy", {}).get("rates", {}).get(rate)
+    for name, sc in s["scenarios"].items():
+        r = sc["rates"].get(rate)
+        if not r:
+            continue
+        c, m = r["cpu_us_per_request"], r["peak_rss_mb"]
+        ratio = (f"{r['gateway_cpu_us_per_request'] / envoy['gateway_cpu_us_per_request']:.2f}"
+                 if envoy and envoy["gateway_cpu_us_per_request"] else "–")
+        rows.append(f"| {name} | {_fmt(c.get('envoy'))} | {_fmt(c.get('authz'))} | {_fmt(c.get('redis'))} | "
+                    f"{_fmt(r['gateway_cpu_us_per_request'])} | {ratio} | {_fmt(c.get('mock'))} | "
+                    + " / ".join(_fmt(m.get(n)) for n in ("envoy", "authz", "redis", "mock")) + " |")
+    return rows
+
+
+def charts(s: dict, out: Path) -> list[str]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    made = []
+    rates = sorted({r for sc in s["scenarios"].values() for r in sc["rates"]}, key=float)
+    if rates:
+        rate = rates[len(rates) // 2]
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        names = [n for n, sc in s["scenarios"].items() if rate in sc["rates"]]
+        width = 0.8 / len(PCTS)
+        for i, p in enumerate(PCTS):
+            ax.bar([x + i * width for x in range(len(names))],
+                   [s["scenarios"][n]["rates"][rate]["latency_us"][p] / 1000 for n in names], width, label=f"p{p}")
+        ax.set_xticks([x + 1.5 * width for x in range(len(names))], names)
+        ax.set_ylabel("latency (ms)")
+        ax.set_title(f"Latency percentiles at {rate} requests/s offered")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "latency.png", dpi=110)
+        plt.close(fig)
+        made.append("latency.png")
+
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
+        for name, sc in s["scenarios"].items():
+            xs = sorted(sc["rates"], key=float)
+            ax1.plot([float(x) for x in xs], [sc["rates"][x]["actual_qps"] for x in xs], marker="o", label=name)
+            ax2.plot([float(x) for x in xs], [sc["rates"][x]["latency_us"]["99"] / 1000 for x in xs],
+                     marker="o", label=name)
+        ax1.set_xlabel("offered requests/s"); ax1.set_ylabel("served requests/s"); ax1.set_title("Throughput")
+        ax2.set_xlabel("offered requests/s"); ax2.set_ylabel("p99 latency (ms)"); ax2.set_title("p99 against load")
+        ax1.legend(); ax2.legend()
+        fig.tight_layout()
+        fig.savefig(out / "load.png", dpi=110)
+        plt.close(fig)
+        made.append("load.png")
+    return made
+
+
+def write_report(s: dict, out: Path) -> None:
+    m = s["machine"]
+    p = s["plan_settings"]
+    lines = [f"# Tollgate benchmark ({s['plan']}, {s['started']})", "",
+             f"Machine: {m['cores']} cores ({m['cpu']}), {m['memory']} memory, Linux {m['kernel']}; "
+             f"Envoy {m['envoy']}; fortio {m['fortio']}. The load generator, Envoy, authz-service, Redis "
+             "and the mock share these cores, so only figures measured in this same run are compared.", "",
+             "## Definitions", "",
+             "- **Overhead** is end to end: a scenario's latency percentile minus the baseline's percentile "
+             "under the same offered load, in this run. Baselines: `envoy` (plain Envoy router) and "
+             "`direct` (no proxy).",
+             "- **Gateway CPU per request**: user+system CPU seconds of Envoy, authz-service and Redis "
+             "during the load (from /proc/PID/stat), divided by the requests served. The mock's CPU is "
+             "reported apart. `× envoy` is a scenario's gateway sum over the plain Envoy's.",
+             f"- Load: fortio, {p['conns']} connections, {p['seconds']} s per rate, 127.0.0.1 only. "
+             f"Max throughput: offered load stepped over {p['max_steps'] or 'no steps (smoke)'}, "
+             f"{p['step_seconds']} s each; a step passes with 100% success, p99 ≤ {p['p99_bound_ms']} ms "
+             "and ≥ 95% of the offered rate served.", "",
+             "## Scenarios", ""]
+    lines += [f"- `{n}`: {sc['what']}" for n, sc in s["scenarios"].items()]
+    rates = sorted({r for sc in s["scenarios"].values() for r in sc["rates"]}, key=float)
+    for rate in rates:
+        lines += ["", f"## At {rate} requests/s offered", "", "### Latency (µs)", ""]
+        lines += latency_table(s, rate)
+        lines += ["", "### CPU per request and memory", ""]
+        lines += cpu_table(s, rate)
+    lines += ["", "## Maximum sustained throughput", "", "| scenario | requests/s | × envoy |", "| --- | --- | --- |"]
+    envoy_max = s["scenarios"].get("envoy", {}).get("max_throughput")
+    for name, sc in s["scenarios"].items():
+        mt = sc.get("max_throughput")
+        ratio = f"{mt / envoy_max:.2f}" if mt and envoy_max else "–"
+        lines.append(f"| {name} | {_fmt(mt)} | {ratio} |")
+    made = charts(s, out)
+    if made:
+        lines += ["", "## Charts", ""] + [f"![{c}]({c})" for c in made]
+    (out / "REPORT.md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    run = Path(sys.argv[1])
+    write_report(json.loads((run / "summary.json").read_text()), run)
+    print(f"report: {run / 'REPORT.md'}")
