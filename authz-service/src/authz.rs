@@ -1,0 +1,428 @@
+//! The decision core: authenticate a virtual key against the policy (never
+//! Redis), then check-and-take every bucket of the request in one store call.
+//!
+//! Transport-free: [`crate::service`] maps a [`Decision`] onto an ext_authz
+//! `CheckResponse`, [`crate::http`] feeds usage reports to
+//! [`Authorizer::record_usage`].
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwap;
+use serde::Deserialize;
+
+use crate::bucket::{format_reset, ms_until_admits, ms_until_full};
+use crate::metrics::Metrics;
+use crate::policy::{Key, Kind, Limit, Policy, RedisFailure};
+use crate::storage::{bucket_key, BucketOp, Outcome, Store, StoreError};
+
+/// The request headers a decision needs (names as Envoy sends them, lowercase).
+#[derive(Debug, Clone, Default)]
+pub struct CheckInput {
+    /// `authorization` header.
+    pub authorization: Option<String>,
+    /// `x-api-key` header.
+    pub api_key: Option<String>,
+    /// `x-tollgate-model` header: the model, when a client states it up front
+    /// (ext_authz sees headers only, never the body).
+    pub model: Option<String>,
+}
+
+/// What to answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    Allow {
+        tenant: String,
+        key_id: String,
+        models: String,
+        /// `x-ratelimit-*` response headers (empty when the key has no
+        /// limits, or when Redis failed open).
+        rate_headers: Vec<(&'static str, String)>,
+    },
+    Deny {
+        status: u16,
+        /// OpenAI-format JSON error body.
+        body: String,
+        /// Extra response headers (`retry-after`, `x-ratelimit-*`).
+        headers: Vec<(&'static str, String)>,
+    },
+    /// Let Envoy's failure mode decide (gRPC UNAVAILABLE).
+    Unavailable(String),
+}
+
+/// A usage report from the filter (`POST /v1/usage`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsageReport {
+    pub tenant: String,
+    pub key_id: String,
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    #[serde(default)]
+    pub completion_tokens: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UsageError {
+    #[error("unknown key_id {0:?} for tenant {1:?}")]
+    UnknownKey(String, String),
+    #[error("{0}")]
+    Store(StoreError),
+}
+
+/// An OpenAI-format error body.
+pub fn error_body(message: &str, kind: &str, code: &str) -> String {
+    serde_json::json!({"error": {"message": message, "type": kind, "param": null, "code": code}}).to_string()
+}
+
+struct Planned {
+    op: BucketOp,
+    limit: Limit,
+    /// "key demo-key", "tenant demo", "key demo-key model m", "tenant demo model m".
+    label: String,
+}
+
+fn plan(policy: &Policy, key: &Key, model: Option<&str>, usage: Option<u64>) -> Vec<Planned> {
+    let mut out = Vec::new();
+    let tenant = policy.tenant(&key.tenant);
+    let mut add = |limits: &[Limit], scope: String, label: String| {
+        for l in limits {
+            let take = match (usage, l.kind) {
+                (Some(tokens), Kind::Tokens) => tokens,
+                (Some(_), Kind::Requests) => continue,
+                (None, Kind::Requests) => 1,
+                (None, Kind::Tokens) => 0,
+            };
+            let kp = match (l.kind, l.period) {
+                (Kind::Requests, "day") => "rd",
+                (Kind::Requests, _) => "rm",
+                (Kind::Tokens, "day") => "td",
+                (Kind::Tokens, _) => "tm",
+            };
+            out.push(Planned {
+                op: BucketOp { key: bucket_key(&key.tenant, kp, &scope), spec: l.spec, take },
+                limit: *l,
+                label: label.clone(),
+            });
+        }
+    };
+    add(&key.limits, format!("k:{}", key.id), format!("key {}", key.id));
+    if let Some(t) = tenant {
+        add(&t.limits, "t".to_string(), format!("tenant {}", t.name));
+    }
+    if let Some(m) = model {
+        if let Some(ls) = key.model_limits.get(m) {
+            add(ls, format!("km:{}:{m}", key.id), format!("key {} model {m}", key.id));
+        }
+        if let Some((t, ls)) = tenant.and_then(|t| t.model_limits.get(m).map(|ls| (t, ls))) {
+            add(ls, format!("tm:{m}"), format!("tenant {} model {m}", t.name));
+        }
+    }
+    out
+}
+
+/// The six OpenAI rate-limit headers, from the most constrained bucket of
+/// each kind (lowest remaining; on a tie the first: key before tenant).
+fn rate_headers(planned: &[Planned], levels: &[f64]) -> Vec<(&'static str, String)> {
+    let mut h = Vec::with_capacity(6);
+    for (kind, names) in [
+        (
+            Kind::Requests,
+            ["x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"],
+        ),
+        (Kind::Tokens, ["x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"]),
+    ] {
+        let best = planned
+            .iter()
+            .zip(levels)
+            .filter(|(p, _)| p.limit.kind == kind)
+            .min_by(|a, b| a.1.floor().total_cmp(&b.1.floor()));
+        if let Some((p, level)) = best {
+            h.push((names[0], p.limit.spec.capacity.to_string()));
+            h.push((names[1], (level.floor().max(0.0) as u64).to_string()));
+            h.push((names[2], format_reset(ms_until_full(*level, p.limit.spec))));
+        }
+    }
+    h
+}
+
+fn wall_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// Logs a warning at most once per interval, counting what it suppressed.
+struct Throttle {
+    last_ms: AtomicU64,
+    suppressed: AtomicU64,
+    interval_ms: u64,
+}
+
+impl Throttle {
+    fn new(interval_ms: u64) -> Self {
+        Throttle { last_ms: AtomicU64::new(0), suppressed: AtomicU64::new(0), interval_ms }
+    }
+
+    /// Returns `Some(suppressed since last time)` when it is time to log.
+    fn ready(&self) -> Option<u64> {
+        let now = wall_ms();
+        let last = self.last_ms.load(Ordering::Relaxed);
+        if now.saturating_sub(last) >= self.interval_ms
+            && self.last_ms.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        {
+            return Some(self.suppressed.swap(0, Ordering::Relaxed));
+        }
+        self.suppressed.fetch_add(1, Ordering::Relaxed);
+        None
+    }
+}
+
+const MISSING_KEY: &str = "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY), or in an x-api-key header.";
+const INVALID_KEY: &str = "Incorrect API key provided. Check the virtual key issued to you by your Tollgate administrator.";
+const NOT_BEARER: &str = "The Authorization header must use the Bearer scheme (Authorization: Bearer YOUR_KEY).";
+
+/// Extract the presented virtual key. `Err` carries the 401 message.
+fn presented_key(input: &CheckInput) -> Result<&str, &'static str> {
+    if let Some(auth) = input.authorization.as_deref().map(str::trim).filter(|a| !a.is_empty()) {
+        let (scheme, rest) = auth.split_once(' ').unwrap_or((auth, ""));
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return Err(NOT_BEARER);
+        }
+        let key = rest.trim();
+        return if key.is_empty() { Err(MISSING_KEY) } else { Ok(key) };
+    }
+    match input.api_key.as_deref().map(str::trim).filter(|k| !k.is_empty()) {
+        Some(k) => Ok(k),
+        None => Err(MISSING_KEY),
+    }
+}
+
+pub struct Authorizer<S: Store> {
+    policy: ArcSwap<Policy>,
+    store: S,
+    metrics: Arc<Metrics>,
+    fail_log: Throttle,
+}
+
+impl<S: Store> Authorizer<S> {
+    pub fn new(policy: Policy, store: S, metrics: Arc<Metrics>) -> Self {
+        metrics.policy_keys.set(policy.key_count() as i64);
+        Authorizer { policy: ArcSwap::from_pointee(policy), store, metrics, fail_log: Throttle::new(10_000) }
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// The active policy.
+    pub fn policy(&self) -> Arc<Policy> {
+        self.policy.load_full()
+    }
+
+    /// Swap in a new policy. In-flight checks finish on the old one.
+    pub fn set_policy(&self, policy: Policy) {
+        self.metrics.policy_keys.set(policy.key_count() as i64);
+        self.policy.store(Arc::new(policy));
+    }
+
+    fn record(&self, result: &str, reason: &str) {
+        self.metrics.decisions.with_label_values(&[result, reason]).inc();
+    }
+
+    /// Decide one request.
+    pub async fn check(&self, input: &CheckInput) -> Decision {
+        let started = Instant::now();
+        let d = self.decide(input).await;
+        self.metrics.check_duration.observe(started.elapsed().as_secs_f64());
+        d
+    }
+
+    async fn decide(&self, input: &CheckInput) -> Decision {
+        let key_str = match presented_key(input) {
+            Ok(k) => k,
+            Err(msg) => {
+                self.record("denied", "missing_key");
+                return Decision::Deny {
+                    status: 401,
+                    body: error_body(msg, "invalid_request_error", "invalid_api_key"),
+                    headers: Vec::new(),
+                };
+            }
+        };
+        let policy = self.policy.load();
+        let Some(key) = policy.authenticate(key_str) else {
+            self.record("denied", "invalid_key");
+            return Decision::Deny {
+                status: 401,
+                body: error_body(INVALID_KEY, "invalid_request_error", "invalid_api_key"),
+                headers: Vec::new(),
+            };
+        };
+        let model = input.model.as_deref().map(str::trim).filter(|m| !m.is_empty());
+        if let Some(m) = model {
+            if !key.allows_model(m) {
+                self.record("denied", "model_not_allowed");
+                let msg = format!("The virtual key {} may not use model {m:?}.", key.id);
+                return Decision::Deny {
+                    status: 403,
+                    body: error_body(&msg, "invalid_request_error", "model_not_allowed"),
+                    headers: Vec::new(),
+                };
+            }
+        }
+        let allow = |rate_headers| Decision::Allow {
+            tenant: key.tenant.clone(),
+            key_id: key.id.clone(),
+            models: key.models_header.clone(),
+            rate_headers,
+        };
+        let planned = plan(&policy, key, model, None);
+        if planned.is_empty() {
+            self.record("allowed", "no_limits");
+            return allow(Vec::new());
+        }
+        let ops: Vec<BucketOp> = planned.iter().map(|p| p.op.clone()).collect();
+        let t = Instant::now();
+        let result = self.store.check_and_take(&ops).await;
+        self.metrics.redis_duration.with_label_values(&["check"]).observe(t.elapsed().as_secs_f64());
+        match result {
+            Ok(Outcome { denied: None, levels }) => {
+                self.record("allowed", "ok");
+                allow(rate_headers(&planned, &levels))
+            }
+            Ok(Outcome { denied: Some(i), levels }) => {
+                let p = &planned[i];
+                let level = levels.get(i).copied().unwrap_or(0.0);
+                let kind = p.limit.kind.as_str();
+                let retry_ms = ms_until_admits(level, p.op.take, p.limit.spec);
+                let msg = format!(
+                    "Rate limit reached for {} on {kind} per {}: limit {}, remaining {}. Please try again in {}.",
+                    p.label,
+                    p.limit.period,
+                    p.limit.spec.capacity,
+                    level.floor().max(0.0) as u64,
+                    format_reset(retry_ms),
+                );
+                self.record("denied", if p.limit.kind == Kind::Requests { "rate_limited_requests" } else { "rate_limited_tokens" });
+                let mut headers = vec![("retry-after", retry_ms.div_ceil(1000).max(1).to_string())];
+                headers.extend(rate_headers(&planned, &levels));
+                Decision::Deny { status: 429, body: error_body(&msg, kind, "rate_limit_exceeded"), headers }
+            }
+            Err(e) => {
+                self.count_store_error("check", &e);
+                let failure = policy.tenant(&key.tenant).map(|t| t.redis_failure).unwrap_or_default();
+                match failure {
+                    RedisFailure::Open => {
+                        self.metrics.fail_open.inc();
+                        if let Some(suppressed) = self.fail_log.ready() {
+                            tracing::warn!(error = %e, suppressed, "rate-limit store failed; admitting requests (fail-open)");
+                        }
+                        self.record("allowed", "fail_open");
+                        allow(Vec::new())
+                    }
+                    RedisFailure::Closed => {
+                        if let Some(suppressed) = self.fail_log.ready() {
+                            tracing::warn!(error = %e, suppressed, tenant = %key.tenant, "rate-limit store failed; refusing requests (fail-closed)");
+                        }
+                        self.record("denied", "fail_closed");
+                        Decision::Deny {
+                            status: 503,
+                            body: error_body(
+                                "The rate limiter is temporarily unavailable. Please retry shortly.",
+                                "server_error",
+                                "rate_limiter_unavailable",
+                            ),
+                            headers: vec![("retry-after", "1".to_string())],
+                        }
+                    }
+                    RedisFailure::Envoy => {
+                        if let Some(suppressed) = self.fail_log.ready() {
+                            tracing::warn!(error = %e, suppressed, tenant = %key.tenant, "rate-limit store failed; answering UNAVAILABLE");
+                        }
+                        self.record("error", "unavailable");
+                        Decision::Unavailable(format!("rate-limit store failed: {e}"))
+                    }
+                }
+            }
+        }
+    }
+
+    fn count_store_error(&self, op: &str, e: &StoreError) {
+        let kind = match e {
+            StoreError::Timeout => "timeout",
+            StoreError::Unavailable(_) => "unavailable",
+            StoreError::Protocol(_) => "protocol",
+        };
+        self.metrics.redis_errors.with_label_values(&[op, kind]).inc();
+    }
+
+    /// Debit real usage from the token buckets of the key, its tenant and,
+    /// when configured, the model (levels may go negative).
+    pub async fn record_usage(&self, report: &UsageReport) -> Result<(), UsageError> {
+        let policy = self.policy.load();
+        let key = match policy.key_by_id(&report.key_id) {
+            Some(k) if k.tenant == report.tenant => k,
+            _ => {
+                self.metrics.usage_reports.with_label_values(&["unknown_key"]).inc();
+                return Err(UsageError::UnknownKey(report.key_id.clone(), report.tenant.clone()));
+            }
+        };
+        let tokens = report.prompt_tokens.saturating_add(report.completion_tokens);
+        self.metrics.usage_tokens.with_label_values(&[&key.tenant]).inc_by(tokens as f64);
+        let planned = plan(&policy, key, report.model.as_deref(), Some(tokens));
+        if tokens == 0 || planned.is_empty() {
+            self.metrics.usage_reports.with_label_values(&["ok"]).inc();
+            return Ok(());
+        }
+        let ops: Vec<BucketOp> = planned.into_iter().map(|p| p.op).collect();
+        let t = Instant::now();
+        let result = self.store.debit(&ops).await;
+        self.metrics.redis_duration.with_label_values(&["debit"]).observe(t.elapsed().as_secs_f64());
+        match result {
+            Ok(_) => {
+                self.metrics.usage_reports.with_label_values(&["ok"]).inc();
+                Ok(())
+            }
+            Err(e) => {
+                self.count_store_error("debit", &e);
+                self.metrics.usage_reports.with_label_values(&["store_error"]).inc();
+                if let Some(suppressed) = self.fail_log.ready() {
+                    tracing::warn!(error = %e, suppressed, "rate-limit store failed; usage not debited");
+                }
+                Err(UsageError::Store(e))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input(auth: Option<&str>, api_key: Option<&str>) -> CheckInput {
+        CheckInput { authorization: auth.map(String::from), api_key: api_key.map(String::from), model: None }
+    }
+
+    #[test]
+    fn bearer_and_api_key_extraction() {
+        assert_eq!(presented_key(&input(Some("Bearer tg-a"), None)), Ok("tg-a"));
+        assert_eq!(presented_key(&input(Some("bearer   tg-a "), None)), Ok("tg-a"));
+        assert_eq!(presented_key(&input(None, Some("tg-b"))), Ok("tg-b"));
+        assert_eq!(presented_key(&input(Some("Basic eHg6eXk="), None)), Err(NOT_BEARER));
+        assert_eq!(presented_key(&input(Some("Bearer "), None)), Err(MISSING_KEY));
+        assert_eq!(presented_key(&input(None, None)), Err(MISSING_KEY));
+        assert_eq!(presented_key(&input(Some(""), Some("tg-c"))), Ok("tg-c"));
+    }
+
+    #[test]
+    fn error_body_is_openai_shaped() {
+        let v: serde_json::Value = serde_json::from_str(&error_body("m", "t", "c")).unwrap_or_default();
+        assert_eq!(v, serde_json::json!({"error": {"message": "m", "type": "t", "param": null, "code": "c"}}));
+    }
+}

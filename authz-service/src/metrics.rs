@@ -1,0 +1,99 @@
+//! Prometheus metrics, one registry per service instance (so tests can run
+//! several instances in one process).
+
+use prometheus::{
+    CounterVec, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
+    Registry, TextEncoder,
+};
+
+pub struct Metrics {
+    registry: Registry,
+    /// `tollgate_authz_decisions_total{result, reason}`.
+    pub decisions: IntCounterVec,
+    /// `tollgate_authz_check_duration_seconds`.
+    pub check_duration: Histogram,
+    /// `tollgate_authz_redis_errors_total{op, error}`.
+    pub redis_errors: IntCounterVec,
+    /// `tollgate_authz_redis_duration_seconds{op}`.
+    pub redis_duration: HistogramVec,
+    /// `tollgate_authz_fail_open_total`: requests admitted because Redis failed.
+    pub fail_open: IntCounter,
+    /// `tollgate_authz_usage_reports_total{result}`.
+    pub usage_reports: IntCounterVec,
+    /// `tollgate_authz_usage_tokens_total{tenant}`.
+    pub usage_tokens: CounterVec,
+    /// `tollgate_authz_policy_reloads_total{result}`.
+    pub policy_reloads: IntCounterVec,
+    /// `tollgate_authz_policy_keys`.
+    pub policy_keys: IntGauge,
+}
+
+const LATENCY_BUCKETS: &[f64] = &[
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+];
+
+impl Metrics {
+    pub fn new() -> Result<Metrics, prometheus::Error> {
+        let registry = Registry::new();
+        let decisions = IntCounterVec::new(
+            Opts::new("tollgate_authz_decisions_total", "Check decisions by result and reason"),
+            &["result", "reason"],
+        )?;
+        let check_duration = Histogram::with_opts(
+            HistogramOpts::new("tollgate_authz_check_duration_seconds", "Time to answer one Check")
+                .buckets(LATENCY_BUCKETS.to_vec()),
+        )?;
+        let redis_errors = IntCounterVec::new(
+            Opts::new("tollgate_authz_redis_errors_total", "Failed Redis calls by operation and error"),
+            &["op", "error"],
+        )?;
+        let redis_duration = HistogramVec::new(
+            HistogramOpts::new("tollgate_authz_redis_duration_seconds", "Redis call latency by operation")
+                .buckets(LATENCY_BUCKETS.to_vec()),
+            &["op"],
+        )?;
+        let fail_open = IntCounter::new(
+            "tollgate_authz_fail_open_total",
+            "Requests admitted without a rate-limit decision because Redis failed",
+        )?;
+        let usage_reports =
+            IntCounterVec::new(Opts::new("tollgate_authz_usage_reports_total", "POST /v1/usage by result"), &["result"])?;
+        let usage_tokens = CounterVec::new(
+            Opts::new("tollgate_authz_usage_tokens_total", "Tokens debited from usage reports, by tenant"),
+            &["tenant"],
+        )?;
+        let policy_reloads =
+            IntCounterVec::new(Opts::new("tollgate_authz_policy_reloads_total", "Policy reloads by result"), &["result"])?;
+        let policy_keys = IntGauge::new("tollgate_authz_policy_keys", "Virtual keys in the active policy")?;
+        registry.register(Box::new(decisions.clone()))?;
+        registry.register(Box::new(check_duration.clone()))?;
+        registry.register(Box::new(redis_errors.clone()))?;
+        registry.register(Box::new(redis_duration.clone()))?;
+        registry.register(Box::new(fail_open.clone()))?;
+        registry.register(Box::new(usage_reports.clone()))?;
+        registry.register(Box::new(usage_tokens.clone()))?;
+        registry.register(Box::new(policy_reloads.clone()))?;
+        registry.register(Box::new(policy_keys.clone()))?;
+        Ok(Metrics {
+            registry,
+            decisions,
+            check_duration,
+            redis_errors,
+            redis_duration,
+            fail_open,
+            usage_reports,
+            usage_tokens,
+            policy_reloads,
+            policy_keys,
+        })
+    }
+
+    /// Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        if TextEncoder::new().encode(&self.registry.gather(), &mut buf).is_err() {
+            return String::new();
+        }
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}

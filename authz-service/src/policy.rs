@@ -1,0 +1,369 @@
+//! The policy file: tenants, virtual keys (by SHA-256 hash) and limits.
+//!
+//! The YAML is parsed into serde types with `deny_unknown_fields`, then
+//! compiled once into a [`Policy`] that answers lookups without allocation.
+//! Every validation error has a fixed, exact message (see
+//! `tests/fixtures/invalid/`), so a typo fails loudly and the old policy stays.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use crate::bucket::BucketSpec;
+
+pub const MINUTE_MS: u64 = 60_000;
+pub const DAY_MS: u64 = 86_400_000;
+
+/// What to do with a request when Redis cannot be reached in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum RedisFailure {
+    /// Admit the request (counted in `tollgate_authz_fail_open_total`).
+    #[default]
+    Open,
+    /// Deny with 503 and an OpenAI-format body.
+    Closed,
+    /// Answer gRPC UNAVAILABLE so Envoy's `failure_mode_allow` decides.
+    Envoy,
+}
+
+/// Limits of one scope. Absent fields mean "no limit".
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    pub requests_per_minute: Option<u64>,
+    pub tokens_per_minute: Option<u64>,
+    pub requests_per_day: Option<u64>,
+    pub tokens_per_day: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDefaults {
+    #[serde(default)]
+    redis_failure: Option<RedisFailure>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTenant {
+    #[serde(default)]
+    limits: Limits,
+    #[serde(default)]
+    model_limits: BTreeMap<String, Limits>,
+    #[serde(default)]
+    redis_failure: Option<RedisFailure>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawKey {
+    id: String,
+    tenant: String,
+    sha256: String,
+    #[serde(default = "default_models")]
+    models: Vec<String>,
+    #[serde(default)]
+    limits: Limits,
+    #[serde(default)]
+    model_limits: BTreeMap<String, Limits>,
+}
+
+fn default_models() -> Vec<String> {
+    vec!["*".to_string()]
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    version: u32,
+    #[serde(default)]
+    defaults: RawDefaults,
+    #[serde(default)]
+    tenants: BTreeMap<String, RawTenant>,
+    #[serde(default)]
+    keys: Vec<RawKey>,
+}
+
+/// What a limit counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Requests,
+    Tokens,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Requests => "requests",
+            Kind::Tokens => "tokens",
+        }
+    }
+}
+
+/// One configured limit: a bucket spec plus what it counts and its period.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limit {
+    pub kind: Kind,
+    /// "minute" or "day".
+    pub period: &'static str,
+    pub spec: BucketSpec,
+}
+
+fn compile_limits(l: &Limits) -> Vec<Limit> {
+    let mut out = Vec::new();
+    let mut push = |v: Option<u64>, kind, period, window_ms| {
+        if let Some(capacity) = v {
+            out.push(Limit { kind, period, spec: BucketSpec { capacity, window_ms } });
+        }
+    };
+    push(l.requests_per_minute, Kind::Requests, "minute", MINUTE_MS);
+    push(l.requests_per_day, Kind::Requests, "day", DAY_MS);
+    push(l.tokens_per_minute, Kind::Tokens, "minute", MINUTE_MS);
+    push(l.tokens_per_day, Kind::Tokens, "day", DAY_MS);
+    out
+}
+
+/// A tenant after validation.
+#[derive(Debug, Clone)]
+pub struct Tenant {
+    pub name: String,
+    pub limits: Vec<Limit>,
+    pub model_limits: HashMap<String, Vec<Limit>>,
+    pub redis_failure: RedisFailure,
+}
+
+/// A virtual key after validation (never holds the key itself).
+#[derive(Debug, Clone)]
+pub struct Key {
+    pub id: String,
+    pub tenant: String,
+    pub models: Vec<String>,
+    /// `models` joined with ",", as sent in `x-tollgate-models`.
+    pub models_header: String,
+    pub limits: Vec<Limit>,
+    pub model_limits: HashMap<String, Vec<Limit>>,
+}
+
+impl Key {
+    /// Whether this key may use `model`. Patterns: `*` (any), an exact name,
+    /// or a prefix ending in `*` (`openai/*`).
+    pub fn allows_model(&self, model: &str) -> bool {
+        self.models.iter().any(|p| model_matches(p, model))
+    }
+}
+
+pub fn model_matches(pattern: &str, model: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => model.starts_with(prefix),
+        None => pattern == model,
+    }
+}
+
+/// A compiled, valid policy.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    by_hash: HashMap<[u8; 32], usize>,
+    by_id: HashMap<String, usize>,
+    keys: Vec<Key>,
+    tenants: HashMap<String, Tenant>,
+}
+
+/// A policy that failed to load; `Display` is the exact, user-facing message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct PolicyError(pub String);
+
+fn err<T>(msg: impl Into<String>) -> Result<T, PolicyError> {
+    Err(PolicyError(msg.into()))
+}
+
+fn valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+}
+
+fn valid_model(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 128
+        && s.bytes().all(|b| b.is_ascii_graphic() && b != b',' && b != b'{' && b != b'}')
+}
+
+fn check_limits(owner: &str, field: &str, l: &Limits) -> Result<(), PolicyError> {
+    let fields = [
+        ("requests_per_minute", l.requests_per_minute),
+        ("tokens_per_minute", l.tokens_per_minute),
+        ("requests_per_day", l.requests_per_day),
+        ("tokens_per_day", l.tokens_per_day),
+    ];
+    for (name, v) in fields {
+        if v == Some(0) {
+            return err(format!("{owner}: {field}.{name} must be greater than 0"));
+        }
+    }
+    Ok(())
+}
+
+fn check_model_limits(
+    owner: &str,
+    ml: &BTreeMap<String, Limits>,
+) -> Result<HashMap<String, Vec<Limit>>, PolicyError> {
+    let mut out = HashMap::new();
+    for (model, limits) in ml {
+        if !valid_model(model) || model.contains('*') {
+            return err(format!("{owner}: model_limits key {model:?} must be an exact model name"));
+        }
+        check_limits(owner, &format!("model_limits.{model:?}"), limits)?;
+        out.insert(model.clone(), compile_limits(limits));
+    }
+    Ok(out)
+}
+
+/// SHA-256 of a virtual key, as lowercase hex (what the policy stores).
+pub fn hash_key(key: &str) -> String {
+    hex::encode(Sha256::digest(key.as_bytes()))
+}
+
+impl Policy {
+    /// Parse and validate policy YAML.
+    pub fn from_yaml(text: &str) -> Result<Policy, PolicyError> {
+        let raw: RawPolicy = match serde_yaml::from_str(text) {
+            Ok(r) => r,
+            Err(e) => return err(format!("invalid policy YAML: {e}")),
+        };
+        if raw.version != 1 {
+            return err(format!("unsupported policy version {} (expected 1)", raw.version));
+        }
+        let default_failure = raw.defaults.redis_failure.unwrap_or_default();
+        let mut tenants = HashMap::new();
+        for (name, t) in &raw.tenants {
+            if !valid_name(name) {
+                return err(format!("tenant {name:?}: name must match [A-Za-z0-9._-]{{1,64}}"));
+            }
+            let owner = format!("tenant {name:?}");
+            check_limits(&owner, "limits", &t.limits)?;
+            let model_limits = check_model_limits(&owner, &t.model_limits)?;
+            tenants.insert(
+                name.clone(),
+                Tenant {
+                    name: name.clone(),
+                    limits: compile_limits(&t.limits),
+                    model_limits,
+                    redis_failure: t.redis_failure.unwrap_or(default_failure),
+                },
+            );
+        }
+        let mut by_hash = HashMap::new();
+        let mut by_id = HashMap::new();
+        let mut keys = Vec::new();
+        for k in &raw.keys {
+            if !valid_name(&k.id) {
+                return err(format!("key {:?}: id must match [A-Za-z0-9._-]{{1,64}}", k.id));
+            }
+            let owner = format!("key {:?}", k.id);
+            if by_id.contains_key(&k.id) {
+                return err(format!("{owner}: duplicate id"));
+            }
+            if !tenants.contains_key(&k.tenant) {
+                return err(format!("{owner}: unknown tenant {:?}", k.tenant));
+            }
+            let is_hex = k.sha256.len() == 64
+                && k.sha256.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+            let mut hash = [0u8; 32];
+            if !is_hex || hex::decode_to_slice(&k.sha256, &mut hash).is_err() {
+                return err(format!("{owner}: sha256 must be 64 lowercase hex characters"));
+            }
+            if let Some(&other) = by_hash.get(&hash) {
+                let other: &Key = &keys[other];
+                return err(format!("{owner}: sha256 duplicates key {:?}", other.id));
+            }
+            if k.models.is_empty() {
+                return err(format!("{owner}: models must not be empty"));
+            }
+            for m in &k.models {
+                if !valid_model(m) {
+                    return err(format!("{owner}: invalid model pattern {m:?}"));
+                }
+            }
+            check_limits(&owner, "limits", &k.limits)?;
+            let model_limits = check_model_limits(&owner, &k.model_limits)?;
+            by_hash.insert(hash, keys.len());
+            by_id.insert(k.id.clone(), keys.len());
+            keys.push(Key {
+                id: k.id.clone(),
+                tenant: k.tenant.clone(),
+                models_header: k.models.join(","),
+                models: k.models.clone(),
+                limits: compile_limits(&k.limits),
+                model_limits,
+            });
+        }
+        Ok(Policy { by_hash, by_id, keys, tenants })
+    }
+
+    /// Read, parse and validate a policy file.
+    pub fn from_file(path: &Path) -> Result<Policy, PolicyError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Policy::from_yaml(&text),
+            Err(e) => err(format!("cannot read policy file {}: {e}", path.display())),
+        }
+    }
+
+    /// Look a presented virtual key up by its SHA-256. Never touches Redis.
+    pub fn authenticate(&self, presented_key: &str) -> Option<&Key> {
+        let digest: [u8; 32] = Sha256::digest(presented_key.as_bytes()).into();
+        self.by_hash.get(&digest).map(|&i| &self.keys[i])
+    }
+
+    pub fn key_by_id(&self, id: &str) -> Option<&Key> {
+        self.by_id.get(id).map(|&i| &self.keys[i])
+    }
+
+    pub fn tenant(&self, name: &str) -> Option<&Tenant> {
+        self.tenants.get(name)
+    }
+
+    pub fn key_count(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn tenant_count(&self) -> usize {
+        self.tenants.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hash_of_demo_key() {
+        assert_eq!(hash_key("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    }
+
+    #[test]
+    fn minimal_policy_authenticates_by_hash() {
+        let yaml = format!(
+            "version: 1\ntenants:\n  t: {{}}\nkeys:\n  - id: k\n    tenant: t\n    sha256: {}\n",
+            hash_key("tg-secret")
+        );
+        let p = Policy::from_yaml(&yaml).expect("valid");
+        let k = p.authenticate("tg-secret").expect("known");
+        assert_eq!(k.id, "k");
+        assert_eq!(k.models_header, "*");
+        assert!(p.authenticate("tg-other").is_none());
+        assert_eq!(p.tenant("t").map(|t| t.redis_failure), Some(RedisFailure::Open));
+    }
+
+    #[test]
+    fn model_patterns() {
+        assert!(model_matches("*", "openai/gpt-4o"));
+        assert!(model_matches("openai/*", "openai/gpt-4o"));
+        assert!(!model_matches("openai/*", "anthropic/claude"));
+        assert!(model_matches("openai/gpt-4o", "openai/gpt-4o"));
+        assert!(!model_matches("openai/gpt-4o", "openai/gpt-4o-mini"));
+    }
+}

@@ -1,0 +1,141 @@
+//! Wiring: bind the gRPC and HTTP listeners, start the reloader, serve until
+//! shut down. Used by the binary and by the integration tests (which bind
+//! `127.0.0.1:0`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tonic::transport::server::TcpIncoming;
+
+use crate::authz::Authorizer;
+use crate::metrics::Metrics;
+use crate::policy::Policy;
+use crate::reload::Reloader;
+use crate::service::AuthzService;
+use crate::storage::{AnyStore, MemoryStore, RedisStore, RedisStoreConfig, SystemClock};
+
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub policy_path: PathBuf,
+    pub grpc_listen: SocketAddr,
+    pub http_listen: SocketAddr,
+    /// `memory://` keeps buckets in this process only.
+    pub redis_url: String,
+    pub redis_timeout: Duration,
+    pub reload_interval: Duration,
+}
+
+impl ServeConfig {
+    pub fn new(policy_path: impl Into<PathBuf>) -> Self {
+        ServeConfig {
+            policy_path: policy_path.into(),
+            grpc_listen: SocketAddr::from(([127, 0, 0, 1], 9100)),
+            http_listen: SocketAddr::from(([127, 0, 0, 1], 9101)),
+            redis_url: "redis://127.0.0.1:6390".to_string(),
+            redis_timeout: Duration::from_millis(10),
+            reload_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A started service.
+pub struct Running {
+    pub grpc_addr: SocketAddr,
+    pub http_addr: SocketAddr,
+    pub authorizer: Arc<Authorizer<AnyStore>>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Running {
+    /// Stop serving (in-flight requests finish) and wait for every task.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+
+    /// Serve until `signal` resolves, then shut down gracefully.
+    pub async fn run_until(self, signal: impl std::future::Future<Output = ()>) {
+        signal.await;
+        self.shutdown().await;
+    }
+}
+
+async fn wait_shutdown(mut rx: watch::Receiver<bool>) {
+    while !*rx.borrow() {
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Load the policy, bind both listeners and start serving in the background.
+pub async fn start(cfg: ServeConfig) -> Result<Running, String> {
+    let initial = std::fs::read(&cfg.policy_path)
+        .map_err(|e| format!("cannot read policy file {}: {e}", cfg.policy_path.display()))?;
+    let policy = Policy::from_yaml(&String::from_utf8_lossy(&initial))
+        .map_err(|e| format!("invalid policy {}: {e}", cfg.policy_path.display()))?;
+    let metrics = Arc::new(Metrics::new().map_err(|e| format!("metrics: {e}"))?);
+    let store = if cfg.redis_url.starts_with("memory:") {
+        tracing::warn!("using the in-memory store: limits apply per process, not globally");
+        AnyStore::Memory(MemoryStore::new(SystemClock))
+    } else {
+        let mut rc = RedisStoreConfig::new(cfg.redis_url.clone());
+        rc.timeout = cfg.redis_timeout;
+        let s = RedisStore::new(&rc).map_err(|e| e.to_string())?;
+        // SCRIPT LOAD once up front; EVALSHA reloads on NOSCRIPT anyway.
+        if let Err(e) = s.load_script().await {
+            tracing::warn!(error = %e, "could not load the bucket script yet (redis down?); will load on first use");
+        }
+        AnyStore::Redis(s)
+    };
+    tracing::info!(keys = policy.key_count(), tenants = policy.tenant_count(), "policy loaded");
+    let authz = Arc::new(Authorizer::new(policy, store, metrics));
+    let (tx, rx) = watch::channel(false);
+    let mut tasks = Vec::new();
+
+    // gRPC: ext_authz Check + grpc.health.v1.
+    let incoming = TcpIncoming::bind(cfg.grpc_listen)
+        .map_err(|e| format!("cannot listen for gRPC on {}: {e}", cfg.grpc_listen))?
+        .with_nodelay(Some(true));
+    let grpc_addr = incoming.local_addr().map_err(|e| e.to_string())?;
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter
+        .set_serving::<envoy_types::pb::envoy::service::auth::v3::authorization_server::AuthorizationServer<AuthzService<AnyStore>>>()
+        .await;
+    let grpc = tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(AuthzService::new(authz.clone()).into_server())
+        .serve_with_incoming_shutdown(incoming, wait_shutdown(rx.clone()));
+    tasks.push(tokio::spawn(async move {
+        if let Err(e) = grpc.await {
+            tracing::error!(error = %e, "gRPC server failed");
+        }
+    }));
+
+    // HTTP: /healthz, /metrics, /v1/usage.
+    let listener = tokio::net::TcpListener::bind(cfg.http_listen)
+        .await
+        .map_err(|e| format!("cannot listen for HTTP on {}: {e}", cfg.http_listen))?;
+    let http_addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let app = crate::http::router(authz.clone());
+    let http_rx = rx.clone();
+    tasks.push(tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(wait_shutdown(http_rx)).await {
+            tracing::error!(error = %e, "HTTP server failed");
+        }
+    }));
+
+    // Policy reload on change and SIGHUP.
+    let reloader = Reloader::new(&cfg.policy_path, authz.clone(), Some(initial));
+    tasks.push(tokio::spawn(reloader.run(cfg.reload_interval, rx.clone())));
+
+    tracing::info!(%grpc_addr, %http_addr, "tollgate-authz serving");
+    Ok(Running { grpc_addr, http_addr, authorizer: authz, shutdown: tx, tasks })
+}

@@ -1,0 +1,131 @@
+//! `envoy.service.auth.v3.Authorization/Check`: maps a request's headers to a
+//! [`CheckInput`] and a [`Decision`] to a `CheckResponse`.
+//!
+//! Header mutations on an allowed request use `append_action:
+//! OVERWRITE_IF_EXISTS_OR_ADD` (and leave the deprecated `append` unset, which
+//! older Envoys read as "overwrite"), so a client cannot forge the
+//! `x-tollgate-*` headers.
+
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::config::core::v3::header_value_option::HeaderAppendAction;
+use envoy_types::pb::envoy::config::core::v3::{HeaderValue, HeaderValueOption};
+use envoy_types::pb::envoy::r#type::v3::HttpStatus;
+use envoy_types::pb::envoy::service::auth::v3::authorization_server::{Authorization, AuthorizationServer};
+use envoy_types::pb::envoy::service::auth::v3::check_response::HttpResponse;
+use envoy_types::pb::envoy::service::auth::v3::{CheckRequest, CheckResponse, DeniedHttpResponse, OkHttpResponse};
+use envoy_types::pb::google::rpc;
+
+use crate::authz::{Authorizer, CheckInput, Decision};
+use crate::storage::Store;
+
+/// gRPC status codes used in `CheckResponse.status`.
+const GRPC_OK: i32 = 0;
+const GRPC_PERMISSION_DENIED: i32 = 7;
+const GRPC_UNAUTHENTICATED: i32 = 16;
+
+/// Request headers set on an allowed request.
+pub const HDR_TENANT: &str = "x-tollgate-tenant";
+pub const HDR_KEY_ID: &str = "x-tollgate-key-id";
+pub const HDR_MODELS: &str = "x-tollgate-models";
+/// Request headers removed from an allowed request (they carry the key).
+pub const HEADERS_TO_REMOVE: [&str; 2] = ["authorization", "x-api-key"];
+
+pub fn header(key: &str, value: impl Into<String>) -> HeaderValueOption {
+    #[allow(deprecated)]
+    HeaderValueOption {
+        header: Some(HeaderValue { key: key.to_string(), value: value.into(), raw_value: Vec::new() }),
+        append: None,
+        append_action: HeaderAppendAction::OverwriteIfExistsOrAdd as i32,
+        keep_empty_value: false,
+    }
+}
+
+/// Pull the headers a decision needs out of a `CheckRequest`. Reads both
+/// `headers` (the default) and `header_map` (Envoy's `encode_raw_headers`).
+pub fn check_input(req: &CheckRequest) -> CheckInput {
+    let mut input = CheckInput::default();
+    let Some(http) = req.attributes.as_ref().and_then(|a| a.request.as_ref()).and_then(|r| r.http.as_ref()) else {
+        return input;
+    };
+    let mut set = |name: &str, value: &str| {
+        let slot = match name {
+            "authorization" => &mut input.authorization,
+            "x-api-key" => &mut input.api_key,
+            "x-tollgate-model" => &mut input.model,
+            _ => return,
+        };
+        if slot.is_none() {
+            *slot = Some(value.to_string());
+        }
+    };
+    for (k, v) in &http.headers {
+        set(&k.to_ascii_lowercase(), v);
+    }
+    if let Some(map) = &http.header_map {
+        for h in &map.headers {
+            let value = if h.raw_value.is_empty() {
+                h.value.clone()
+            } else {
+                String::from_utf8_lossy(&h.raw_value).into_owned()
+            };
+            set(&h.key.to_ascii_lowercase(), &value);
+        }
+    }
+    input
+}
+
+/// Build the `CheckResponse` for a decision (`Err` = gRPC UNAVAILABLE).
+pub fn to_response(decision: Decision) -> Result<CheckResponse, tonic::Status> {
+    match decision {
+        Decision::Allow { tenant, key_id, models, rate_headers } => {
+            let ok = OkHttpResponse {
+                headers: vec![header(HDR_TENANT, tenant), header(HDR_KEY_ID, key_id), header(HDR_MODELS, models)],
+                headers_to_remove: HEADERS_TO_REMOVE.iter().map(|s| s.to_string()).collect(),
+                response_headers_to_add: rate_headers.into_iter().map(|(k, v)| header(k, v)).collect(),
+                ..Default::default()
+            };
+            Ok(CheckResponse {
+                status: Some(rpc::Status { code: GRPC_OK, message: String::new(), details: Vec::new() }),
+                http_response: Some(HttpResponse::OkResponse(ok)),
+                ..Default::default()
+            })
+        }
+        Decision::Deny { status, body, headers } => {
+            let mut hs = vec![header("content-type", "application/json")];
+            hs.extend(headers.into_iter().map(|(k, v)| header(k, v)));
+            let denied = DeniedHttpResponse { status: Some(HttpStatus { code: i32::from(status) }), headers: hs, body };
+            let code = if status == 401 { GRPC_UNAUTHENTICATED } else { GRPC_PERMISSION_DENIED };
+            Ok(CheckResponse {
+                status: Some(rpc::Status { code, message: String::new(), details: Vec::new() }),
+                http_response: Some(HttpResponse::DeniedResponse(denied)),
+                ..Default::default()
+            })
+        }
+        Decision::Unavailable(msg) => Err(tonic::Status::unavailable(msg)),
+    }
+}
+
+/// The tonic service.
+pub struct AuthzService<S: Store> {
+    inner: Arc<Authorizer<S>>,
+}
+
+impl<S: Store> AuthzService<S> {
+    pub fn new(inner: Arc<Authorizer<S>>) -> Self {
+        AuthzService { inner }
+    }
+
+    pub fn into_server(self) -> AuthorizationServer<Self> {
+        AuthorizationServer::new(self)
+    }
+}
+
+#[tonic::async_trait]
+impl<S: Store> Authorization for AuthzService<S> {
+    async fn check(&self, request: tonic::Request<CheckRequest>) -> Result<tonic::Response<CheckResponse>, tonic::Status> {
+        let input = check_input(request.get_ref());
+        let decision = self.inner.check(&input).await;
+        to_response(decision).map(tonic::Response::new)
+    }
+}

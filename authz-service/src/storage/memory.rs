@@ -1,0 +1,141 @@
+//! In-memory bucket store: one process, one mutex, time from a [`Clock`].
+//!
+//! For tests and single-instance development (`--redis-url memory://`);
+//! limits are per process, not global.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::{BucketOp, Outcome, Store, StoreError};
+use crate::bucket::{self, BucketState};
+
+/// Source of milliseconds since the Unix epoch.
+pub trait Clock: Send + Sync + 'static {
+    fn now_ms(&self) -> u64;
+}
+
+/// The system clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> u64 {
+        SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    }
+}
+
+/// A clock tests move by hand.
+#[derive(Debug, Default)]
+pub struct ManualClock(AtomicU64);
+
+impl ManualClock {
+    pub fn new(start_ms: u64) -> Self {
+        ManualClock(AtomicU64::new(start_ms))
+    }
+    pub fn advance(&self, ms: u64) {
+        self.0.fetch_add(ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+impl<C: Clock> Clock for Arc<C> {
+    fn now_ms(&self) -> u64 {
+        (**self).now_ms()
+    }
+}
+
+struct Entry {
+    state: BucketState,
+    expires_ms: u64,
+}
+
+/// Buckets in a `HashMap` behind a mutex. Expired entries are swept when
+/// the map has doubled since the last sweep, so it does not grow without
+/// bound.
+pub struct MemoryStore {
+    clock: Box<dyn Clock>,
+    inner: Mutex<Inner>,
+}
+
+struct Inner {
+    map: HashMap<String, Entry>,
+    sweep_at: usize,
+}
+
+/// Levels are kept in thousandths, exactly as the Redis script stores them.
+fn quantize(level: f64) -> f64 {
+    (level * 1000.0).floor() / 1000.0
+}
+
+impl MemoryStore {
+    pub fn new(clock: impl Clock) -> Self {
+        MemoryStore { clock: Box::new(clock), inner: Mutex::new(Inner { map: HashMap::new(), sweep_at: 1024 }) }
+    }
+
+    pub fn len(&self) -> usize {
+        self.inner.lock().map(|g| g.map.len()).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn apply(&self, ops: &[BucketOp], take_mode: bool) -> Result<Outcome, StoreError> {
+        let now = self.clock.now_ms();
+        let mut g = self.inner.lock().map_err(|_| StoreError::Unavailable("memory store poisoned".into()))?;
+        let states: Vec<Option<BucketState>> = ops
+            .iter()
+            .map(|op| g.map.get(&op.key).filter(|e| e.expires_ms > now).map(|e| e.state))
+            .collect();
+        let specs: Vec<_> = ops.iter().map(|o| o.spec).collect();
+        let takes: Vec<u64> = ops.iter().map(|o| o.take).collect();
+        let (denied, levels) = if take_mode {
+            let (out, denied) = bucket::check_and_take(&states, &specs, &takes, now);
+            (denied, out.into_iter().map(|o| o.level).collect::<Vec<_>>())
+        } else {
+            let levels = states
+                .iter()
+                .zip(&specs)
+                .zip(&takes)
+                .map(|((s, spec), take)| bucket::debit(*s, *spec, *take, now).level)
+                .collect();
+            (None, levels)
+        };
+        let mut reported = Vec::with_capacity(levels.len());
+        for (op, level) in ops.iter().zip(levels) {
+            if denied.is_none() && op.take > 0 {
+                let level = quantize(level);
+                let ttl = bucket::ttl_ms(level, op.spec);
+                g.map.insert(
+                    op.key.clone(),
+                    Entry { state: BucketState { level, ts_ms: now }, expires_ms: now + ttl },
+                );
+                reported.push(level);
+            } else {
+                reported.push(quantize(level));
+            }
+        }
+        if g.map.len() >= g.sweep_at {
+            g.map.retain(|_, e| e.expires_ms > now);
+            g.sweep_at = (g.map.len() * 2).max(1024);
+        }
+        Ok(Outcome { denied, levels: reported })
+    }
+}
+
+impl Store for MemoryStore {
+    async fn check_and_take(&self, ops: &[BucketOp]) -> Result<Outcome, StoreError> {
+        self.apply(ops, true)
+    }
+
+    async fn debit(&self, ops: &[BucketOp]) -> Result<Outcome, StoreError> {
+        self.apply(ops, false)
+    }
+}

@@ -1,0 +1,237 @@
+//! Redis bucket store: one Lua script (`bucket.lua`) decides all buckets of a
+//! request in one round trip, on Redis's clock, so any number of authz
+//! instances sharing one Redis (or one Redis Cluster) enforce one limit.
+//!
+//! Trade-off: every call waits at most `timeout` (a few ms). Past that, or on
+//! any Redis error, the call fails and the caller applies the tenant's
+//! failure policy (fail-open by default). After a connection-level error the
+//! store answers "unavailable" at once for `breaker` (default 250 ms) instead
+//! of queueing every request behind a reconnect; the first call after that
+//! window probes Redis again. The connection itself reconnects on its own.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionManager;
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
+use tokio::sync::OnceCell;
+
+use super::{BucketOp, Outcome, Store, StoreError};
+
+/// The Lua script, with its KEYS/ARGV contract at its top.
+pub const BUCKET_LUA: &str = include_str!("bucket.lua");
+
+/// How to reach Redis.
+#[derive(Debug, Clone)]
+pub struct RedisStoreConfig {
+    /// `redis://host:port[/db]` for one Redis, or
+    /// `redis+cluster://host1:port1,host2:port2` for Redis Cluster.
+    pub url: String,
+    /// Deadline for one call, script reload included.
+    pub timeout: Duration,
+    /// How long to skip Redis after a connection-level error.
+    pub breaker: Duration,
+}
+
+impl RedisStoreConfig {
+    pub fn new(url: impl Into<String>) -> Self {
+        RedisStoreConfig { url: url.into(), timeout: Duration::from_millis(10), breaker: Duration::from_millis(250) }
+    }
+}
+
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(Arc<OnceCell<ClusterConnection>>),
+}
+
+pub struct RedisStore {
+    conn: Conn,
+    sha: String,
+    timeout: Duration,
+    breaker: Duration,
+    started: Instant,
+    /// Milliseconds since `started` until which Redis is skipped.
+    down_until: AtomicU64,
+}
+
+fn to_store_error(e: &RedisError) -> StoreError {
+    if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() {
+        StoreError::Unavailable(e.to_string())
+    } else {
+        StoreError::Protocol(e.to_string())
+    }
+}
+
+impl RedisStore {
+    /// Create the store. Never waits for Redis: the connection is made in
+    /// the background and on first use, so the service starts (and
+    /// authenticates) while Redis is still down.
+    pub fn new(cfg: &RedisStoreConfig) -> Result<RedisStore, StoreError> {
+        let sha = redis::Script::new(BUCKET_LUA).get_hash().to_string();
+        let conn = if let Some(nodes) = cfg.url.strip_prefix("redis+cluster://") {
+            let nodes: Vec<String> = nodes.split(',').map(|n| format!("redis://{n}")).collect();
+            let client = ClusterClient::builder(nodes)
+                .connection_timeout(Duration::from_secs(1))
+                .response_timeout(Duration::from_secs(1))
+                .build()
+                .map_err(|e| StoreError::Unavailable(format!("invalid redis cluster url: {e}")))?;
+            let cell = Arc::new(OnceCell::new());
+            let bg = cell.clone();
+            tokio::spawn(async move {
+                let mut delay = Duration::from_millis(50);
+                loop {
+                    match client.get_async_connection().await {
+                        Ok(c) => {
+                            let _ = bg.set(c);
+                            tracing::info!("connected to redis cluster");
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "redis cluster not reachable yet; retrying");
+                            tokio::time::sleep(delay).await;
+                            delay = (delay * 2).min(Duration::from_secs(2));
+                        }
+                    }
+                }
+            });
+            Conn::Cluster(cell)
+        } else {
+            let client = redis::Client::open(cfg.url.as_str())
+                .map_err(|e| StoreError::Unavailable(format!("invalid redis url: {e}")))?;
+            let mc = redis::aio::ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(Duration::from_secs(1)))
+                .set_response_timeout(Some(Duration::from_secs(1)))
+                .set_number_of_retries(2)
+                .set_min_delay(Duration::from_millis(20))
+                .set_max_delay(Duration::from_millis(500));
+            let cm = ConnectionManager::new_lazy_with_config(client, mc)
+                .map_err(|e| StoreError::Unavailable(format!("redis: {e}")))?;
+            Conn::Single(cm)
+        };
+        Ok(RedisStore {
+            conn,
+            sha,
+            timeout: cfg.timeout,
+            breaker: cfg.breaker,
+            started: Instant::now(),
+            down_until: AtomicU64::new(0),
+        })
+    }
+
+    /// SHA-1 of the script (what EVALSHA sends).
+    pub fn script_sha(&self) -> &str {
+        &self.sha
+    }
+
+    async fn query(&self, cmd: &redis::Cmd) -> Result<Value, RedisError> {
+        match &self.conn {
+            Conn::Single(cm) => {
+                let mut c = cm.clone();
+                cmd.query_async(&mut c).await
+            }
+            Conn::Cluster(cell) => match cell.get() {
+                Some(c) => {
+                    let mut c = c.clone();
+                    cmd.query_async(&mut c).await
+                }
+                None => Err(RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::NotConnected,
+                    "redis cluster not connected yet",
+                ))),
+            },
+        }
+    }
+
+    /// SCRIPT LOAD (on every node of a cluster).
+    pub async fn load_script(&self) -> Result<(), StoreError> {
+        let mut cmd = redis::cmd("SCRIPT");
+        cmd.arg("LOAD").arg(BUCKET_LUA);
+        let fut = self.query(&cmd);
+        match tokio::time::timeout(Duration::from_secs(2), fut).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(to_store_error(&e)),
+            Err(_) => Err(StoreError::Timeout),
+        }
+    }
+
+    async fn evalsha(&self, ops: &[BucketOp], mode: &str) -> Result<Value, RedisError> {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&self.sha).arg(ops.len());
+        for op in ops {
+            cmd.arg(&op.key);
+        }
+        cmd.arg(mode);
+        for op in ops {
+            cmd.arg(op.spec.capacity).arg(op.spec.window_ms).arg(op.take);
+        }
+        match self.query(&cmd).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                // Redis restarted or SCRIPT FLUSH: load again, retry once.
+                let mut load = redis::cmd("SCRIPT");
+                load.arg("LOAD").arg(BUCKET_LUA);
+                self.query(&load).await?;
+                self.query(&cmd).await
+            }
+            r => r,
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    async fn run(&self, ops: &[BucketOp], mode: &str) -> Result<Outcome, StoreError> {
+        if ops.is_empty() {
+            return Ok(Outcome { denied: None, levels: Vec::new() });
+        }
+        if self.now_ms() < self.down_until.load(Ordering::Relaxed) {
+            return Err(StoreError::Unavailable("redis marked down after an error; retrying shortly".into()));
+        }
+        let value = match tokio::time::timeout(self.timeout, self.evalsha(ops, mode)).await {
+            Err(_) => return Err(StoreError::Timeout),
+            Ok(Err(e)) => {
+                let err = to_store_error(&e);
+                if matches!(err, StoreError::Unavailable(_)) {
+                    let until = self.now_ms() + self.breaker.as_millis() as u64;
+                    self.down_until.store(until, Ordering::Relaxed);
+                }
+                return Err(err);
+            }
+            Ok(Ok(v)) => v,
+        };
+        parse_outcome(value, ops.len())
+    }
+}
+
+fn parse_outcome(value: Value, n: usize) -> Result<Outcome, StoreError> {
+    let items = match value {
+        Value::Array(items) if items.len() == n + 1 => items,
+        other => return Err(StoreError::Protocol(format!("unexpected script reply {other:?}"))),
+    };
+    let mut ints = Vec::with_capacity(items.len());
+    for item in items {
+        match item {
+            Value::Int(i) => ints.push(i),
+            other => return Err(StoreError::Protocol(format!("unexpected script reply item {other:?}"))),
+        }
+    }
+    let denied = match ints[0] {
+        0 => None,
+        i if i >= 1 && (i as usize) <= n => Some(i as usize - 1),
+        i => return Err(StoreError::Protocol(format!("script refused bucket {i} of {n}"))),
+    };
+    Ok(Outcome { denied, levels: ints[1..].iter().map(|&m| m as f64 / 1000.0).collect() })
+}
+
+impl Store for RedisStore {
+    async fn check_and_take(&self, ops: &[BucketOp]) -> Result<Outcome, StoreError> {
+        self.run(ops, "take").await
+    }
+
+    async fn debit(&self, ops: &[BucketOp]) -> Result<Outcome, StoreError> {
+        self.run(ops, "debit").await
+    }
+}
