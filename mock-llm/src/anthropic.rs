@@ -1,0 +1,340 @@
+//! Anthropic Messages API: `POST /v1/messages`, non-stream and stream.
+//!
+//! Rules follow Anthropic's API reference: `x-api-key` and `anthropic-version`
+//! headers required; `model`, `max_tokens` and `messages` required; roles
+//! only `user`/`assistant` (a `system` role is refused: system prompts go in
+//! the top-level `system`); the first message is `user` and roles alternate
+//! (stricter than today's API, which merges consecutive same-role turns: a
+//! gateway should not rely on that); every `tool_result` answers a `tool_use`
+//! of the previous assistant message, and every `tool_use` is answered in the
+//! next message. Errors: `{"type":"error","error":{"type","message"},
+//! "request_id"}` with the documented status per error type.
+
+use crate::app::{self, json_response, plan, unknown_key_id, AuthFail, Ctx, ErrKind, GenInput, KeyRt, Output, Reply};
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+type Outcome = (Reply, Option<String>);
+
+const VERSIONS: &[&str] = &["2023-06-01", "2023-01-01"];
+
+pub fn authenticate<'a>(ctx: &Ctx<'a>) -> Result<&'a KeyRt, AuthFail> {
+    let Some(key) = ctx.header("x-api-key").filter(|k| !k.is_empty()) else {
+        return Err((err(ctx, 401, "authentication_error", "x-api-key header is required"), None));
+    };
+    match ctx.provider.key_by_secret(key) {
+        Some(k) => Ok(k),
+        None => Err((err(ctx, 401, "authentication_error", "invalid x-api-key"), Some(unknown_key_id(key)))),
+    }
+}
+
+/// The Anthropic error document.
+pub fn err(ctx: &Ctx<'_>, status: u16, ty: &str, message: &str) -> Reply {
+    err_h(ctx, status, ty, message, &[])
+}
+
+fn err_h(ctx: &Ctx<'_>, status: u16, ty: &str, message: &str, extra: &[(&'static str, String)]) -> Reply {
+    let rid = format!("req_{}", ctx.request_id);
+    let v = json!({"type": "error", "error": {"type": ty, "message": message}, "request_id": rid});
+    let mut h: Vec<(&'static str, String)> = vec![("request-id", rid)];
+    h.extend_from_slice(extra);
+    json_response(status, v.to_string(), &h)
+}
+
+pub fn error_for(ctx: &Ctx<'_>, k: ErrKind, _detail: &str) -> Reply {
+    match k {
+        ErrKind::MissingKey => err(ctx, 401, "authentication_error", "x-api-key header is required"),
+        ErrKind::BadKey => err(ctx, 401, "authentication_error", "invalid x-api-key"),
+        ErrKind::RateLimited => {
+            let retry = ctx.behavior().retry_after_s.to_string();
+            err_h(ctx, 429, "rate_limit_error", "Number of requests has exceeded your per-minute rate limit", &[("retry-after", retry)])
+        }
+        ErrKind::Internal => err(ctx, 500, "api_error", "Internal server error"),
+        ErrKind::Unavailable => err(ctx, 503, "api_error", "Service unavailable"),
+        ErrKind::Overloaded => err(ctx, 529, "overloaded_error", "Overloaded"),
+        ErrKind::MethodNotAllowed => err(ctx, 405, "invalid_request_error", "Method not allowed"),
+    }
+}
+
+fn bad(ctx: &Ctx<'_>, msg: &str) -> Reply {
+    err(ctx, 400, "invalid_request_error", msg)
+}
+
+/// Collect the text of a `content` value (string or blocks) for counting.
+fn block_text(b: &Value, out: &mut String) {
+    if let Some(t) = b.get("text").and_then(Value::as_str) {
+        out.push_str(t);
+    }
+    if let Some(i) = b.get("input") {
+        out.push_str(&i.to_string());
+    }
+    if let Some(c) = b.get("content") {
+        match c {
+            Value::String(s) => out.push_str(s),
+            Value::Array(a) => a.iter().for_each(|x| block_text(x, out)),
+            _ => {}
+        }
+    }
+}
+
+const BLOCK_TYPES: &[&str] = &[
+    "text", "image", "document", "tool_use", "tool_result", "thinking", "redacted_thinking",
+    "search_result", "server_tool_use", "web_search_tool_result",
+];
+
+pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
+    match ctx.header("anthropic-version") {
+        None => return (bad(ctx, "anthropic-version: header is required"), None),
+        Some(v) if !VERSIONS.contains(&v) => {
+            return (bad(ctx, &format!("anthropic-version: invalid version: {v}")), None)
+        }
+        _ => {}
+    }
+    let req: Value = match serde_json::from_slice::<Value>(ctx.body) {
+        Ok(v @ Value::Object(_)) => v,
+        Ok(_) => return (bad(ctx, "body: Input should be an object"), None),
+        Err(e) => return (bad(ctx, &format!("There was an error parsing the body of your request: {}", app::json_err(&e))), None),
+    };
+    let model = match req.get("model") {
+        Some(Value::String(m)) => m.clone(),
+        None => return (bad(ctx, "model: Field required"), None),
+        Some(_) => return (bad(ctx, "model: Input should be a valid string"), None),
+    };
+    let m = Some(model.clone());
+    let max_tokens = match req.get("max_tokens") {
+        None => return (bad(ctx, "max_tokens: Field required"), m),
+        Some(v) => match v.as_u64() {
+            Some(n) if n >= 1 => n,
+            _ => return (bad(ctx, "max_tokens: Input should be greater than or equal to 1"), m),
+        },
+    };
+    let msgs = match req.get("messages") {
+        None => return (bad(ctx, "messages: Field required"), m),
+        Some(Value::Array(a)) => a,
+        Some(_) => return (bad(ctx, "messages: Input should be a valid list"), m),
+    };
+    if !ctx.provider.has_model(&model) {
+        return (err(ctx, 404, "not_found_error", &format!("model: {model}")), m);
+    }
+    if msgs.is_empty() {
+        return (bad(ctx, "messages: at least one message is required"), m);
+    }
+    let stream = match req.get("stream") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return (bad(ctx, "stream: Input should be a valid boolean"), m),
+    };
+    let mut prompt = String::new();
+    match req.get("system") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(s)) => prompt.push_str(s),
+        Some(Value::Array(a)) => {
+            for (j, b) in a.iter().enumerate() {
+                if b.get("type").and_then(Value::as_str) != Some("text") {
+                    return (bad(ctx, &format!("system.{j}.type: Input should be 'text'")), m);
+                }
+                block_text(b, &mut prompt);
+            }
+        }
+        Some(_) => return (bad(ctx, "system: Input should be a valid string or a list of text blocks"), m),
+    }
+    let mut echo = String::new();
+    let mut prev_role = "";
+    let mut prev_tool_uses: Vec<String> = Vec::new();
+    for (i, msg) in msgs.iter().enumerate() {
+        let role = match msg.get("role") {
+            Some(Value::String(r)) => r.as_str(),
+            None => return (bad(ctx, &format!("messages.{i}.role: Field required")), m),
+            Some(_) => return (bad(ctx, &format!("messages.{i}.role: Input should be 'user' or 'assistant'")), m),
+        };
+        if role == "system" {
+            return (
+                bad(ctx, "messages: Unexpected role \"system\". The Messages API accepts a top-level `system` parameter, not \"system\" as an input message role."),
+                m,
+            );
+        }
+        if role != "user" && role != "assistant" {
+            return (bad(ctx, &format!("messages.{i}.role: Input should be 'user' or 'assistant'")), m);
+        }
+        if i == 0 && role != "user" {
+            return (bad(ctx, "messages: first message must use the \"user\" role"), m);
+        }
+        if role == prev_role {
+            return (
+                bad(ctx, &format!("messages: roles must alternate between \"user\" and \"assistant\", but found multiple \"{role}\" roles in a row")),
+                m,
+            );
+        }
+        let mut t = String::new();
+        let mut tool_uses: Vec<String> = Vec::new();
+        let mut answered: Vec<String> = Vec::new();
+        match msg.get("content") {
+            None => return (bad(ctx, &format!("messages.{i}.content: Field required")), m),
+            Some(Value::String(s)) => t.push_str(s),
+            Some(Value::Array(blocks)) => {
+                if blocks.is_empty() && i + 1 < msgs.len() {
+                    return (bad(ctx, &format!("messages.{i}: all messages must have non-empty content except for the optional final assistant message")), m);
+                }
+                for (j, b) in blocks.iter().enumerate() {
+                    let ty = b.get("type").and_then(Value::as_str).unwrap_or("");
+                    if !BLOCK_TYPES.contains(&ty) {
+                        return (bad(ctx, &format!("messages.{i}.content.{j}.type: Input tag '{ty}' found using 'type' does not match any of the expected tags")), m);
+                    }
+                    match ty {
+                        "text" => {
+                            if b.get("text").and_then(Value::as_str).is_none() {
+                                return (bad(ctx, &format!("messages.{i}.content.{j}.text: Field required")), m);
+                            }
+                        }
+                        "tool_use" => {
+                            if role != "assistant" {
+                                return (bad(ctx, &format!("messages.{i}.content.{j}: tool_use blocks can only be in assistant messages")), m);
+                            }
+                            let id = b.get("id").and_then(Value::as_str).unwrap_or("");
+                            if id.is_empty() || b.get("name").and_then(Value::as_str).is_none() || !b.get("input").is_some_and(Value::is_object) {
+                                return (bad(ctx, &format!("messages.{i}.content.{j}.tool_use: id, name and object input are required")), m);
+                            }
+                            tool_uses.push(id.to_string());
+                        }
+                        "tool_result" => {
+                            if role != "user" {
+                                return (bad(ctx, &format!("messages.{i}.content.{j}: tool_result blocks can only be in user messages")), m);
+                            }
+                            let id = b.get("tool_use_id").and_then(Value::as_str).unwrap_or("");
+                            if !prev_tool_uses.iter().any(|u| u == id) {
+                                return (
+                                    bad(ctx, &format!("messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: {id}. Each `tool_result` block must have a corresponding `tool_use` block in the previous message.")),
+                                    m,
+                                );
+                            }
+                            answered.push(id.to_string());
+                        }
+                        _ => {}
+                    }
+                    block_text(b, &mut t);
+                }
+            }
+            Some(_) => return (bad(ctx, &format!("messages.{i}.content: Input should be a valid string or list of content blocks")), m),
+        }
+        let missing: Vec<&String> = prev_tool_uses.iter().filter(|u| !answered.contains(u)).collect();
+        if !missing.is_empty() {
+            let ids: Vec<&str> = missing.iter().map(|s| s.as_str()).collect();
+            return (
+                bad(ctx, &format!("messages.{}: `tool_use` ids were found without `tool_result` blocks immediately after: {}. Each `tool_use` block must have a corresponding `tool_result` block in the next message.", i - 1, ids.join(", "))),
+                m,
+            );
+        }
+        if role == "user" {
+            echo = t.clone();
+        }
+        prompt.push_str(&t);
+        prev_tool_uses = tool_uses;
+        prev_role = if role == "user" { "user" } else { "assistant" };
+    }
+    // Tools.
+    let mut tools: Vec<(String, &Value)> = Vec::new();
+    if let Some(ts) = req.get("tools").filter(|v| !v.is_null()) {
+        let Some(arr) = ts.as_array() else {
+            return (bad(ctx, "tools: Input should be a valid list"), m);
+        };
+        for (i, t) in arr.iter().enumerate() {
+            let Some(name) = t.get("name").and_then(Value::as_str) else {
+                return (bad(ctx, &format!("tools.{i}.name: Field required")), m);
+            };
+            let Some(schema) = t.get("input_schema").filter(|s| s.is_object()) else {
+                return (bad(ctx, &format!("tools.{i}.custom.input_schema: Field required")), m);
+            };
+            tools.push((name.to_string(), schema));
+        }
+    }
+    let (mut forced, mut any) = (None, false);
+    if let Some(tc) = req.get("tool_choice").filter(|v| !v.is_null()) {
+        match tc.get("type").and_then(Value::as_str) {
+            Some("auto") | Some("none") => {}
+            Some("any") => {
+                if tools.is_empty() {
+                    return (bad(ctx, "tool_choice: `tool_choice` requires `tools` to be set"), m);
+                }
+                any = true;
+            }
+            Some("tool") => {
+                let n = tc.get("name").and_then(Value::as_str).unwrap_or("");
+                if !tools.iter().any(|t| t.0 == n) {
+                    return (bad(ctx, &format!("tool_choice: tool '{n}' not found in tools")), m);
+                }
+                forced = Some(n.to_string());
+            }
+            _ => return (bad(ctx, "tool_choice.type: Input should be 'auto', 'any', 'tool' or 'none'"), m),
+        }
+    }
+    let g = GenInput {
+        echo,
+        prompt_chars: prompt.chars().count(),
+        tools,
+        forced_tool: forced,
+        any_tool: any,
+        max_tokens: Some(max_tokens),
+        tool_id_prefix: "toolu_",
+    };
+    let p = match plan(ctx, g) {
+        Ok(p) => p,
+        Err(e) => return (bad(ctx, &e), m),
+    };
+    let id = format!("msg_{}", ctx.request_id);
+    let stop = if p.is_tool() { "tool_use" } else if p.truncated { "max_tokens" } else { "end_turn" };
+    let hdrs = [("request-id", format!("req_{}", ctx.request_id))];
+    if !stream {
+        let content = match &p.output {
+            Output::Text(t) => json!([{"type": "text", "text": t}]),
+            Output::Tool { id, name, args } => json!([{"type": "tool_use", "id": id, "name": name, "input": args}]),
+        };
+        let v = json!({
+            "id": id, "type": "message", "role": "assistant", "model": model,
+            "content": content, "stop_reason": stop, "stop_sequence": null,
+            "usage": {"input_tokens": p.prompt_tokens, "output_tokens": p.completion_tokens,
+                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+        });
+        return (ctx.json_ok(&v, &hdrs).await, m);
+    }
+    let mut frames: Vec<Bytes> = Vec::new();
+    frames.push(app::sse_event("message_start", &json!({
+        "type": "message_start",
+        "message": {"id": id, "type": "message", "role": "assistant", "model": model,
+            "content": [], "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": p.prompt_tokens, "output_tokens": 1,
+                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}},
+    })));
+    let (start_block, pieces, delta_kind): (Value, Vec<String>, &str) = match &p.output {
+        Output::Text(t) => (
+            json!({"type": "text", "text": ""}),
+            crate::text::chunks(t, ctx.chunk_chars()).into_iter().map(str::to_string).collect(),
+            "text_delta",
+        ),
+        Output::Tool { id, name, args } => {
+            let a = args.to_string();
+            (
+                json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
+                crate::text::chunks(&a, ctx.chunk_chars()).into_iter().map(str::to_string).collect(),
+                "input_json_delta",
+            )
+        }
+    };
+    frames.push(app::sse_event("content_block_start", &json!({"type": "content_block_start", "index": 0, "content_block": start_block})));
+    frames.push(app::sse_event("ping", &json!({"type": "ping"})));
+    for piece in pieces {
+        let delta = if delta_kind == "text_delta" {
+            json!({"type": "text_delta", "text": piece})
+        } else {
+            json!({"type": "input_json_delta", "partial_json": piece})
+        };
+        frames.push(app::sse_event("content_block_delta", &json!({"type": "content_block_delta", "index": 0, "delta": delta})));
+    }
+    frames.push(app::sse_event("content_block_stop", &json!({"type": "content_block_stop", "index": 0})));
+    frames.push(app::sse_event("message_delta", &json!({
+        "type": "message_delta",
+        "delta": {"stop_reason": stop, "stop_sequence": null},
+        "usage": {"output_tokens": p.completion_tokens},
+    })));
+    frames.push(app::sse_event("message_stop", &json!({"type": "message_stop"})));
+    (ctx.stream("text/event-stream; charset=utf-8", frames, 3, &hdrs), m)
+}
