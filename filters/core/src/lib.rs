@@ -1,1 +1,44 @@
-//! placeholder
+//! Tollgate's Wasm filter logic, with no proxy-wasm dependency so that all
+//! of it is tested natively (`cargo test -p tollgate-core`).
+//!
+//! ```
+//! use std::sync::Arc;
+//! use tollgate_core::config::Runtime;
+//! use tollgate_core::flow::{Action, Flow};
+//! use tollgate_core::host::fake::FakeHost;
+//!
+//! let cfg = br#"{"providers":{"openai":{"kind":"openai","cluster":"openai",
+//!   "models":["gpt-4o-mini"],"keys":[{"id":"k1","value":"sk-1"}]}}}"#;
+//! let rt = Arc::new(Runtime::from_json(cfg, &|_| None).unwrap());
+//! let mut host = FakeHost::default();
+//! host.req_headers = vec![
+//!     (":method".into(), "POST".into()),
+//!     (":path".into(), "/v1/chat/completions".into()),
+//!     ("x-tollgate-models".into(), "*".into()),
+//! ];
+//! host.req_body = br#"{"model":"openai/gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}"#.to_vec();
+//! let mut flow = Flow::new(rt);
+//! assert_eq!(flow.on_request_headers(&mut host, false), Action::Pause);
+//! let n = host.req_body.len();
+//! assert_eq!(flow.on_request_body(&mut host, n, true), Action::Continue);
+//! assert_eq!(host.req_header("x-tollgate-cluster").as_deref(), Some("openai"));
+//! assert_eq!(host.req_header("authorization").as_deref(), Some("Bearer sk-1"));
+//! ```
+//!
+//! Modules: [`config`] (plugin JSON → [`config::Runtime`]), [`keys`]
+//! (weighted choice), [`sse`] (incremental SSE parser), [`translate`] (one
+//! `<from>_<to>` module per provider family), [`flow`] (the per-request state
+//! machine), [`host`] (the one host boundary).
+
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+pub mod config;
+pub mod error;
+pub mod flow;
+pub mod host;
+pub mod keys;
+pub mod sse;
+pub mod translate;

@@ -1,1 +1,132 @@
-//! placeholder
+//! Tollgate's proxy-wasm filter: a thin shim. Each callback is forwarded to
+//! `tollgate_core::flow::Flow` with a [`host::WasmHost`], the only place
+//! that talks to Envoy. Configuration is parsed once per VM in `on_configure`
+//! and shared with every request through an `Arc`.
+
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod host;
+
+use std::sync::Arc;
+
+use proxy_wasm::traits::{Context, HttpContext, RootContext};
+use proxy_wasm::types::{Action as WasmAction, BufferType, ContextType, LogLevel};
+use tollgate_core::config::Runtime;
+use tollgate_core::error::{ApiError, SERVER};
+use tollgate_core::flow::{Action, Flow};
+use tollgate_core::host::Host;
+
+use host::WasmHost;
+
+proxy_wasm::main! {{
+    proxy_wasm::set_log_level(LogLevel::Info);
+    std::panic::set_hook(Box::new(|info| {
+        host::log(LogLevel::Critical, &format!("tollgate: panic: {info}"));
+    }));
+    proxy_wasm::set_root_context(|context_id| -> Box<dyn RootContext> {
+        Box::new(Root { context_id, runtime: None })
+    });
+}}
+
+struct Root {
+    context_id: u32,
+    runtime: Option<Arc<Runtime>>,
+}
+
+impl Context for Root {}
+
+impl RootContext for Root {
+    fn on_configure(&mut self, size: usize) -> bool {
+        let bytes = host::get_buffer(BufferType::PluginConfiguration, 0, size).unwrap_or_default();
+        let env = |name: &str| std::env::var(name).ok();
+        match Runtime::from_json(&bytes, &env) {
+            Ok(rt) => {
+                let models: usize = rt.providers.iter().map(|p| p.models.len()).sum();
+                host::log(
+                    LogLevel::Info,
+                    &format!(
+                        "tollgate: configured {} providers, {} models",
+                        rt.providers.len(),
+                        models
+                    ),
+                );
+                self.runtime = Some(Arc::new(rt));
+                true
+            }
+            Err(e) => {
+                host::log(LogLevel::Error, &e.to_string());
+                false
+            }
+        }
+    }
+
+    fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
+        // Never None: the SDK panics on None. Without a runtime (cannot
+        // happen once on_configure succeeded) requests get a 503.
+        Some(Box::new(Http {
+            flow: self.runtime.as_ref().map(|rt| Flow::new(Arc::clone(rt))),
+            host: WasmHost::new(context_id, self.context_id),
+        }))
+    }
+
+    fn get_type(&self) -> Option<ContextType> {
+        Some(ContextType::HttpContext)
+    }
+}
+
+struct Http {
+    flow: Option<Flow>,
+    host: WasmHost,
+}
+
+fn action(a: Action) -> WasmAction {
+    match a {
+        Action::Continue => WasmAction::Continue,
+        Action::Pause => WasmAction::Pause,
+    }
+}
+
+impl Context for Http {}
+
+impl HttpContext for Http {
+    fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> WasmAction {
+        match self.flow.as_mut() {
+            Some(f) => action(f.on_request_headers(&mut self.host, end_of_stream)),
+            None => {
+                let e = ApiError::new(
+                    503,
+                    SERVER,
+                    "gateway_not_configured",
+                    "The gateway filter has no valid configuration",
+                );
+                self.host
+                    .send_local_reply(503, &[("content-type", "application/json")], &e.body());
+                WasmAction::Pause
+            }
+        }
+    }
+
+    fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> WasmAction {
+        self.flow.as_mut().map_or(WasmAction::Continue, |f| {
+            action(f.on_request_body(&mut self.host, body_size, end_of_stream))
+        })
+    }
+
+    fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> WasmAction {
+        self.flow.as_mut().map_or(WasmAction::Continue, |f| {
+            action(f.on_response_headers(&mut self.host, end_of_stream))
+        })
+    }
+
+    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> WasmAction {
+        self.flow.as_mut().map_or(WasmAction::Continue, |f| {
+            action(f.on_response_body(&mut self.host, body_size, end_of_stream))
+        })
+    }
+
+    fn on_log(&mut self) {
+        if let Some(f) = self.flow.as_mut() {
+            f.on_log(&mut self.host);
+        }
+    }
+}

@@ -1,0 +1,494 @@
+//! Plugin configuration: parsed and validated once (in `on_configure`) into
+//! an immutable [`Runtime`] shared through an `Arc`. Every error names the
+//! offending field; a bad configuration is rejected whole, never half-applied.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Deserialize;
+
+use crate::keys::KeyPool;
+
+/// Default `max_tokens` sent to Anthropic when neither the client nor the
+/// model entry gives one.
+pub const DEFAULT_ANTHROPIC_MAX_TOKENS: u32 = 4096;
+pub const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// Provider API families. Part 2 adds variants here and one translator module
+/// per pair under `translate/`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// OpenAI and every OpenAI-compatible API (Mistral, Groq, vLLM, Ollama…).
+    Openai,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Openai => "openai",
+            Kind::Anthropic => "anthropic",
+        }
+    }
+}
+
+fn default_weight() -> u32 {
+    1
+}
+fn default_cooldown() -> u64 {
+    30
+}
+fn default_max_body() -> u64 {
+    8 * 1024 * 1024
+}
+fn default_usage_cluster() -> String {
+    "tollgate_authz_http".to_string()
+}
+fn default_usage_path() -> String {
+    "/v1/usage".to_string()
+}
+fn default_usage_timeout() -> u64 {
+    2000
+}
+fn default_base_path() -> String {
+    "/v1".to_string()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    providers: BTreeMap<String, RawProvider>,
+    #[serde(default)]
+    aliases: BTreeMap<String, String>,
+    #[serde(default = "default_cooldown")]
+    key_cooldown_seconds: u64,
+    #[serde(default = "default_max_body")]
+    max_body_bytes: u64,
+    /// Envoy cluster for usage reports; "" disables reporting.
+    #[serde(default = "default_usage_cluster")]
+    usage_cluster: String,
+    #[serde(default = "default_usage_path")]
+    usage_path: String,
+    #[serde(default = "default_usage_timeout")]
+    usage_timeout_ms: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProvider {
+    kind: Kind,
+    cluster: String,
+    #[serde(default = "default_base_path")]
+    base_path: String,
+    /// Optional `:authority` to send upstream (real providers behind TLS).
+    #[serde(default)]
+    host: Option<String>,
+    /// Anthropic: `anthropic-version` header.
+    #[serde(default)]
+    version: Option<String>,
+    /// Anthropic: default `max_tokens` for models without their own.
+    #[serde(default)]
+    max_tokens: Option<u32>,
+    models: RawModels,
+    keys: Vec<RawKey>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawModels {
+    List(Vec<String>),
+    Map(BTreeMap<String, RawModel>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawModel {
+    #[serde(default)]
+    max_tokens: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawKey {
+    id: String,
+    #[serde(default)]
+    value: Option<String>,
+    #[serde(default)]
+    value_env: Option<String>,
+    #[serde(default = "default_weight")]
+    weight: u32,
+    /// Models this key may serve; absent = all of the provider's models.
+    #[serde(default)]
+    models: Option<Vec<String>>,
+}
+
+/// One upstream credential. `value` is secret: never log or echo it.
+#[derive(Clone)]
+pub struct Key {
+    pub id: String,
+    pub value: String,
+}
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Key {{ id: {:?}, value: <redacted> }}", self.id)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ModelCfg {
+    /// Anthropic default `max_tokens`.
+    pub max_tokens: u32,
+    /// Keys allowed for this model, weights expanded.
+    pub pool: KeyPool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Provider {
+    pub name: String,
+    pub kind: Kind,
+    pub cluster: String,
+    pub base_path: String,
+    pub host: Option<String>,
+    pub version: String,
+    pub models: BTreeMap<String, ModelCfg>,
+    pub keys: Vec<Key>,
+}
+
+#[derive(Debug, Clone)]
+pub struct UsageTarget {
+    pub cluster: String,
+    pub path: String,
+    pub timeout_ms: u64,
+}
+
+/// The compiled configuration.
+#[derive(Debug, Clone)]
+pub struct Runtime {
+    pub providers: Vec<Provider>,
+    by_name: HashMap<String, usize>,
+    /// alias → (provider index, upstream model)
+    aliases: BTreeMap<String, (usize, String)>,
+    pub cooldown_ms: u64,
+    pub max_body_bytes: u64,
+    pub usage: Option<UsageTarget>,
+}
+
+/// A resolved model: which provider, which upstream model name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    pub provider: usize,
+    pub model: String,
+    /// `provider/model`, the canonical name used for usage and allow-lists.
+    pub canonical: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "invalid tollgate plugin configuration: {}", self.0)
+    }
+}
+
+fn err<T>(msg: String) -> Result<T, ConfigError> {
+    Err(ConfigError(msg))
+}
+
+fn valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+}
+
+impl Runtime {
+    /// Parse and validate. `env` looks up environment variables (for
+    /// `value_env`); tests pass a closure over a map.
+    pub fn from_json(
+        bytes: &[u8],
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Runtime, ConfigError> {
+        let de = &mut serde_json::Deserializer::from_slice(bytes);
+        let raw: RawConfig = match serde_path_to_error::deserialize(de) {
+            Ok(r) => r,
+            Err(e) => {
+                let path = e.path().to_string();
+                let inner = e.into_inner();
+                return if path == "." || path.is_empty() {
+                    err(inner.to_string())
+                } else {
+                    err(format!("{path}: {inner}"))
+                };
+            }
+        };
+        Self::compile(raw, env)
+    }
+
+    fn compile(
+        raw: RawConfig,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Runtime, ConfigError> {
+        if raw.providers.is_empty() {
+            return err("providers: at least one provider is required".into());
+        }
+        if raw.max_body_bytes == 0 {
+            return err("max_body_bytes: must be greater than 0".into());
+        }
+        if !raw.usage_path.starts_with('/') {
+            return err("usage_path: must start with '/'".into());
+        }
+        let mut providers = Vec::new();
+        let mut by_name = HashMap::new();
+        let mut key_ids: HashMap<String, String> = HashMap::new();
+        for (name, p) in raw.providers {
+            let at = format!("providers.{name}");
+            if !valid_name(&name) {
+                return err(format!(
+                    "{at}: provider names may contain only letters, digits, '-', '_' and '.'"
+                ));
+            }
+            if p.cluster.is_empty() {
+                return err(format!("{at}.cluster: must not be empty"));
+            }
+            if !p.base_path.starts_with('/') {
+                return err(format!("{at}.base_path: must start with '/'"));
+            }
+            if p.kind != Kind::Anthropic {
+                if p.version.is_some() {
+                    return err(format!("{at}.version: only valid for kind anthropic"));
+                }
+                if p.max_tokens.is_some() {
+                    return err(format!("{at}.max_tokens: only valid for kind anthropic"));
+                }
+            }
+            if p.max_tokens == Some(0) {
+                return err(format!("{at}.max_tokens: must be greater than 0"));
+            }
+            let default_max = p.max_tokens.unwrap_or(DEFAULT_ANTHROPIC_MAX_TOKENS);
+            let mut model_max: Vec<(String, u32)> = Vec::new();
+            match p.models {
+                RawModels::List(list) => {
+                    for (i, m) in list.into_iter().enumerate() {
+                        if m.is_empty() {
+                            return err(format!("{at}.models[{i}]: must not be empty"));
+                        }
+                        if model_max.iter().any(|(n, _)| *n == m) {
+                            return err(format!("{at}.models[{i}]: duplicate model {m}"));
+                        }
+                        model_max.push((m, default_max));
+                    }
+                }
+                RawModels::Map(map) => {
+                    for (m, cfg) in map {
+                        if m.is_empty() {
+                            return err(format!("{at}.models: model names must not be empty"));
+                        }
+                        if cfg.max_tokens.is_some() && p.kind != Kind::Anthropic {
+                            return err(format!(
+                                "{at}.models.{m}.max_tokens: only valid for kind anthropic"
+                            ));
+                        }
+                        if cfg.max_tokens == Some(0) {
+                            return err(format!(
+                                "{at}.models.{m}.max_tokens: must be greater than 0"
+                            ));
+                        }
+                        model_max.push((m, cfg.max_tokens.unwrap_or(default_max)));
+                    }
+                }
+            }
+            if model_max.is_empty() {
+                return err(format!("{at}.models: at least one model is required"));
+            }
+            if p.keys.is_empty() {
+                return err(format!("{at}.keys: at least one key is required"));
+            }
+            let mut keys = Vec::new();
+            let mut key_models: Vec<Option<Vec<String>>> = Vec::new();
+            let mut weights = Vec::new();
+            for (i, k) in p.keys.into_iter().enumerate() {
+                let kat = format!("{at}.keys[{i}]");
+                if !valid_name(&k.id) {
+                    return err(format!(
+                        "{kat}.id: must be non-empty and contain only letters, digits, '-', '_' and '.'"
+                    ));
+                }
+                if let Some(other) = key_ids.insert(k.id.clone(), kat.clone()) {
+                    return err(format!(
+                        "{kat}.id: duplicate key id {} (also {other})",
+                        k.id
+                    ));
+                }
+                if k.weight == 0 || k.weight > 1000 {
+                    return err(format!("{kat}.weight: must be between 1 and 1000"));
+                }
+                let value = match (k.value, k.value_env) {
+                    (Some(v), None) => v,
+                    (None, Some(var)) => match env(&var) {
+                        Some(v) => v,
+                        None => {
+                            return err(format!(
+                                "{kat}.value_env: environment variable {var} is not set (list it in vm_config.environment_variables.host_env_keys)"
+                            ))
+                        }
+                    },
+                    _ => return err(format!("{kat}: exactly one of value and value_env is required")),
+                };
+                if value.is_empty() {
+                    return err(format!("{kat}: the key value is empty"));
+                }
+                if value.bytes().any(|b| b < 0x20 || b == 0x7f) {
+                    return err(format!("{kat}: the key value contains control characters"));
+                }
+                if let Some(ms) = &k.models {
+                    for (j, m) in ms.iter().enumerate() {
+                        if !model_max.iter().any(|(n, _)| n == m) {
+                            return err(format!(
+                                "{kat}.models[{j}]: {m} is not one of {at}.models"
+                            ));
+                        }
+                    }
+                }
+                keys.push(Key { id: k.id, value });
+                weights.push(k.weight);
+                key_models.push(k.models);
+            }
+            let mut models = BTreeMap::new();
+            for (m, max_tokens) in model_max {
+                let allowed: Vec<(u16, u32)> = (0..keys.len())
+                    .filter(|&i| match key_models.get(i) {
+                        Some(Some(list)) => list.contains(&m),
+                        _ => true,
+                    })
+                    .map(|i| (i as u16, weights.get(i).copied().unwrap_or(1)))
+                    .collect();
+                if allowed.is_empty() {
+                    return err(format!("{at}.models: no key may serve model {m}"));
+                }
+                models.insert(
+                    m,
+                    ModelCfg {
+                        max_tokens,
+                        pool: KeyPool::new(&allowed),
+                    },
+                );
+            }
+            let version = p
+                .version
+                .unwrap_or_else(|| DEFAULT_ANTHROPIC_VERSION.to_string());
+            by_name.insert(name.clone(), providers.len());
+            providers.push(Provider {
+                name,
+                kind: p.kind,
+                cluster: p.cluster,
+                base_path: p.base_path.trim_end_matches('/').to_string(),
+                host: p.host,
+                version,
+                models,
+                keys,
+            });
+        }
+        let mut rt = Runtime {
+            providers,
+            by_name,
+            aliases: BTreeMap::new(),
+            cooldown_ms: raw.key_cooldown_seconds.saturating_mul(1000),
+            max_body_bytes: raw.max_body_bytes,
+            usage: if raw.usage_cluster.is_empty() {
+                None
+            } else {
+                Some(UsageTarget {
+                    cluster: raw.usage_cluster,
+                    path: raw.usage_path,
+                    timeout_ms: raw.usage_timeout_ms,
+                })
+            },
+        };
+        for (alias, target) in raw.aliases {
+            if alias.is_empty() || alias.contains('/') {
+                return err(format!(
+                    "aliases.{alias}: alias names must be non-empty and contain no '/'"
+                ));
+            }
+            match rt.resolve_canonical(&target) {
+                Some(r) => {
+                    rt.aliases.insert(alias, (r.provider, r.model));
+                }
+                None => {
+                    return err(format!(
+                        "aliases.{alias}: {target} is not a configured provider/model"
+                    ))
+                }
+            }
+        }
+        Ok(rt)
+    }
+
+    fn resolve_canonical(&self, name: &str) -> Option<Resolved> {
+        let (p, m) = name.split_once('/')?;
+        let idx = *self.by_name.get(p)?;
+        let prov = self.providers.get(idx)?;
+        if !prov.models.contains_key(m) {
+            return None;
+        }
+        Some(Resolved {
+            provider: idx,
+            model: m.to_string(),
+            canonical: name.to_string(),
+        })
+    }
+
+    /// `provider/model` or an alias.
+    pub fn resolve(&self, name: &str) -> Option<Resolved> {
+        if let Some((p, m)) = self.aliases.get(name) {
+            let prov = self.providers.get(*p)?;
+            return Some(Resolved {
+                provider: *p,
+                model: m.clone(),
+                canonical: format!("{}/{}", prov.name, m),
+            });
+        }
+        self.resolve_canonical(name)
+    }
+
+    pub fn provider(&self, idx: usize) -> Option<&Provider> {
+        self.providers.get(idx)
+    }
+
+    /// Every model id a client may name: `provider/model` then aliases, with
+    /// the provider that owns it.
+    pub fn model_ids(&self) -> Vec<(String, &str)> {
+        let mut out = Vec::new();
+        for p in &self.providers {
+            for m in p.models.keys() {
+                out.push((format!("{}/{}", p.name, m), p.name.as_str()));
+            }
+        }
+        for a in self.aliases.keys() {
+            out.push((a.clone(), "tollgate"));
+        }
+        out
+    }
+}
+
+/// Does the `x-tollgate-models` allow-list (comma-separated patterns, `*` =
+/// any, a trailing `*` = prefix) allow any of `names`?
+pub fn model_allowed(patterns: &str, names: &[&str]) -> bool {
+    patterns
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .any(|p| {
+            names.iter().any(|n| {
+                if p == "*" {
+                    true
+                } else if let Some(prefix) = p.strip_suffix('*') {
+                    n.starts_with(prefix)
+                } else {
+                    p == *n
+                }
+            })
+        })
+}

@@ -1,0 +1,316 @@
+//! Translators between the client's OpenAI API and each provider family.
+//!
+//! One module per pair, named `<from>_<to>`, each implementing
+//! [`Translator`]: request body → upstream request, upstream body → OpenAI
+//! body plus token usage, upstream error → OpenAI error, and a chunk-fed
+//! [`StreamTranslator`] for SSE. Adding a provider family (Gemini, Bedrock,
+//! Azure — part 2) means adding a [`crate::config::Kind`] variant, one module
+//! here and one arm in [`for_kind`]; the request flow does not change.
+
+pub mod openai_anthropic;
+pub mod openai_openai;
+
+use serde_json::Value;
+
+use crate::config::{Key, Kind, ModelCfg, Provider};
+use crate::error::{ApiError, INVALID_REQUEST, RATE_LIMIT, SERVER};
+
+/// Token usage of one completion, as the client sees it (OpenAI semantics:
+/// `prompt_tokens` includes cached prompt tokens).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// Prompt tokens read from the provider's cache (subset of prompt_tokens).
+    pub cached_tokens: u64,
+}
+
+impl Usage {
+    pub fn total(&self) -> u64 {
+        self.prompt_tokens + self.completion_tokens
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    Chat,
+    Embeddings,
+}
+
+impl Endpoint {
+    pub fn from_path(path: &str) -> Option<Endpoint> {
+        match path {
+            "/v1/chat/completions" => Some(Endpoint::Chat),
+            "/v1/embeddings" => Some(Endpoint::Embeddings),
+            _ => None,
+        }
+    }
+}
+
+/// What a request translator needs to know.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestCtx<'a> {
+    pub provider: &'a Provider,
+    /// Upstream model name.
+    pub model: &'a str,
+    pub model_cfg: &'a ModelCfg,
+    pub endpoint: Endpoint,
+}
+
+/// The translated request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamRequest {
+    /// `:path` upstream.
+    pub path: String,
+    pub body: Vec<u8>,
+    /// The client asked for a stream.
+    pub stream: bool,
+    /// The client asked for `stream_options.include_usage`.
+    pub include_usage: bool,
+}
+
+/// What response translators need to know about the request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseCtx {
+    pub endpoint: Endpoint,
+    pub stream: bool,
+    pub include_usage: bool,
+    /// Unix seconds, for `created`.
+    pub created: u64,
+}
+
+/// A translated non-streaming response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Translated {
+    /// New body, or `None` to pass the upstream body through untouched.
+    pub body: Option<Vec<u8>>,
+    pub usage: Option<Usage>,
+}
+
+/// One provider family.
+pub trait Translator: Sync {
+    fn kind(&self) -> Kind;
+    /// Client body (already parsed, an object with a string `model`) →
+    /// upstream request.
+    fn request(&self, ctx: &RequestCtx<'_>, body: &Value) -> Result<UpstreamRequest, ApiError>;
+    /// Headers carrying the provider credential (and version headers).
+    fn auth_headers(&self, provider: &Provider, key: &Key) -> Vec<(&'static str, String)>;
+    /// Successful non-streaming upstream body → OpenAI body.
+    fn response(&self, ctx: &ResponseCtx, body: &[u8]) -> Result<Translated, ApiError>;
+    /// Upstream error (status ≥ 400) → OpenAI error.
+    fn error(&self, status: u16, body: &[u8]) -> ApiError;
+    /// A fresh incremental translator for one SSE response.
+    fn stream(&self, ctx: &ResponseCtx) -> Box<dyn StreamTranslator>;
+}
+
+/// Chunk-fed stream translation: `feed` any split of the upstream bytes,
+/// append whatever can be emitted to `out`; `finish` at end of stream.
+pub trait StreamTranslator {
+    fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>);
+    fn finish(&mut self, out: &mut Vec<u8>);
+    /// Usage seen so far (final once `finish` ran).
+    fn usage(&self) -> Option<Usage>;
+}
+
+pub fn for_kind(kind: Kind) -> &'static dyn Translator {
+    match kind {
+        Kind::Openai => &openai_openai::OpenAiOpenAi,
+        Kind::Anthropic => &openai_anthropic::OpenAiAnthropic,
+    }
+}
+
+/// Parse a client body: valid UTF-8 JSON object with a string `model`.
+pub fn parse_client_body(body: &[u8]) -> Result<(Value, String), ApiError> {
+    if std::str::from_utf8(body).is_err() {
+        return Err(ApiError::new(
+            400,
+            INVALID_REQUEST,
+            "invalid_json",
+            "Request body is not valid UTF-8",
+        ));
+    }
+    let v: Value =
+        serde_json::from_slice(body).map_err(|e| ApiError::invalid_json(&e.to_string()))?;
+    let Value::Object(map) = &v else {
+        return Err(ApiError::new(
+            400,
+            INVALID_REQUEST,
+            "invalid_json",
+            "Request body must be a JSON object",
+        ));
+    };
+    let model = match map.get("model") {
+        Some(Value::String(s)) if !s.is_empty() => s.clone(),
+        None | Some(Value::Null) => {
+            return Err(ApiError::bad_param(
+                "model",
+                "Missing required parameter: 'model'",
+            ))
+        }
+        Some(_) => {
+            return Err(ApiError::bad_param(
+                "model",
+                "Invalid type for 'model': expected a non-empty string",
+            ))
+        }
+    };
+    Ok((v, model))
+}
+
+/// `stream` as a bool (absent/null = false); wrong type → 400.
+pub fn stream_flag(body: &Value) -> Result<bool, ApiError> {
+    match body.get("stream") {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(_) => Err(ApiError::bad_param(
+            "stream",
+            "Invalid type for 'stream': expected a boolean",
+        )),
+    }
+}
+
+/// `stream_options.include_usage` (wrong types → 400).
+pub fn include_usage_flag(body: &Value) -> Result<bool, ApiError> {
+    match body.get("stream_options") {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Object(o)) => match o.get("include_usage") {
+            None | Some(Value::Null) => Ok(false),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(_) => Err(ApiError::bad_param(
+                "stream_options.include_usage",
+                "Invalid type for 'stream_options.include_usage': expected a boolean",
+            )),
+        },
+        Some(_) => Err(ApiError::bad_param(
+            "stream_options",
+            "Invalid type for 'stream_options': expected an object",
+        )),
+    }
+}
+
+/// `messages`: a non-empty array of objects each with a string `role`.
+pub fn check_messages(body: &Value) -> Result<&Vec<Value>, ApiError> {
+    let msgs = match body.get("messages") {
+        Some(Value::Array(a)) => a,
+        None | Some(Value::Null) => {
+            return Err(ApiError::bad_param(
+                "messages",
+                "Missing required parameter: 'messages'",
+            ))
+        }
+        Some(_) => {
+            return Err(ApiError::bad_param(
+                "messages",
+                "Invalid type for 'messages': expected an array",
+            ))
+        }
+    };
+    if msgs.is_empty() {
+        return Err(ApiError::bad_param(
+            "messages",
+            "'messages' must contain at least one message",
+        ));
+    }
+    for (i, m) in msgs.iter().enumerate() {
+        match m.get("role") {
+            Some(Value::String(_)) => {}
+            _ => {
+                return Err(ApiError::bad_param(
+                    &format!("messages[{i}].role"),
+                    format!("Invalid value for 'messages[{i}].role': expected a string"),
+                ))
+            }
+        }
+    }
+    Ok(msgs)
+}
+
+/// Map an upstream error status to the client status, type and code.
+pub fn map_error_status(status: u16) -> (u16, &'static str, &'static str) {
+    match status {
+        400 | 422 => (400, INVALID_REQUEST, "invalid_request"),
+        401 | 403 => (502, SERVER, "provider_auth_failed"),
+        404 => (404, INVALID_REQUEST, "model_not_found"),
+        408 => (504, SERVER, "upstream_timeout"),
+        413 => (413, INVALID_REQUEST, "request_too_large"),
+        429 => (429, RATE_LIMIT, "rate_limit_exceeded"),
+        529 | 503 => (503, SERVER, "provider_overloaded"),
+        504 => (504, SERVER, "upstream_timeout"),
+        s if s < 500 => (400, INVALID_REQUEST, "invalid_request"),
+        _ => (502, SERVER, "provider_error"),
+    }
+}
+
+/// Build the OpenAI error for an upstream error, keeping the provider's
+/// message where the client can act on it (4xx other than auth).
+pub fn upstream_error(status: u16, provider_message: Option<String>) -> ApiError {
+    let (st, kind, code) = map_error_status(status);
+    let message = match (st, provider_message) {
+        (502, _) if status == 401 || status == 403 => {
+            "The provider rejected the gateway's credentials".to_string()
+        }
+        (_, Some(m)) if !m.is_empty() => m,
+        _ => format!("The provider answered with HTTP {status}"),
+    };
+    ApiError::new(st, kind, code, message)
+}
+
+/// Append `data: <json>\n\n`.
+pub(crate) fn push_data(out: &mut Vec<u8>, json: &[u8]) {
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(json);
+    out.extend_from_slice(b"\n\n");
+}
+
+pub(crate) const DONE: &[u8] = b"data: [DONE]\n\n";
+
+/// Usage object in OpenAI form.
+pub(crate) fn usage_json(u: &Usage) -> Value {
+    serde_json::json!({
+        "prompt_tokens": u.prompt_tokens,
+        "completion_tokens": u.completion_tokens,
+        "total_tokens": u.total(),
+        "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_errors() {
+        assert_eq!(
+            parse_client_body(b"{").unwrap_err().code.as_deref(),
+            Some("invalid_json")
+        );
+        assert_eq!(parse_client_body(b"[]").unwrap_err().status, 400);
+        assert_eq!(
+            parse_client_body(b"{\"model\":1}")
+                .unwrap_err()
+                .param
+                .as_deref(),
+            Some("model")
+        );
+        assert_eq!(
+            parse_client_body(b"{}").unwrap_err().param.as_deref(),
+            Some("model")
+        );
+        assert_eq!(
+            parse_client_body(b"{\"model\":\"\xff\"}")
+                .unwrap_err()
+                .status,
+            400
+        );
+        assert_eq!(parse_client_body(b"{\"model\":\"a\"}").unwrap().1, "a");
+    }
+
+    #[test]
+    fn error_mapping() {
+        assert_eq!(map_error_status(429).0, 429);
+        assert_eq!(map_error_status(529).0, 503);
+        assert_eq!(map_error_status(400).0, 400);
+        assert_eq!(map_error_status(401).0, 502);
+        assert_eq!(map_error_status(500).0, 502);
+    }
+}

@@ -1,0 +1,290 @@
+//! OpenAI → OpenAI and OpenAI-compatible providers: the body passes through
+//! with the upstream model name substituted. For streams the filter always
+//! asks for `stream_options.include_usage` (it needs the usage for budgets)
+//! and, when the client did not ask for it, drops the usage-only chunk so
+//! the client sees exactly what it asked for.
+
+use serde_json::Value;
+
+use super::{
+    check_messages, include_usage_flag, stream_flag, upstream_error, Endpoint, RequestCtx,
+    ResponseCtx, StreamTranslator, Translated, Translator, UpstreamRequest, Usage,
+};
+use crate::config::{Key, Kind, Provider};
+use crate::error::ApiError;
+use crate::sse::{Event, SseParser};
+
+pub struct OpenAiOpenAi;
+
+impl Translator for OpenAiOpenAi {
+    fn kind(&self) -> Kind {
+        Kind::Openai
+    }
+
+    fn request(&self, ctx: &RequestCtx<'_>, body: &Value) -> Result<UpstreamRequest, ApiError> {
+        let mut body = body.clone();
+        let (suffix, stream, include_usage) = match ctx.endpoint {
+            Endpoint::Chat => {
+                check_messages(&body)?;
+                let stream = stream_flag(&body)?;
+                let include_usage = include_usage_flag(&body)?;
+                if stream && !include_usage {
+                    if let Some(o) = body.as_object_mut() {
+                        let mut so = serde_json::Map::new();
+                        if let Some(Value::Object(existing)) = o.get("stream_options") {
+                            so = existing.clone();
+                        }
+                        so.insert("include_usage".into(), Value::Bool(true));
+                        o.insert("stream_options".into(), Value::Object(so));
+                    }
+                }
+                ("/chat/completions", stream, include_usage)
+            }
+            Endpoint::Embeddings => {
+                match body.get("input") {
+                    None | Some(Value::Null) => {
+                        return Err(ApiError::bad_param(
+                            "input",
+                            "Missing required parameter: 'input'",
+                        ))
+                    }
+                    Some(Value::String(s)) if s.is_empty() => {
+                        return Err(ApiError::bad_param("input", "'input' must not be empty"))
+                    }
+                    Some(Value::Array(a)) if a.is_empty() => {
+                        return Err(ApiError::bad_param("input", "'input' must not be empty"))
+                    }
+                    Some(Value::String(_)) | Some(Value::Array(_)) => {}
+                    Some(_) => {
+                        return Err(ApiError::bad_param(
+                            "input",
+                            "Invalid type for 'input': expected a string or an array",
+                        ))
+                    }
+                }
+                if stream_flag(&body)? {
+                    return Err(ApiError::bad_param(
+                        "stream",
+                        "Embeddings cannot be streamed",
+                    ));
+                }
+                ("/embeddings", false, false)
+            }
+        };
+        if let Some(o) = body.as_object_mut() {
+            o.insert("model".into(), Value::String(ctx.model.to_string()));
+        }
+        let bytes =
+            serde_json::to_vec(&body).map_err(|e| ApiError::invalid_json(&e.to_string()))?;
+        Ok(UpstreamRequest {
+            path: format!("{}{}", ctx.provider.base_path, suffix),
+            body: bytes,
+            stream,
+            include_usage,
+        })
+    }
+
+    fn auth_headers(&self, _provider: &Provider, key: &Key) -> Vec<(&'static str, String)> {
+        vec![("authorization", format!("Bearer {}", key.value))]
+    }
+
+    fn response(&self, _ctx: &ResponseCtx, body: &[u8]) -> Result<Translated, ApiError> {
+        let usage = serde_json::from_slice::<Value>(body)
+            .ok()
+            .and_then(|v| v.get("usage").and_then(parse_usage));
+        Ok(Translated { body: None, usage })
+    }
+
+    fn error(&self, status: u16, body: &[u8]) -> ApiError {
+        upstream_error(status, error_message(body))
+    }
+
+    fn stream(&self, ctx: &ResponseCtx) -> Box<dyn StreamTranslator> {
+        Box::new(OpenAiStream {
+            parser: SseParser::default(),
+            strip_usage: !ctx.include_usage,
+            usage: None,
+            failed: false,
+        })
+    }
+}
+
+/// OpenAI `usage` object → [`Usage`].
+pub fn parse_usage(u: &Value) -> Option<Usage> {
+    let o = u.as_object()?;
+    let prompt = o.get("prompt_tokens")?.as_u64()?;
+    let completion = o
+        .get("completion_tokens")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    let cached = o
+        .get("prompt_tokens_details")
+        .and_then(|d| d.get("cached_tokens"))
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    Some(Usage {
+        prompt_tokens: prompt,
+        completion_tokens: completion,
+        cached_tokens: cached,
+    })
+}
+
+/// The message of an OpenAI-style (or similar) error body.
+pub fn error_message(body: &[u8]) -> Option<String> {
+    let v: Value = serde_json::from_slice(body).ok()?;
+    let s = |x: &Value| x.as_str().map(str::to_string);
+    match v.get("error") {
+        Some(Value::String(m)) => Some(m.clone()),
+        Some(e) => e.get("message").and_then(s),
+        None => v
+            .get("message")
+            .and_then(s)
+            .or_else(|| v.get("detail").and_then(s)),
+    }
+}
+
+struct OpenAiStream {
+    parser: SseParser,
+    strip_usage: bool,
+    usage: Option<Usage>,
+    failed: bool,
+}
+
+impl OpenAiStream {
+    fn on_event(&mut self, ev: Event, out: &mut Vec<u8>) {
+        if ev.data.is_empty() && ev.event.is_empty() {
+            return;
+        }
+        let data = ev.data.as_str();
+        if data != "[DONE]" {
+            if let Ok(v) = serde_json::from_str::<Value>(data) {
+                if let Some(u) = v.get("usage").and_then(parse_usage) {
+                    self.usage = Some(u);
+                    if self.strip_usage
+                        && v.get("choices")
+                            .and_then(Value::as_array)
+                            .is_some_and(|c| c.is_empty())
+                    {
+                        return;
+                    }
+                }
+            }
+        }
+        if !ev.event.is_empty() {
+            out.extend_from_slice(b"event: ");
+            out.extend_from_slice(ev.event.as_bytes());
+            out.push(b'\n');
+        }
+        for line in data.split('\n') {
+            out.extend_from_slice(b"data: ");
+            out.extend_from_slice(line.as_bytes());
+            out.push(b'\n');
+        }
+        out.push(b'\n');
+    }
+}
+
+impl StreamTranslator for OpenAiStream {
+    fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+        if self.failed {
+            return;
+        }
+        let mut events = Vec::new();
+        if self.parser.feed(chunk, &mut |e| events.push(e)).is_err() {
+            self.failed = true;
+        }
+        for e in events {
+            self.on_event(e, out);
+        }
+        if self.failed {
+            out.extend_from_slice(
+                b"data: {\"error\":{\"message\":\"Malformed stream from the provider\",\"type\":\"server_error\",\"param\":null,\"code\":\"provider_error\"}}\n\n",
+            );
+        }
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        if self.failed {
+            return;
+        }
+        let mut events = Vec::new();
+        let _ = self.parser.finish(&mut |e| events.push(e));
+        for e in events {
+            self.on_event(e, out);
+        }
+    }
+
+    fn usage(&self) -> Option<Usage> {
+        self.usage
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STREAM: &str = "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n\
+data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n\
+data: {\"id\":\"c1\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2,\"total_tokens\":7}}\n\n\
+data: [DONE]\n\n";
+
+    fn run(include_usage: bool, input: &[u8], split: usize) -> (Vec<u8>, Option<Usage>) {
+        let ctx = ResponseCtx {
+            endpoint: Endpoint::Chat,
+            stream: true,
+            include_usage,
+            created: 0,
+        };
+        let mut t = OpenAiOpenAi.stream(&ctx);
+        let mut out = Vec::new();
+        let (a, b) = input.split_at(split);
+        t.feed(a, &mut out);
+        t.feed(b, &mut out);
+        t.finish(&mut out);
+        (out, t.usage())
+    }
+
+    #[test]
+    fn passthrough_every_split() {
+        let input = STREAM.as_bytes();
+        for i in 0..=input.len() {
+            let (out, usage) = run(true, input, i);
+            assert_eq!(out, input, "split {i}");
+            assert_eq!(
+                usage,
+                Some(Usage {
+                    prompt_tokens: 5,
+                    completion_tokens: 2,
+                    cached_tokens: 0
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn strips_injected_usage_every_split() {
+        let input = STREAM.as_bytes();
+        let expected: String = STREAM
+            .split("\n\n")
+            .filter(|e| !e.contains("\"choices\":[]"))
+            .filter(|e| !e.is_empty())
+            .map(|e| format!("{e}\n\n"))
+            .collect();
+        for i in 0..=input.len() {
+            let (out, usage) = run(false, input, i);
+            assert_eq!(String::from_utf8(out).unwrap(), expected, "split {i}");
+            assert_eq!(usage.unwrap().prompt_tokens, 5);
+        }
+    }
+
+    #[test]
+    fn error_messages() {
+        assert_eq!(
+            error_message(br#"{"error":{"message":"bad"}}"#).as_deref(),
+            Some("bad")
+        );
+        assert_eq!(error_message(br#"{"message":"m"}"#).as_deref(), Some("m"));
+        assert_eq!(error_message(br#"{"detail":"d"}"#).as_deref(), Some("d"));
+        assert_eq!(error_message(b"nope"), None);
+    }
+}
