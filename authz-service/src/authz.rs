@@ -75,7 +75,8 @@ pub enum UsageError {
 
 /// An OpenAI-format error body.
 pub fn error_body(message: &str, kind: &str, code: &str) -> String {
-    serde_json::json!({"error": {"message": message, "type": kind, "param": null, "code": code}}).to_string()
+    serde_json::json!({"error": {"message": message, "type": kind, "param": null, "code": code}})
+        .to_string()
 }
 
 struct Planned {
@@ -103,22 +104,38 @@ fn plan(policy: &Policy, key: &Key, model: Option<&str>, usage: Option<u64>) -> 
                 (Kind::Tokens, _) => "tm",
             };
             out.push(Planned {
-                op: BucketOp { key: bucket_key(&key.tenant, kp, &scope), spec: l.spec, take },
+                op: BucketOp {
+                    key: bucket_key(&key.tenant, kp, &scope),
+                    spec: l.spec,
+                    take,
+                },
                 limit: *l,
                 label: label.clone(),
             });
         }
     };
-    add(&key.limits, format!("k:{}", key.id), format!("key {}", key.id));
+    add(
+        &key.limits,
+        format!("k:{}", key.id),
+        format!("key {}", key.id),
+    );
     if let Some(t) = tenant {
         add(&t.limits, "t".to_string(), format!("tenant {}", t.name));
     }
     if let Some(m) = model {
         if let Some(ls) = key.model_limits.get(m) {
-            add(ls, format!("km:{}:{m}", key.id), format!("key {} model {m}", key.id));
+            add(
+                ls,
+                format!("km:{}:{m}", key.id),
+                format!("key {} model {m}", key.id),
+            );
         }
         if let Some((t, ls)) = tenant.and_then(|t| t.model_limits.get(m).map(|ls| (t, ls))) {
-            add(ls, format!("tm:{m}"), format!("tenant {} model {m}", t.name));
+            add(
+                ls,
+                format!("tm:{m}"),
+                format!("tenant {} model {m}", t.name),
+            );
         }
     }
     out
@@ -131,9 +148,20 @@ fn rate_headers(planned: &[Planned], levels: &[f64]) -> Vec<(&'static str, Strin
     for (kind, names) in [
         (
             Kind::Requests,
-            ["x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"],
+            [
+                "x-ratelimit-limit-requests",
+                "x-ratelimit-remaining-requests",
+                "x-ratelimit-reset-requests",
+            ],
         ),
-        (Kind::Tokens, ["x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"]),
+        (
+            Kind::Tokens,
+            [
+                "x-ratelimit-limit-tokens",
+                "x-ratelimit-remaining-tokens",
+                "x-ratelimit-reset-tokens",
+            ],
+        ),
     ] {
         let best = planned
             .iter()
@@ -150,7 +178,10 @@ fn rate_headers(planned: &[Planned], levels: &[f64]) -> Vec<(&'static str, Strin
 }
 
 fn wall_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// Logs a warning at most once per interval, counting what it suppressed.
@@ -162,7 +193,11 @@ struct Throttle {
 
 impl Throttle {
     fn new(interval_ms: u64) -> Self {
-        Throttle { last_ms: AtomicU64::new(0), suppressed: AtomicU64::new(0), interval_ms }
+        Throttle {
+            last_ms: AtomicU64::new(0),
+            suppressed: AtomicU64::new(0),
+            interval_ms,
+        }
     }
 
     /// Returns `Some(suppressed since last time)` when it is time to log.
@@ -170,7 +205,10 @@ impl Throttle {
         let now = wall_ms();
         let last = self.last_ms.load(Ordering::Relaxed);
         if now.saturating_sub(last) >= self.interval_ms
-            && self.last_ms.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+            && self
+                .last_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
         {
             return Some(self.suppressed.swap(0, Ordering::Relaxed));
         }
@@ -181,19 +219,34 @@ impl Throttle {
 
 const MISSING_KEY: &str = "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY), or in an x-api-key header.";
 const INVALID_KEY: &str = "Incorrect API key provided. Check the virtual key issued to you by your Tollgate administrator.";
-const NOT_BEARER: &str = "The Authorization header must use the Bearer scheme (Authorization: Bearer YOUR_KEY).";
+const NOT_BEARER: &str =
+    "The Authorization header must use the Bearer scheme (Authorization: Bearer YOUR_KEY).";
 
 /// Extract the presented virtual key. `Err` carries the 401 message.
 fn presented_key(input: &CheckInput) -> Result<&str, &'static str> {
-    if let Some(auth) = input.authorization.as_deref().map(str::trim).filter(|a| !a.is_empty()) {
+    if let Some(auth) = input
+        .authorization
+        .as_deref()
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+    {
         let (scheme, rest) = auth.split_once(' ').unwrap_or((auth, ""));
         if !scheme.eq_ignore_ascii_case("bearer") {
             return Err(NOT_BEARER);
         }
         let key = rest.trim();
-        return if key.is_empty() { Err(MISSING_KEY) } else { Ok(key) };
+        return if key.is_empty() {
+            Err(MISSING_KEY)
+        } else {
+            Ok(key)
+        };
     }
-    match input.api_key.as_deref().map(str::trim).filter(|k| !k.is_empty()) {
+    match input
+        .api_key
+        .as_deref()
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+    {
         Some(k) => Ok(k),
         None => Err(MISSING_KEY),
     }
@@ -209,7 +262,12 @@ pub struct Authorizer<S: Store> {
 impl<S: Store> Authorizer<S> {
     pub fn new(policy: Policy, store: S, metrics: Arc<Metrics>) -> Self {
         metrics.policy_keys.set(policy.key_count() as i64);
-        Authorizer { policy: ArcSwap::from_pointee(policy), store, metrics, fail_log: Throttle::new(10_000) }
+        Authorizer {
+            policy: ArcSwap::from_pointee(policy),
+            store,
+            metrics,
+            fail_log: Throttle::new(10_000),
+        }
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {
@@ -232,14 +290,19 @@ impl<S: Store> Authorizer<S> {
     }
 
     fn record(&self, result: &str, reason: &str) {
-        self.metrics.decisions.with_label_values(&[result, reason]).inc();
+        self.metrics
+            .decisions
+            .with_label_values(&[result, reason])
+            .inc();
     }
 
     /// Decide one request.
     pub async fn check(&self, input: &CheckInput) -> Decision {
         let started = Instant::now();
         let d = self.decide(input).await;
-        self.metrics.check_duration.observe(started.elapsed().as_secs_f64());
+        self.metrics
+            .check_duration
+            .observe(started.elapsed().as_secs_f64());
         d
     }
 
@@ -264,7 +327,11 @@ impl<S: Store> Authorizer<S> {
                 headers: Vec::new(),
             };
         };
-        let model = input.model.as_deref().map(str::trim).filter(|m| !m.is_empty());
+        let model = input
+            .model
+            .as_deref()
+            .map(str::trim)
+            .filter(|m| !m.is_empty());
         if let Some(m) = model {
             if !key.allows_model(m) {
                 self.record("denied", "model_not_allowed");
@@ -290,13 +357,22 @@ impl<S: Store> Authorizer<S> {
         let ops: Vec<BucketOp> = planned.iter().map(|p| p.op.clone()).collect();
         let t = Instant::now();
         let result = self.store.check_and_take(&ops).await;
-        self.metrics.redis_duration.with_label_values(&["check"]).observe(t.elapsed().as_secs_f64());
+        self.metrics
+            .redis_duration
+            .with_label_values(&["check"])
+            .observe(t.elapsed().as_secs_f64());
         match result {
-            Ok(Outcome { denied: None, levels }) => {
+            Ok(Outcome {
+                denied: None,
+                levels,
+            }) => {
                 self.record("allowed", "ok");
                 allow(rate_headers(&planned, &levels))
             }
-            Ok(Outcome { denied: Some(i), levels }) => {
+            Ok(Outcome {
+                denied: Some(i),
+                levels,
+            }) if i < planned.len() => {
                 let p = &planned[i];
                 let level = levels.get(i).copied().unwrap_or(0.0);
                 let kind = p.limit.kind.as_str();
@@ -309,14 +385,49 @@ impl<S: Store> Authorizer<S> {
                     level.floor().max(0.0) as u64,
                     format_reset(retry_ms),
                 );
-                self.record("denied", if p.limit.kind == Kind::Requests { "rate_limited_requests" } else { "rate_limited_tokens" });
+                self.record(
+                    "denied",
+                    if p.limit.kind == Kind::Requests {
+                        "rate_limited_requests"
+                    } else {
+                        "rate_limited_tokens"
+                    },
+                );
                 let mut headers = vec![("retry-after", retry_ms.div_ceil(1000).max(1).to_string())];
                 headers.extend(rate_headers(&planned, &levels));
-                Decision::Deny { status: 429, body: error_body(&msg, kind, "rate_limit_exceeded"), headers }
+                Decision::Deny {
+                    status: 429,
+                    body: error_body(&msg, kind, "rate_limit_exceeded"),
+                    headers,
+                }
             }
-            Err(e) => {
+            Ok(Outcome {
+                denied: Some(i), ..
+            }) => self.failed(
+                &policy,
+                key,
+                StoreError::Protocol(format!("store refused unknown bucket {i}")),
+                allow,
+            ),
+            Err(e) => self.failed(&policy, key, e, allow),
+        }
+    }
+
+    /// The store failed: apply the tenant's `redis_failure` policy.
+    fn failed(
+        &self,
+        policy: &Policy,
+        key: &Key,
+        e: StoreError,
+        allow: impl FnOnce(Vec<(&'static str, String)>) -> Decision,
+    ) -> Decision {
+        {
+            {
                 self.count_store_error("check", &e);
-                let failure = policy.tenant(&key.tenant).map(|t| t.redis_failure).unwrap_or_default();
+                let failure = policy
+                    .tenant(&key.tenant)
+                    .map(|t| t.redis_failure)
+                    .unwrap_or_default();
                 match failure {
                     RedisFailure::Open => {
                         self.metrics.fail_open.inc();
@@ -359,7 +470,10 @@ impl<S: Store> Authorizer<S> {
             StoreError::Unavailable(_) => "unavailable",
             StoreError::Protocol(_) => "protocol",
         };
-        self.metrics.redis_errors.with_label_values(&[op, kind]).inc();
+        self.metrics
+            .redis_errors
+            .with_label_values(&[op, kind])
+            .inc();
     }
 
     /// Debit real usage from the token buckets of the key, its tenant and,
@@ -369,12 +483,23 @@ impl<S: Store> Authorizer<S> {
         let key = match policy.key_by_id(&report.key_id) {
             Some(k) if k.tenant == report.tenant => k,
             _ => {
-                self.metrics.usage_reports.with_label_values(&["unknown_key"]).inc();
-                return Err(UsageError::UnknownKey(report.key_id.clone(), report.tenant.clone()));
+                self.metrics
+                    .usage_reports
+                    .with_label_values(&["unknown_key"])
+                    .inc();
+                return Err(UsageError::UnknownKey(
+                    report.key_id.clone(),
+                    report.tenant.clone(),
+                ));
             }
         };
-        let tokens = report.prompt_tokens.saturating_add(report.completion_tokens);
-        self.metrics.usage_tokens.with_label_values(&[&key.tenant]).inc_by(tokens as f64);
+        let tokens = report
+            .prompt_tokens
+            .saturating_add(report.completion_tokens);
+        self.metrics
+            .usage_tokens
+            .with_label_values(&[&key.tenant])
+            .inc_by(tokens as f64);
         let planned = plan(&policy, key, report.model.as_deref(), Some(tokens));
         if tokens == 0 || planned.is_empty() {
             self.metrics.usage_reports.with_label_values(&["ok"]).inc();
@@ -383,7 +508,10 @@ impl<S: Store> Authorizer<S> {
         let ops: Vec<BucketOp> = planned.into_iter().map(|p| p.op).collect();
         let t = Instant::now();
         let result = self.store.debit(&ops).await;
-        self.metrics.redis_duration.with_label_values(&["debit"]).observe(t.elapsed().as_secs_f64());
+        self.metrics
+            .redis_duration
+            .with_label_values(&["debit"])
+            .observe(t.elapsed().as_secs_f64());
         match result {
             Ok(_) => {
                 self.metrics.usage_reports.with_label_values(&["ok"]).inc();
@@ -391,7 +519,10 @@ impl<S: Store> Authorizer<S> {
             }
             Err(e) => {
                 self.count_store_error("debit", &e);
-                self.metrics.usage_reports.with_label_values(&["store_error"]).inc();
+                self.metrics
+                    .usage_reports
+                    .with_label_values(&["store_error"])
+                    .inc();
                 if let Some(suppressed) = self.fail_log.ready() {
                     tracing::warn!(error = %e, suppressed, "rate-limit store failed; usage not debited");
                 }
@@ -406,23 +537,40 @@ mod tests {
     use super::*;
 
     fn input(auth: Option<&str>, api_key: Option<&str>) -> CheckInput {
-        CheckInput { authorization: auth.map(String::from), api_key: api_key.map(String::from), model: None }
+        CheckInput {
+            authorization: auth.map(String::from),
+            api_key: api_key.map(String::from),
+            model: None,
+        }
     }
 
     #[test]
     fn bearer_and_api_key_extraction() {
         assert_eq!(presented_key(&input(Some("Bearer tg-a"), None)), Ok("tg-a"));
-        assert_eq!(presented_key(&input(Some("bearer   tg-a "), None)), Ok("tg-a"));
+        assert_eq!(
+            presented_key(&input(Some("bearer   tg-a "), None)),
+            Ok("tg-a")
+        );
         assert_eq!(presented_key(&input(None, Some("tg-b"))), Ok("tg-b"));
-        assert_eq!(presented_key(&input(Some("Basic eHg6eXk="), None)), Err(NOT_BEARER));
-        assert_eq!(presented_key(&input(Some("Bearer "), None)), Err(MISSING_KEY));
+        assert_eq!(
+            presented_key(&input(Some("Basic eHg6eXk="), None)),
+            Err(NOT_BEARER)
+        );
+        assert_eq!(
+            presented_key(&input(Some("Bearer "), None)),
+            Err(MISSING_KEY)
+        );
         assert_eq!(presented_key(&input(None, None)), Err(MISSING_KEY));
         assert_eq!(presented_key(&input(Some(""), Some("tg-c"))), Ok("tg-c"));
     }
 
     #[test]
     fn error_body_is_openai_shaped() {
-        let v: serde_json::Value = serde_json::from_str(&error_body("m", "t", "c")).unwrap_or_default();
-        assert_eq!(v, serde_json::json!({"error": {"message": "m", "type": "t", "param": null, "code": "c"}}));
+        let v: serde_json::Value =
+            serde_json::from_str(&error_body("m", "t", "c")).unwrap_or_default();
+        assert_eq!(
+            v,
+            serde_json::json!({"error": {"message": "m", "type": "t", "param": null, "code": "c"}})
+        );
     }
 }

@@ -81,7 +81,11 @@ pub fn ms_until_admits(level: f64, take: u64, spec: BucketSpec) -> u64 {
     let need = if take == 0 { 0.0 } else { take as f64 };
     // Token buckets need a strictly positive level: wait for one whole unit
     // so the retry is not refused again by a hair.
-    let target = if take == 0 { 1.0_f64.min(spec.capacity as f64) } else { need };
+    let target = if take == 0 {
+        1.0_f64.min(spec.capacity as f64)
+    } else {
+        need
+    };
     let missing = target - level;
     if missing <= 0.0 && admits(level, take) {
         return 0;
@@ -128,7 +132,11 @@ pub fn check_and_take(
         .iter()
         .zip(takes)
         .map(|(level, take)| BucketOutcome {
-            level: if denied.is_none() { level - *take as f64 } else { *level },
+            level: if denied.is_none() {
+                level - *take as f64
+            } else {
+                *level
+            },
         })
         .collect();
     (outcomes, denied)
@@ -136,8 +144,16 @@ pub fn check_and_take(
 
 /// Debit `amount` from a bucket at `now_ms` (usage reports); the level may
 /// go negative. Returns the new state.
-pub fn debit(state: Option<BucketState>, spec: BucketSpec, amount: u64, now_ms: u64) -> BucketState {
-    BucketState { level: level_at(state, spec, now_ms) - amount as f64, ts_ms: now_ms }
+pub fn debit(
+    state: Option<BucketState>,
+    spec: BucketSpec,
+    amount: u64,
+    now_ms: u64,
+) -> BucketState {
+    BucketState {
+        level: level_at(state, spec, now_ms) - amount as f64,
+        ts_ms: now_ms,
+    }
 }
 
 /// Format a duration the way OpenAI's `x-ratelimit-reset-*` headers do:
@@ -166,7 +182,10 @@ pub fn format_reset(ms: u64) -> String {
 mod tests {
     use super::*;
 
-    const RPM5: BucketSpec = BucketSpec { capacity: 5, window_ms: 60_000 };
+    const RPM5: BucketSpec = BucketSpec {
+        capacity: 5,
+        window_ms: 60_000,
+    };
 
     #[test]
     fn absent_bucket_is_full() {
@@ -175,7 +194,10 @@ mod tests {
 
     #[test]
     fn refill_is_continuous_and_capped() {
-        let s = BucketState { level: 0.0, ts_ms: 1_000 };
+        let s = BucketState {
+            level: 0.0,
+            ts_ms: 1_000,
+        };
         // 5 per 60 s: one unit every 12 s.
         assert_eq!(level_at(Some(s), RPM5, 13_000), 1.0);
         assert!((level_at(Some(s), RPM5, 7_000) - 0.5).abs() < 1e-9);
@@ -184,7 +206,10 @@ mod tests {
 
     #[test]
     fn clock_going_backwards_refills_nothing() {
-        let s = BucketState { level: 2.0, ts_ms: 10_000 };
+        let s = BucketState {
+            level: 2.0,
+            ts_ms: 10_000,
+        };
         assert_eq!(level_at(Some(s), RPM5, 5_000), 2.0);
     }
 
@@ -194,7 +219,10 @@ mod tests {
         for i in 0..5 {
             let (out, denied) = check_and_take(&[state], &[RPM5], &[1], 0);
             assert_eq!(denied, None, "request {i}");
-            state = Some(BucketState { level: out[0].level, ts_ms: 0 });
+            state = Some(BucketState {
+                level: out[0].level,
+                ts_ms: 0,
+            });
         }
         let (out, denied) = check_and_take(&[state], &[RPM5], &[1], 0);
         assert_eq!(denied, Some(0));
@@ -206,8 +234,14 @@ mod tests {
 
     #[test]
     fn rejected_request_takes_nothing_from_any_bucket() {
-        let key = Some(BucketState { level: 3.0, ts_ms: 0 });
-        let tenant = Some(BucketState { level: 0.5, ts_ms: 0 });
+        let key = Some(BucketState {
+            level: 3.0,
+            ts_ms: 0,
+        });
+        let tenant = Some(BucketState {
+            level: 0.5,
+            ts_ms: 0,
+        });
         let (out, denied) = check_and_take(&[key, tenant], &[RPM5, RPM5], &[1, 1], 0);
         assert_eq!(denied, Some(1));
         assert_eq!(out[0].level, 3.0);
@@ -216,7 +250,10 @@ mod tests {
 
     #[test]
     fn token_bucket_admits_while_positive_and_may_go_negative() {
-        let tpm = BucketSpec { capacity: 100, window_ms: 60_000 };
+        let tpm = BucketSpec {
+            capacity: 100,
+            window_ms: 60_000,
+        };
         let s = debit(None, tpm, 250, 0);
         assert_eq!(s.level, -150.0);
         let (_, denied) = check_and_take(&[Some(s)], &[tpm], &[0], 0);

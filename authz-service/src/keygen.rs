@@ -27,7 +27,10 @@ mod tests {
     fn generated_entry_authenticates_the_key() {
         let key = new_key();
         assert!(key.starts_with("tg-") && key.len() == 43);
-        let yaml = format!("version: 1\ntenants:\n  t1: {{}}\nkeys:\n{}", policy_entry("t1", "k1", &key));
+        let yaml = format!(
+            "version: 1\ntenants:\n  t1: {{}}\nkeys:\n{}",
+            policy_entry("t1", "k1", &key)
+        );
         let p = Policy::from_yaml(&yaml).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(p.authenticate(&key).map(|k| k.id.as_str()), Some("k1"));
         assert!(!yaml.contains(&key));

@@ -64,10 +64,15 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
     }
 }
 
-fn validate(path: &PathBuf) -> ExitCode {
+fn validate(path: &std::path::Path) -> ExitCode {
     match Policy::from_file(path) {
         Ok(p) => {
-            println!("{}: OK ({} tenants, {} keys)", path.display(), p.tenant_count(), p.key_count());
+            println!(
+                "{}: OK ({} tenants, {} keys)",
+                path.display(),
+                p.tenant_count(),
+                p.key_count()
+            );
             ExitCode::SUCCESS
         }
         Err(PolicyError(msg)) => {
@@ -100,7 +105,8 @@ fn flags<'a>(args: &'a [String], allowed: &[&str]) -> Result<Vec<(&'a str, &'a s
 fn valid_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 64
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
 }
 
 fn keygen_cmd(args: &[String]) -> Result<ExitCode, String> {
@@ -128,11 +134,25 @@ fn keygen_cmd(args: &[String]) -> Result<ExitCode, String> {
 fn serve_cmd(args: &[String]) -> Result<ExitCode, String> {
     let mut policy = None;
     let mut cfg = ServeConfig::new(PathBuf::new());
-    let parse_addr = |v: &str| v.parse::<SocketAddr>().map_err(|e| format!("bad address {v:?}: {e}"));
-    let parse_ms = |v: &str| v.parse::<u64>().map(Duration::from_millis).map_err(|e| format!("bad milliseconds {v:?}: {e}"));
+    let parse_addr = |v: &str| {
+        v.parse::<SocketAddr>()
+            .map_err(|e| format!("bad address {v:?}: {e}"))
+    };
+    let parse_ms = |v: &str| {
+        v.parse::<u64>()
+            .map(Duration::from_millis)
+            .map_err(|e| format!("bad milliseconds {v:?}: {e}"))
+    };
     for (k, v) in flags(
         args,
-        &["--policy", "--grpc-listen", "--http-listen", "--redis-url", "--redis-timeout-ms", "--reload-interval-ms"],
+        &[
+            "--policy",
+            "--grpc-listen",
+            "--http-listen",
+            "--redis-url",
+            "--redis-timeout-ms",
+            "--reload-interval-ms",
+        ],
     )? {
         match k {
             "--policy" => policy = Some(PathBuf::from(v)),
@@ -173,13 +193,14 @@ fn serve_cmd(args: &[String]) -> Result<ExitCode, String> {
 async fn shutdown_signal() {
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}

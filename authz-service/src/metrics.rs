@@ -2,8 +2,8 @@
 //! several instances in one process).
 
 use prometheus::{
-    CounterVec, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
-    Registry, TextEncoder,
+    CounterVec, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, Opts, Registry, TextEncoder,
 };
 
 pub struct Metrics {
@@ -36,35 +36,63 @@ impl Metrics {
     pub fn new() -> Result<Metrics, prometheus::Error> {
         let registry = Registry::new();
         let decisions = IntCounterVec::new(
-            Opts::new("tollgate_authz_decisions_total", "Check decisions by result and reason"),
+            Opts::new(
+                "tollgate_authz_decisions_total",
+                "Check decisions by result and reason",
+            ),
             &["result", "reason"],
         )?;
         let check_duration = Histogram::with_opts(
-            HistogramOpts::new("tollgate_authz_check_duration_seconds", "Time to answer one Check")
-                .buckets(LATENCY_BUCKETS.to_vec()),
+            HistogramOpts::new(
+                "tollgate_authz_check_duration_seconds",
+                "Time to answer one Check",
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
         )?;
         let redis_errors = IntCounterVec::new(
-            Opts::new("tollgate_authz_redis_errors_total", "Failed Redis calls by operation and error"),
+            Opts::new(
+                "tollgate_authz_redis_errors_total",
+                "Failed Redis calls by operation and error",
+            ),
             &["op", "error"],
         )?;
         let redis_duration = HistogramVec::new(
-            HistogramOpts::new("tollgate_authz_redis_duration_seconds", "Redis call latency by operation")
-                .buckets(LATENCY_BUCKETS.to_vec()),
+            HistogramOpts::new(
+                "tollgate_authz_redis_duration_seconds",
+                "Redis call latency by operation",
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
             &["op"],
         )?;
         let fail_open = IntCounter::new(
             "tollgate_authz_fail_open_total",
             "Requests admitted without a rate-limit decision because Redis failed",
         )?;
-        let usage_reports =
-            IntCounterVec::new(Opts::new("tollgate_authz_usage_reports_total", "POST /v1/usage by result"), &["result"])?;
+        let usage_reports = IntCounterVec::new(
+            Opts::new(
+                "tollgate_authz_usage_reports_total",
+                "POST /v1/usage by result",
+            ),
+            &["result"],
+        )?;
         let usage_tokens = CounterVec::new(
-            Opts::new("tollgate_authz_usage_tokens_total", "Tokens debited from usage reports, by tenant"),
+            Opts::new(
+                "tollgate_authz_usage_tokens_total",
+                "Tokens debited from usage reports, by tenant",
+            ),
             &["tenant"],
         )?;
-        let policy_reloads =
-            IntCounterVec::new(Opts::new("tollgate_authz_policy_reloads_total", "Policy reloads by result"), &["result"])?;
-        let policy_keys = IntGauge::new("tollgate_authz_policy_keys", "Virtual keys in the active policy")?;
+        let policy_reloads = IntCounterVec::new(
+            Opts::new(
+                "tollgate_authz_policy_reloads_total",
+                "Policy reloads by result",
+            ),
+            &["result"],
+        )?;
+        let policy_keys = IntGauge::new(
+            "tollgate_authz_policy_keys",
+            "Virtual keys in the active policy",
+        )?;
         registry.register(Box::new(decisions.clone()))?;
         registry.register(Box::new(check_duration.clone()))?;
         registry.register(Box::new(redis_errors.clone()))?;
@@ -91,7 +119,10 @@ impl Metrics {
     /// Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
         let mut buf = Vec::new();
-        if TextEncoder::new().encode(&self.registry.gather(), &mut buf).is_err() {
+        if TextEncoder::new()
+            .encode(&self.registry.gather(), &mut buf)
+            .is_err()
+        {
             return String::new();
         }
         String::from_utf8(buf).unwrap_or_default()

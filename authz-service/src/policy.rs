@@ -116,7 +116,14 @@ fn compile_limits(l: &Limits) -> Vec<Limit> {
     let mut out = Vec::new();
     let mut push = |v: Option<u64>, kind, period, window_ms| {
         if let Some(capacity) = v {
-            out.push(Limit { kind, period, spec: BucketSpec { capacity, window_ms } });
+            out.push(Limit {
+                kind,
+                period,
+                spec: BucketSpec {
+                    capacity,
+                    window_ms,
+                },
+            });
         }
     };
     push(l.requests_per_minute, Kind::Requests, "minute", MINUTE_MS);
@@ -183,13 +190,15 @@ fn err<T>(msg: impl Into<String>) -> Result<T, PolicyError> {
 fn valid_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 64
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
 }
 
 fn valid_model(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 128
-        && s.bytes().all(|b| b.is_ascii_graphic() && b != b',' && b != b'{' && b != b'}')
+        && s.bytes()
+            .all(|b| b.is_ascii_graphic() && b != b',' && b != b'{' && b != b'}')
 }
 
 fn check_limits(owner: &str, field: &str, l: &Limits) -> Result<(), PolicyError> {
@@ -214,7 +223,9 @@ fn check_model_limits(
     let mut out = HashMap::new();
     for (model, limits) in ml {
         if !valid_model(model) || model.contains('*') {
-            return err(format!("{owner}: model_limits key {model:?} must be an exact model name"));
+            return err(format!(
+                "{owner}: model_limits key {model:?} must be an exact model name"
+            ));
         }
         check_limits(owner, &format!("model_limits.{model:?}"), limits)?;
         out.insert(model.clone(), compile_limits(limits));
@@ -230,18 +241,26 @@ pub fn hash_key(key: &str) -> String {
 impl Policy {
     /// Parse and validate policy YAML.
     pub fn from_yaml(text: &str) -> Result<Policy, PolicyError> {
+        if text.trim().is_empty() {
+            return err("policy file is empty");
+        }
         let raw: RawPolicy = match serde_yaml::from_str(text) {
             Ok(r) => r,
-            Err(e) => return err(format!("invalid policy YAML: {e}")),
+            Err(e) => return err(e.to_string()),
         };
         if raw.version != 1 {
-            return err(format!("unsupported policy version {} (expected 1)", raw.version));
+            return err(format!(
+                "unsupported policy version {} (expected 1)",
+                raw.version
+            ));
         }
         let default_failure = raw.defaults.redis_failure.unwrap_or_default();
         let mut tenants = HashMap::new();
         for (name, t) in &raw.tenants {
             if !valid_name(name) {
-                return err(format!("tenant {name:?}: name must match [A-Za-z0-9._-]{{1,64}}"));
+                return err(format!(
+                    "tenant {name:?}: name must match [A-Za-z0-9._-]{{1,64}}"
+                ));
             }
             let owner = format!("tenant {name:?}");
             check_limits(&owner, "limits", &t.limits)?;
@@ -261,7 +280,10 @@ impl Policy {
         let mut keys = Vec::new();
         for k in &raw.keys {
             if !valid_name(&k.id) {
-                return err(format!("key {:?}: id must match [A-Za-z0-9._-]{{1,64}}", k.id));
+                return err(format!(
+                    "key {:?}: id must match [A-Za-z0-9._-]{{1,64}}",
+                    k.id
+                ));
             }
             let owner = format!("key {:?}", k.id);
             if by_id.contains_key(&k.id) {
@@ -271,10 +293,14 @@ impl Policy {
                 return err(format!("{owner}: unknown tenant {:?}", k.tenant));
             }
             let is_hex = k.sha256.len() == 64
-                && k.sha256.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+                && k.sha256
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
             let mut hash = [0u8; 32];
             if !is_hex || hex::decode_to_slice(&k.sha256, &mut hash).is_err() {
-                return err(format!("{owner}: sha256 must be 64 lowercase hex characters"));
+                return err(format!(
+                    "{owner}: sha256 must be 64 lowercase hex characters"
+                ));
             }
             if let Some(&other) = by_hash.get(&hash) {
                 let other: &Key = &keys[other];
@@ -301,7 +327,12 @@ impl Policy {
                 model_limits,
             });
         }
-        Ok(Policy { by_hash, by_id, keys, tenants })
+        Ok(Policy {
+            by_hash,
+            by_id,
+            keys,
+            tenants,
+        })
     }
 
     /// Read, parse and validate a policy file.
@@ -341,7 +372,10 @@ mod tests {
 
     #[test]
     fn hash_of_demo_key() {
-        assert_eq!(hash_key("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert_eq!(
+            hash_key("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
     }
 
     #[test]
@@ -355,7 +389,10 @@ mod tests {
         assert_eq!(k.id, "k");
         assert_eq!(k.models_header, "*");
         assert!(p.authenticate("tg-other").is_none());
-        assert_eq!(p.tenant("t").map(|t| t.redis_failure), Some(RedisFailure::Open));
+        assert_eq!(
+            p.tenant("t").map(|t| t.redis_failure),
+            Some(RedisFailure::Open)
+        );
     }
 
     #[test]

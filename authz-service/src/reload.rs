@@ -30,7 +30,11 @@ pub struct Reloader<S: Store> {
 impl<S: Store> Reloader<S> {
     /// `initial` is the content the active policy was loaded from.
     pub fn new(path: &Path, authz: Arc<Authorizer<S>>, initial: Option<Vec<u8>>) -> Self {
-        Reloader { path: path.to_path_buf(), authz, last: initial }
+        Reloader {
+            path: path.to_path_buf(),
+            authz,
+            last: initial,
+        }
     }
 
     /// Reload if the content changed (or always, when `force`).
@@ -41,7 +45,11 @@ impl<S: Store> Reloader<S> {
                 let msg = format!("cannot read policy file {}: {e}", self.path.display());
                 if force || self.last.is_some() {
                     tracing::error!("policy reload refused, keeping the previous policy: {msg}");
-                    self.authz.metrics().policy_reloads.with_label_values(&["refused"]).inc();
+                    self.authz
+                        .metrics()
+                        .policy_reloads
+                        .with_label_values(&["refused"])
+                        .inc();
                 }
                 self.last = None;
                 return Reload::Refused(msg);
@@ -56,19 +64,31 @@ impl<S: Store> Reloader<S> {
             Ok(p) => {
                 tracing::info!(path = %self.path.display(), keys = p.key_count(), tenants = p.tenant_count(), "policy reloaded");
                 self.authz.set_policy(p);
-                self.authz.metrics().policy_reloads.with_label_values(&["applied"]).inc();
+                self.authz
+                    .metrics()
+                    .policy_reloads
+                    .with_label_values(&["applied"])
+                    .inc();
                 Reload::Applied
             }
             Err(e) => {
                 tracing::error!(path = %self.path.display(), "policy reload refused, keeping the previous policy: {e}");
-                self.authz.metrics().policy_reloads.with_label_values(&["refused"]).inc();
+                self.authz
+                    .metrics()
+                    .policy_reloads
+                    .with_label_values(&["refused"])
+                    .inc();
                 Reload::Refused(e.to_string())
             }
         }
     }
 
     /// Poll every `interval` and reload on SIGHUP, until `shutdown` fires.
-    pub async fn run(mut self, interval: Duration, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    pub async fn run(
+        mut self,
+        interval: Duration,
+        mut shutdown: tokio::sync::watch::Receiver<bool>,
+    ) {
         #[cfg(unix)]
         let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
         let mut tick = tokio::time::interval(interval);

@@ -95,7 +95,11 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, String> {
         }
         AnyStore::Redis(s)
     };
-    tracing::info!(keys = policy.key_count(), tenants = policy.tenant_count(), "policy loaded");
+    tracing::info!(
+        keys = policy.key_count(),
+        tenants = policy.tenant_count(),
+        "policy loaded"
+    );
     let authz = Arc::new(Authorizer::new(policy, store, metrics));
     let (tx, rx) = watch::channel(false);
     let mut tasks = Vec::new();
@@ -127,7 +131,10 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, String> {
     let app = crate::http::router(authz.clone());
     let http_rx = rx.clone();
     tasks.push(tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(wait_shutdown(http_rx)).await {
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(wait_shutdown(http_rx))
+            .await
+        {
             tracing::error!(error = %e, "HTTP server failed");
         }
     }));
@@ -137,5 +144,11 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, String> {
     tasks.push(tokio::spawn(reloader.run(cfg.reload_interval, rx.clone())));
 
     tracing::info!(%grpc_addr, %http_addr, "tollgate-authz serving");
-    Ok(Running { grpc_addr, http_addr, authorizer: authz, shutdown: tx, tasks })
+    Ok(Running {
+        grpc_addr,
+        http_addr,
+        authorizer: authz,
+        shutdown: tx,
+        tasks,
+    })
 }

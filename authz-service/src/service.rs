@@ -11,9 +11,13 @@ use std::sync::Arc;
 use envoy_types::pb::envoy::config::core::v3::header_value_option::HeaderAppendAction;
 use envoy_types::pb::envoy::config::core::v3::{HeaderValue, HeaderValueOption};
 use envoy_types::pb::envoy::r#type::v3::HttpStatus;
-use envoy_types::pb::envoy::service::auth::v3::authorization_server::{Authorization, AuthorizationServer};
+use envoy_types::pb::envoy::service::auth::v3::authorization_server::{
+    Authorization, AuthorizationServer,
+};
 use envoy_types::pb::envoy::service::auth::v3::check_response::HttpResponse;
-use envoy_types::pb::envoy::service::auth::v3::{CheckRequest, CheckResponse, DeniedHttpResponse, OkHttpResponse};
+use envoy_types::pb::envoy::service::auth::v3::{
+    CheckRequest, CheckResponse, DeniedHttpResponse, OkHttpResponse,
+};
 use envoy_types::pb::google::rpc;
 
 use crate::authz::{Authorizer, CheckInput, Decision};
@@ -34,7 +38,11 @@ pub const HEADERS_TO_REMOVE: [&str; 2] = ["authorization", "x-api-key"];
 pub fn header(key: &str, value: impl Into<String>) -> HeaderValueOption {
     #[allow(deprecated)]
     HeaderValueOption {
-        header: Some(HeaderValue { key: key.to_string(), value: value.into(), raw_value: Vec::new() }),
+        header: Some(HeaderValue {
+            key: key.to_string(),
+            value: value.into(),
+            raw_value: Vec::new(),
+        }),
         append: None,
         append_action: HeaderAppendAction::OverwriteIfExistsOrAdd as i32,
         keep_empty_value: false,
@@ -45,7 +53,12 @@ pub fn header(key: &str, value: impl Into<String>) -> HeaderValueOption {
 /// `headers` (the default) and `header_map` (Envoy's `encode_raw_headers`).
 pub fn check_input(req: &CheckRequest) -> CheckInput {
     let mut input = CheckInput::default();
-    let Some(http) = req.attributes.as_ref().and_then(|a| a.request.as_ref()).and_then(|r| r.http.as_ref()) else {
+    let Some(http) = req
+        .attributes
+        .as_ref()
+        .and_then(|a| a.request.as_ref())
+        .and_then(|r| r.http.as_ref())
+    else {
         return input;
     };
     let mut set = |name: &str, value: &str| {
@@ -78,26 +91,60 @@ pub fn check_input(req: &CheckRequest) -> CheckInput {
 /// Build the `CheckResponse` for a decision (`Err` = gRPC UNAVAILABLE).
 pub fn to_response(decision: Decision) -> Result<CheckResponse, tonic::Status> {
     match decision {
-        Decision::Allow { tenant, key_id, models, rate_headers } => {
+        Decision::Allow {
+            tenant,
+            key_id,
+            models,
+            rate_headers,
+        } => {
             let ok = OkHttpResponse {
-                headers: vec![header(HDR_TENANT, tenant), header(HDR_KEY_ID, key_id), header(HDR_MODELS, models)],
+                headers: vec![
+                    header(HDR_TENANT, tenant),
+                    header(HDR_KEY_ID, key_id),
+                    header(HDR_MODELS, models),
+                ],
                 headers_to_remove: HEADERS_TO_REMOVE.iter().map(|s| s.to_string()).collect(),
-                response_headers_to_add: rate_headers.into_iter().map(|(k, v)| header(k, v)).collect(),
+                response_headers_to_add: rate_headers
+                    .into_iter()
+                    .map(|(k, v)| header(k, v))
+                    .collect(),
                 ..Default::default()
             };
             Ok(CheckResponse {
-                status: Some(rpc::Status { code: GRPC_OK, message: String::new(), details: Vec::new() }),
+                status: Some(rpc::Status {
+                    code: GRPC_OK,
+                    message: String::new(),
+                    details: Vec::new(),
+                }),
                 http_response: Some(HttpResponse::OkResponse(ok)),
                 ..Default::default()
             })
         }
-        Decision::Deny { status, body, headers } => {
+        Decision::Deny {
+            status,
+            body,
+            headers,
+        } => {
             let mut hs = vec![header("content-type", "application/json")];
             hs.extend(headers.into_iter().map(|(k, v)| header(k, v)));
-            let denied = DeniedHttpResponse { status: Some(HttpStatus { code: i32::from(status) }), headers: hs, body };
-            let code = if status == 401 { GRPC_UNAUTHENTICATED } else { GRPC_PERMISSION_DENIED };
+            let denied = DeniedHttpResponse {
+                status: Some(HttpStatus {
+                    code: i32::from(status),
+                }),
+                headers: hs,
+                body,
+            };
+            let code = if status == 401 {
+                GRPC_UNAUTHENTICATED
+            } else {
+                GRPC_PERMISSION_DENIED
+            };
             Ok(CheckResponse {
-                status: Some(rpc::Status { code, message: String::new(), details: Vec::new() }),
+                status: Some(rpc::Status {
+                    code,
+                    message: String::new(),
+                    details: Vec::new(),
+                }),
                 http_response: Some(HttpResponse::DeniedResponse(denied)),
                 ..Default::default()
             })
@@ -123,7 +170,10 @@ impl<S: Store> AuthzService<S> {
 
 #[tonic::async_trait]
 impl<S: Store> Authorization for AuthzService<S> {
-    async fn check(&self, request: tonic::Request<CheckRequest>) -> Result<tonic::Response<CheckResponse>, tonic::Status> {
+    async fn check(
+        &self,
+        request: tonic::Request<CheckRequest>,
+    ) -> Result<tonic::Response<CheckResponse>, tonic::Status> {
         let input = check_input(request.get_ref());
         let decision = self.inner.check(&input).await;
         to_response(decision).map(tonic::Response::new)

@@ -18,7 +18,10 @@ use tonic_health::pb::HealthCheckRequest;
 use common::{repo_policy, start_service, RedisServer};
 
 pub fn check_request(headers: &[(&str, &str)]) -> CheckRequest {
-    let headers: HashMap<String, String> = headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let headers: HashMap<String, String> = headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     CheckRequest {
         attributes: Some(AttributeContext {
             request: Some(Request {
@@ -39,24 +42,47 @@ pub fn check_request(headers: &[(&str, &str)]) -> CheckRequest {
 fn denied(resp: &CheckResponse) -> (i32, HashMap<String, String>, serde_json::Value) {
     match &resp.http_response {
         Some(HttpResponse::DeniedResponse(d)) => {
-            let hs = d.headers.iter().filter_map(|h| h.header.as_ref()).map(|h| (h.key.clone(), h.value.clone())).collect();
-            (d.status.as_ref().map(|s| s.code).unwrap_or(0), hs, serde_json::from_str(&d.body).unwrap())
+            let hs = d
+                .headers
+                .iter()
+                .filter_map(|h| h.header.as_ref())
+                .map(|h| (h.key.clone(), h.value.clone()))
+                .collect();
+            (
+                d.status.as_ref().map(|s| s.code).unwrap_or(0),
+                hs,
+                serde_json::from_str(&d.body).unwrap(),
+            )
         }
         other => panic!("expected a denied response, got {other:?}"),
     }
 }
 
-fn ok_headers(resp: &CheckResponse) -> (HashMap<String, String>, Vec<String>, HashMap<String, String>) {
+fn ok_headers(
+    resp: &CheckResponse,
+) -> (
+    HashMap<String, String>,
+    Vec<String>,
+    HashMap<String, String>,
+) {
     assert_eq!(resp.status.as_ref().map(|s| s.code), Some(0));
     match &resp.http_response {
         Some(HttpResponse::OkResponse(ok)) => {
             for h in ok.headers.iter().chain(&ok.response_headers_to_add) {
-                assert_eq!(h.append_action, HeaderAppendAction::OverwriteIfExistsOrAdd as i32);
+                assert_eq!(
+                    h.append_action,
+                    HeaderAppendAction::OverwriteIfExistsOrAdd as i32
+                );
                 #[allow(deprecated)]
                 let append = h.append;
                 assert_eq!(append, None);
             }
-            let req = ok.headers.iter().filter_map(|h| h.header.as_ref()).map(|h| (h.key.clone(), h.value.clone())).collect();
+            let req = ok
+                .headers
+                .iter()
+                .filter_map(|h| h.header.as_ref())
+                .map(|h| (h.key.clone(), h.value.clone()))
+                .collect();
             let resp = ok
                 .response_headers_to_add
                 .iter()
@@ -73,67 +99,135 @@ fn ok_headers(resp: &CheckResponse) -> (HashMap<String, String>, Vec<String>, Ha
 async fn check_over_grpc_with_redis() {
     let redis = RedisServer::start();
     let svc = start_service(&repo_policy(), &redis.url()).await;
-    let mut client = AuthorizationClient::connect(format!("http://{}", svc.grpc_addr)).await.unwrap();
+    let mut client = AuthorizationClient::connect(format!("http://{}", svc.grpc_addr))
+        .await
+        .unwrap();
 
     // Health: SERVING for the overall server and the Authorization service.
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", svc.grpc_addr)).unwrap().connect().await.unwrap();
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", svc.grpc_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
     let mut health = HealthClient::new(channel);
     for service in ["", "envoy.service.auth.v3.Authorization"] {
-        let r = health.check(HealthCheckRequest { service: service.into() }).await.unwrap().into_inner();
-        assert_eq!(r.status, ServingStatus::Serving as i32, "service {service:?}");
+        let r = health
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            r.status,
+            ServingStatus::Serving as i32,
+            "service {service:?}"
+        );
     }
 
     // Missing key: 401 invalid_api_key, OpenAI body, JSON content type.
     let r = client.check(check_request(&[])).await.unwrap().into_inner();
     let (status, hs, body) = denied(&r);
     assert_eq!(status, 401);
-    assert_eq!(hs.get("content-type").map(String::as_str), Some("application/json"));
+    assert_eq!(
+        hs.get("content-type").map(String::as_str),
+        Some("application/json")
+    );
     assert_eq!(body["error"]["type"], "invalid_request_error");
     assert_eq!(body["error"]["code"], "invalid_api_key");
     assert_eq!(body["error"]["param"], serde_json::Value::Null);
 
     // Unknown key: 401, and the key never appears in the body.
-    let r = client.check(check_request(&[("authorization", "Bearer tg-not-a-key")])).await.unwrap().into_inner();
+    let r = client
+        .check(check_request(&[("authorization", "Bearer tg-not-a-key")]))
+        .await
+        .unwrap()
+        .into_inner();
     let (status, _, body) = denied(&r);
     assert_eq!(status, 401);
     assert!(!body.to_string().contains("tg-not-a-key"));
 
     // Demo key: OK, identity headers overwrite, key headers removed, rate headers.
     let r = client
-        .check(check_request(&[("authorization", "Bearer tg-demo-key"), ("x-tollgate-tenant", "forged")]))
+        .check(check_request(&[
+            ("authorization", "Bearer tg-demo-key"),
+            ("x-tollgate-tenant", "forged"),
+        ]))
         .await
         .unwrap()
         .into_inner();
     let (req, removed, resp) = ok_headers(&r);
-    assert_eq!(req.get("x-tollgate-tenant").map(String::as_str), Some("demo"));
-    assert_eq!(req.get("x-tollgate-key-id").map(String::as_str), Some("demo-key"));
+    assert_eq!(
+        req.get("x-tollgate-tenant").map(String::as_str),
+        Some("demo")
+    );
+    assert_eq!(
+        req.get("x-tollgate-key-id").map(String::as_str),
+        Some("demo-key")
+    );
     assert_eq!(req.get("x-tollgate-models").map(String::as_str), Some("*"));
-    assert_eq!(removed, vec!["authorization".to_string(), "x-api-key".to_string()]);
-    assert_eq!(resp.get("x-ratelimit-limit-requests").map(String::as_str), Some("1000000"));
-    assert_eq!(resp.get("x-ratelimit-remaining-requests").map(String::as_str), Some("999999"));
-    assert_eq!(resp.get("x-ratelimit-limit-tokens").map(String::as_str), Some("100000000"));
-    assert_eq!(resp.get("x-ratelimit-remaining-tokens").map(String::as_str), Some("100000000"));
-    assert_eq!(resp.get("x-ratelimit-reset-tokens").map(String::as_str), Some("0s"));
+    assert_eq!(
+        removed,
+        vec!["authorization".to_string(), "x-api-key".to_string()]
+    );
+    assert_eq!(
+        resp.get("x-ratelimit-limit-requests").map(String::as_str),
+        Some("1000000")
+    );
+    assert_eq!(
+        resp.get("x-ratelimit-remaining-requests")
+            .map(String::as_str),
+        Some("999999")
+    );
+    assert_eq!(
+        resp.get("x-ratelimit-limit-tokens").map(String::as_str),
+        Some("100000000")
+    );
+    assert_eq!(
+        resp.get("x-ratelimit-remaining-tokens").map(String::as_str),
+        Some("100000000")
+    );
+    assert_eq!(
+        resp.get("x-ratelimit-reset-tokens").map(String::as_str),
+        Some("0s")
+    );
     assert!(resp.contains_key("x-ratelimit-reset-requests"));
 
     // x-api-key works too.
-    let r = client.check(check_request(&[("x-api-key", "tg-demo-key")])).await.unwrap().into_inner();
+    let r = client
+        .check(check_request(&[("x-api-key", "tg-demo-key")]))
+        .await
+        .unwrap()
+        .into_inner();
     ok_headers(&r);
 
     // RPM 5: five admitted with falling remaining, the sixth 429 naming the limit.
     for i in 0..5u32 {
-        let r = client.check(check_request(&[("authorization", "Bearer tg-test-rpm5")])).await.unwrap().into_inner();
+        let r = client
+            .check(check_request(&[("authorization", "Bearer tg-test-rpm5")]))
+            .await
+            .unwrap()
+            .into_inner();
         let (_, _, resp) = ok_headers(&r);
         assert_eq!(resp["x-ratelimit-limit-requests"], "5");
         assert_eq!(resp["x-ratelimit-remaining-requests"], (4 - i).to_string());
     }
-    let r = client.check(check_request(&[("authorization", "Bearer tg-test-rpm5")])).await.unwrap().into_inner();
+    let r = client
+        .check(check_request(&[("authorization", "Bearer tg-test-rpm5")]))
+        .await
+        .unwrap()
+        .into_inner();
     let (status, hs, body) = denied(&r);
     assert_eq!(status, 429);
     assert_eq!(body["error"]["type"], "requests");
     assert_eq!(body["error"]["code"], "rate_limit_exceeded");
     let msg = body["error"]["message"].as_str().unwrap();
-    assert!(msg.starts_with("Rate limit reached for key rpm5-key on requests per minute: limit 5, remaining 0."), "{msg}");
+    assert!(
+        msg.starts_with(
+            "Rate limit reached for key rpm5-key on requests per minute: limit 5, remaining 0."
+        ),
+        "{msg}"
+    );
     let retry: u64 = hs["retry-after"].parse().unwrap();
     assert!((11..=12).contains(&retry), "retry-after {retry}");
     assert_eq!(hs["x-ratelimit-limit-requests"], "5");
@@ -143,11 +237,21 @@ async fn check_over_grpc_with_redis() {
     // TPM 100: admitted while positive; a usage report of 150 tokens drives it
     // negative, then it is refused with type "tokens".
     let tpm = [("authorization", "Bearer tg-test-tpm")];
-    ok_headers(&client.check(check_request(&tpm)).await.unwrap().into_inner());
+    ok_headers(
+        &client
+            .check(check_request(&tpm))
+            .await
+            .unwrap()
+            .into_inner(),
+    );
     let http = format!("http://{}", svc.http_addr);
     let status = post(&format!("{http}/v1/usage"), r#"{"tenant":"test-tpm","key_id":"tpm-key","model":"openai/gpt-4o-mini","prompt_tokens":100,"completion_tokens":50}"#).await;
     assert_eq!(status, 204);
-    let r = client.check(check_request(&tpm)).await.unwrap().into_inner();
+    let r = client
+        .check(check_request(&tpm))
+        .await
+        .unwrap()
+        .into_inner();
     let (status, hs, body) = denied(&r);
     assert_eq!(status, 429);
     assert_eq!(body["error"]["type"], "tokens");
@@ -156,22 +260,51 @@ async fn check_over_grpc_with_redis() {
     assert!((30..=31).contains(&retry), "retry-after {retry}");
     // Redis holds the debit, with a TTL.
     let v = redis.cli(&["GET", "tg:{test-tpm}:tm:k:tpm-key"]);
-    assert!(v.starts_with("-4999") || v.starts_with("-50000"), "stored {v}");
-    let ttl: i64 = redis.cli(&["PTTL", "tg:{test-tpm}:tm:k:tpm-key"]).parse().unwrap();
+    assert!(
+        v.starts_with("-4999") || v.starts_with("-50000"),
+        "stored {v}"
+    );
+    let ttl: i64 = redis
+        .cli(&["PTTL", "tg:{test-tpm}:tm:k:tpm-key"])
+        .parse()
+        .unwrap();
     assert!(ttl > 80_000 && ttl <= 90_000, "ttl {ttl}");
 
     // Bad usage reports: 400 with an OpenAI-format body.
     assert_eq!(post(&format!("{http}/v1/usage"), "{not json").await, 400);
-    assert_eq!(post(&format!("{http}/v1/usage"), r#"{"tenant":"demo","key_id":"nope","prompt_tokens":1}"#).await, 400);
-    assert_eq!(post(&format!("{http}/v1/usage"), r#"{"tenant":"demo","key_id":"demo-key","prompt_tokens":-1}"#).await, 400);
+    assert_eq!(
+        post(
+            &format!("{http}/v1/usage"),
+            r#"{"tenant":"demo","key_id":"nope","prompt_tokens":1}"#
+        )
+        .await,
+        400
+    );
+    assert_eq!(
+        post(
+            &format!("{http}/v1/usage"),
+            r#"{"tenant":"demo","key_id":"demo-key","prompt_tokens":-1}"#
+        )
+        .await,
+        400
+    );
 
     // Metrics count decisions by result and reason.
     let metrics = get(&format!("{http}/metrics")).await;
-    assert!(metrics.contains(r#"tollgate_authz_decisions_total{reason="ok",result="allowed"} 8"#), "{metrics}");
-    assert!(metrics.contains(r#"tollgate_authz_decisions_total{reason="rate_limited_requests",result="denied"} 1"#));
-    assert!(metrics.contains(r#"tollgate_authz_decisions_total{reason="rate_limited_tokens",result="denied"} 1"#));
-    assert!(metrics.contains(r#"tollgate_authz_decisions_total{reason="missing_key",result="denied"} 1"#));
-    assert!(metrics.contains(r#"tollgate_authz_decisions_total{reason="invalid_key",result="denied"} 1"#));
+    assert!(
+        metrics.contains(r#"tollgate_authz_decisions_total{reason="ok",result="allowed"} 8"#),
+        "{metrics}"
+    );
+    assert!(metrics.contains(
+        r#"tollgate_authz_decisions_total{reason="rate_limited_requests",result="denied"} 1"#
+    ));
+    assert!(metrics.contains(
+        r#"tollgate_authz_decisions_total{reason="rate_limited_tokens",result="denied"} 1"#
+    ));
+    assert!(metrics
+        .contains(r#"tollgate_authz_decisions_total{reason="missing_key",result="denied"} 1"#));
+    assert!(metrics
+        .contains(r#"tollgate_authz_decisions_total{reason="invalid_key",result="denied"} 1"#));
     assert!(metrics.contains("tollgate_authz_check_duration_seconds_count 12"));
     assert!(metrics.contains("tollgate_authz_redis_duration_seconds_bucket"));
     assert!(get(&format!("{http}/healthz")).await.starts_with("ok"));
@@ -207,6 +340,12 @@ pub async fn post(url: &str, body: &str) -> u16 {
 
 pub async fn get(url: &str) -> String {
     let (addr, path) = split(url);
-    let resp = raw_http(addr, format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n")).await;
-    resp.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default()
+    let resp = raw_http(
+        addr,
+        format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n"),
+    )
+    .await;
+    resp.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default()
 }

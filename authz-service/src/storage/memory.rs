@@ -22,7 +22,10 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_ms(&self) -> u64 {
-        SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0)
     }
 }
 
@@ -76,7 +79,13 @@ fn quantize(level: f64) -> f64 {
 
 impl MemoryStore {
     pub fn new(clock: impl Clock) -> Self {
-        MemoryStore { clock: Box::new(clock), inner: Mutex::new(Inner { map: HashMap::new(), sweep_at: 1024 }) }
+        MemoryStore {
+            clock: Box::new(clock),
+            inner: Mutex::new(Inner {
+                map: HashMap::new(),
+                sweep_at: 1024,
+            }),
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -89,10 +98,18 @@ impl MemoryStore {
 
     fn apply(&self, ops: &[BucketOp], take_mode: bool) -> Result<Outcome, StoreError> {
         let now = self.clock.now_ms();
-        let mut g = self.inner.lock().map_err(|_| StoreError::Unavailable("memory store poisoned".into()))?;
+        let mut g = self
+            .inner
+            .lock()
+            .map_err(|_| StoreError::Unavailable("memory store poisoned".into()))?;
         let states: Vec<Option<BucketState>> = ops
             .iter()
-            .map(|op| g.map.get(&op.key).filter(|e| e.expires_ms > now).map(|e| e.state))
+            .map(|op| {
+                g.map
+                    .get(&op.key)
+                    .filter(|e| e.expires_ms > now)
+                    .map(|e| e.state)
+            })
             .collect();
         let specs: Vec<_> = ops.iter().map(|o| o.spec).collect();
         let takes: Vec<u64> = ops.iter().map(|o| o.take).collect();
@@ -115,7 +132,10 @@ impl MemoryStore {
                 let ttl = bucket::ttl_ms(level, op.spec);
                 g.map.insert(
                     op.key.clone(),
-                    Entry { state: BucketState { level, ts_ms: now }, expires_ms: now + ttl },
+                    Entry {
+                        state: BucketState { level, ts_ms: now },
+                        expires_ms: now + ttl,
+                    },
                 );
                 reported.push(level);
             } else {
@@ -126,7 +146,10 @@ impl MemoryStore {
             g.map.retain(|_, e| e.expires_ms > now);
             g.sweep_at = (g.map.len() * 2).max(1024);
         }
-        Ok(Outcome { denied, levels: reported })
+        Ok(Outcome {
+            denied,
+            levels: reported,
+        })
     }
 }
 

@@ -49,7 +49,10 @@ pub enum StoreError {
 pub trait Store: Send + Sync + 'static {
     /// Admit or refuse a request over `ops`; if admitted take every op's
     /// `take`, if refused take nothing.
-    fn check_and_take(&self, ops: &[BucketOp]) -> impl Future<Output = Result<Outcome, StoreError>> + Send;
+    fn check_and_take(
+        &self,
+        ops: &[BucketOp],
+    ) -> impl Future<Output = Result<Outcome, StoreError>> + Send;
     /// Take every op's `take` unconditionally (levels may go negative).
     fn debit(&self, ops: &[BucketOp]) -> impl Future<Output = Result<Outcome, StoreError>> + Send;
 }
@@ -87,6 +90,9 @@ impl Store for AnyStore {
 mod tests {
     #[test]
     fn keys_share_the_tenant_hash_tag() {
-        assert_eq!(super::bucket_key("demo", "rm", "k:demo-key"), "tg:{demo}:rm:k:demo-key");
+        assert_eq!(
+            super::bucket_key("demo", "rm", "k:demo-key"),
+            "tg:{demo}:rm:k:demo-key"
+        );
     }
 }

@@ -38,7 +38,11 @@ pub struct RedisStoreConfig {
 
 impl RedisStoreConfig {
     pub fn new(url: impl Into<String>) -> Self {
-        RedisStoreConfig { url: url.into(), timeout: Duration::from_millis(10), breaker: Duration::from_millis(250) }
+        RedisStoreConfig {
+            url: url.into(),
+            timeout: Duration::from_millis(10),
+            breaker: Duration::from_millis(250),
+        }
     }
 }
 
@@ -165,7 +169,9 @@ impl RedisStore {
         }
         cmd.arg(mode);
         for op in ops {
-            cmd.arg(op.spec.capacity).arg(op.spec.window_ms).arg(op.take);
+            cmd.arg(op.spec.capacity)
+                .arg(op.spec.window_ms)
+                .arg(op.take);
         }
         match self.query(&cmd).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
@@ -185,10 +191,15 @@ impl RedisStore {
 
     async fn run(&self, ops: &[BucketOp], mode: &str) -> Result<Outcome, StoreError> {
         if ops.is_empty() {
-            return Ok(Outcome { denied: None, levels: Vec::new() });
+            return Ok(Outcome {
+                denied: None,
+                levels: Vec::new(),
+            });
         }
         if self.now_ms() < self.down_until.load(Ordering::Relaxed) {
-            return Err(StoreError::Unavailable("redis marked down after an error; retrying shortly".into()));
+            return Err(StoreError::Unavailable(
+                "redis marked down after an error; retrying shortly".into(),
+            ));
         }
         let value = match tokio::time::timeout(self.timeout, self.evalsha(ops, mode)).await {
             Err(_) => return Err(StoreError::Timeout),
@@ -209,21 +220,36 @@ impl RedisStore {
 fn parse_outcome(value: Value, n: usize) -> Result<Outcome, StoreError> {
     let items = match value {
         Value::Array(items) if items.len() == n + 1 => items,
-        other => return Err(StoreError::Protocol(format!("unexpected script reply {other:?}"))),
+        other => {
+            return Err(StoreError::Protocol(format!(
+                "unexpected script reply {other:?}"
+            )))
+        }
     };
     let mut ints = Vec::with_capacity(items.len());
     for item in items {
         match item {
             Value::Int(i) => ints.push(i),
-            other => return Err(StoreError::Protocol(format!("unexpected script reply item {other:?}"))),
+            other => {
+                return Err(StoreError::Protocol(format!(
+                    "unexpected script reply item {other:?}"
+                )))
+            }
         }
     }
     let denied = match ints[0] {
         0 => None,
         i if i >= 1 && (i as usize) <= n => Some(i as usize - 1),
-        i => return Err(StoreError::Protocol(format!("script refused bucket {i} of {n}"))),
+        i => {
+            return Err(StoreError::Protocol(format!(
+                "script refused bucket {i} of {n}"
+            )))
+        }
     };
-    Ok(Outcome { denied, levels: ints[1..].iter().map(|&m| m as f64 / 1000.0).collect() })
+    Ok(Outcome {
+        denied,
+        levels: ints[1..].iter().map(|&m| m as f64 / 1000.0).collect(),
+    })
 }
 
 impl Store for RedisStore {

@@ -11,7 +11,11 @@ use std::time::{Duration, Instant};
 use tollgate_authz::server::{start, Running, ServeConfig};
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A redis-server child process, stopped on drop.
@@ -21,7 +25,9 @@ pub struct RedisServer {
 }
 
 fn ping(port: u16) -> bool {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return false };
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
     let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
     if s.write_all(b"PING\r\n").is_err() {
         return false;
@@ -37,17 +43,34 @@ impl RedisServer {
 
     pub fn start_on(port: u16) -> RedisServer {
         let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "no",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server must be installed (apt-get install redis-server)");
         let deadline = Instant::now() + Duration::from_secs(10);
         while !ping(port) {
-            assert!(Instant::now() < deadline, "redis-server did not start on port {port}");
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not start on port {port}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
-        RedisServer { port, child: Some(child) }
+        RedisServer {
+            port,
+            child: Some(child),
+        }
     }
 
     pub fn url(&self) -> String {
@@ -64,7 +87,11 @@ impl RedisServer {
 
     /// Run one command with redis-cli, returning its stdout.
     pub fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli").args(["-p", &self.port.to_string()]).args(args).output().unwrap();
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .unwrap();
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 }
@@ -89,4 +116,93 @@ pub async fn start_service(policy: &Path, redis_url: &str) -> Running {
     cfg.redis_timeout = Duration::from_millis(250);
     cfg.reload_interval = Duration::from_millis(50);
     start(cfg).await.unwrap()
+}
+
+use std::collections::HashMap;
+
+use envoy_types::pb::envoy::service::auth::v3::attribute_context::{HttpRequest, Request};
+use envoy_types::pb::envoy::service::auth::v3::authorization_client::AuthorizationClient;
+use envoy_types::pb::envoy::service::auth::v3::check_response::HttpResponse;
+use envoy_types::pb::envoy::service::auth::v3::{AttributeContext, CheckRequest, CheckResponse};
+use tonic::transport::Channel;
+
+pub type AuthzClient = AuthorizationClient<Channel>;
+
+pub async fn client(running: &Running) -> AuthorizationClient<Channel> {
+    AuthorizationClient::connect(format!("http://{}", running.grpc_addr))
+        .await
+        .unwrap()
+}
+
+pub fn request_with(headers: &[(&str, &str)]) -> CheckRequest {
+    let headers: HashMap<String, String> = headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    CheckRequest {
+        attributes: Some(AttributeContext {
+            request: Some(Request {
+                http: Some(HttpRequest {
+                    method: "POST".into(),
+                    path: "/v1/chat/completions".into(),
+                    headers,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+    }
+}
+
+pub async fn check_key(
+    c: &mut AuthorizationClient<Channel>,
+    key: &str,
+) -> Result<CheckResponse, tonic::Status> {
+    c.check(request_with(&[("authorization", &format!("Bearer {key}"))]))
+        .await
+        .map(|r| r.into_inner())
+}
+
+/// HTTP status a response gives the client (200 for OK).
+pub fn http_status(r: &CheckResponse) -> u16 {
+    match &r.http_response {
+        Some(HttpResponse::OkResponse(_)) => 200,
+        Some(HttpResponse::DeniedResponse(d)) => {
+            d.status.as_ref().map(|s| s.code as u16).unwrap_or(403)
+        }
+        _ => 0,
+    }
+}
+
+/// Response headers sent to the client (OK: response_headers_to_add; denied: headers).
+pub fn client_headers(r: &CheckResponse) -> HashMap<String, String> {
+    let hs = match &r.http_response {
+        Some(HttpResponse::OkResponse(ok)) => &ok.response_headers_to_add,
+        Some(HttpResponse::DeniedResponse(d)) => &d.headers,
+        _ => return HashMap::new(),
+    };
+    hs.iter()
+        .filter_map(|h| h.header.as_ref())
+        .map(|h| (h.key.clone(), h.value.clone()))
+        .collect()
+}
+
+/// Value of one metric line (exact name with labels) in /metrics text.
+pub fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(name)
+                .and_then(|rest| rest.strip_prefix(' '))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0.0)
+}
+
+/// A policy file in a temp dir (kept alive by the returned guard).
+pub fn temp_policy(yaml: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    (dir, path)
 }

@@ -1,0 +1,235 @@
+//! One behaviour suite for every bucket store: the in-memory store and the
+//! Redis store (against a real redis-server) must agree.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate_authz::bucket::BucketSpec;
+use tollgate_authz::storage::{
+    bucket_key, BucketOp, MemoryStore, RedisStore, RedisStoreConfig, Store, SystemClock,
+};
+
+use common::RedisServer;
+
+const MIN: u64 = 60_000;
+const DAY: u64 = 86_400_000;
+
+fn op(tenant: &str, scope: &str, capacity: u64, window_ms: u64, take: u64) -> BucketOp {
+    BucketOp {
+        key: bucket_key(tenant, "rm", scope),
+        spec: BucketSpec {
+            capacity,
+            window_ms,
+        },
+        take,
+    }
+}
+
+async fn admits_capacity_then_refuses<S: Store>(s: &S, t: &str) {
+    let ops = [op(t, "k:a", 5, MIN, 1)];
+    for i in 0..5 {
+        let o = s.check_and_take(&ops).await.unwrap();
+        assert_eq!(o.denied, None, "request {i}");
+        let want = (4 - i) as f64;
+        assert!(
+            o.levels[0] <= want && o.levels[0] > want - 0.01,
+            "level {} want {want}",
+            o.levels[0]
+        );
+    }
+    let o = s.check_and_take(&ops).await.unwrap();
+    assert_eq!(o.denied, Some(0));
+    assert!(
+        o.levels[0] < 0.01 && o.levels[0] >= 0.0,
+        "level {}",
+        o.levels[0]
+    );
+}
+
+async fn refused_request_takes_nothing<S: Store>(s: &S, t: &str) {
+    let ops = [op(t, "k:a", 10, MIN, 1), op(t, "t", 1, MIN, 1)];
+    assert_eq!(s.check_and_take(&ops).await.unwrap().denied, None);
+    let o = s.check_and_take(&ops).await.unwrap();
+    assert_eq!(o.denied, Some(1));
+    assert!(
+        o.levels[0] >= 9.0 && o.levels[0] < 9.01,
+        "key bucket untouched: {}",
+        o.levels[0]
+    );
+    // The key bucket alone still has 9.
+    let alone = s.check_and_take(&ops[..1]).await.unwrap();
+    assert_eq!(alone.denied, None);
+    assert!(alone.levels[0] >= 8.0 && alone.levels[0] < 8.01);
+}
+
+async fn token_bucket_admits_while_positive_and_debits_negative<S: Store>(s: &S, t: &str) {
+    let check = [BucketOp {
+        key: bucket_key(t, "tm", "k:a"),
+        spec: BucketSpec {
+            capacity: 100,
+            window_ms: MIN,
+        },
+        take: 0,
+    }];
+    let o = s.check_and_take(&check).await.unwrap();
+    assert_eq!(o.denied, None);
+    assert_eq!(
+        o.levels[0], 100.0,
+        "absent bucket is full; take 0 takes nothing"
+    );
+    let debit = [BucketOp {
+        take: 150,
+        ..check[0].clone()
+    }];
+    let o = s.debit(&debit).await.unwrap();
+    assert_eq!(o.denied, None);
+    assert!(
+        o.levels[0] >= -50.0 && o.levels[0] < -49.9,
+        "level {}",
+        o.levels[0]
+    );
+    let o = s.check_and_take(&check).await.unwrap();
+    assert_eq!(o.denied, Some(0));
+    assert!(o.levels[0] < -49.0);
+}
+
+async fn day_window<S: Store>(s: &S, t: &str) {
+    let ops = [op(t, "k:d", 3, DAY, 1)];
+    for _ in 0..3 {
+        assert_eq!(s.check_and_take(&ops).await.unwrap().denied, None);
+    }
+    assert_eq!(s.check_and_take(&ops).await.unwrap().denied, Some(0));
+}
+
+async fn buckets_are_independent<S: Store>(s: &S, t: &str) {
+    let a = [op(t, "k:x", 1, MIN, 1)];
+    let b = [op(t, "k:y", 1, MIN, 1)];
+    assert_eq!(s.check_and_take(&a).await.unwrap().denied, None);
+    assert_eq!(s.check_and_take(&a).await.unwrap().denied, Some(0));
+    assert_eq!(s.check_and_take(&b).await.unwrap().denied, None);
+}
+
+async fn refills_continuously<S: Store>(s: &S, t: &str) {
+    // 2 per 200 ms: one unit every 100 ms.
+    let ops = [op(t, "k:r", 2, 200, 1)];
+    assert_eq!(s.check_and_take(&ops).await.unwrap().denied, None);
+    assert_eq!(s.check_and_take(&ops).await.unwrap().denied, None);
+    assert_eq!(s.check_and_take(&ops).await.unwrap().denied, Some(0));
+    tokio::time::sleep(Duration::from_millis(130)).await;
+    assert_eq!(s.check_and_take(&ops).await.unwrap().denied, None);
+}
+
+async fn concurrent_requests_admit_exactly_capacity<S: Store>(s: Arc<S>, t: &str) {
+    let ops = vec![op(t, "k:c", 20, DAY, 1), op(t, "t", 1000, DAY, 1)];
+    let mut handles = Vec::new();
+    for _ in 0..60 {
+        let (s, ops) = (s.clone(), ops.clone());
+        handles.push(tokio::spawn(async move {
+            s.check_and_take(&ops).await.unwrap().denied.is_none()
+        }));
+    }
+    let mut admitted = 0;
+    for h in handles {
+        admitted += h.await.unwrap() as u32;
+    }
+    assert_eq!(admitted, 20);
+    // The tenant bucket was taken exactly 20 times.
+    let o = s.check_and_take(&ops[1..]).await.unwrap();
+    assert!(
+        o.levels[0] >= 979.0 && o.levels[0] < 979.1,
+        "tenant level {}",
+        o.levels[0]
+    );
+}
+
+async fn empty_request_is_admitted<S: Store>(s: &S) {
+    let o = s.check_and_take(&[]).await.unwrap();
+    assert_eq!(o.denied, None);
+    assert!(o.levels.is_empty());
+}
+
+async fn suite<S: Store>(s: Arc<S>) {
+    admits_capacity_then_refuses(&*s, "t1").await;
+    refused_request_takes_nothing(&*s, "t2").await;
+    token_bucket_admits_while_positive_and_debits_negative(&*s, "t3").await;
+    day_window(&*s, "t4").await;
+    buckets_are_independent(&*s, "t5").await;
+    refills_continuously(&*s, "t6").await;
+    concurrent_requests_admit_exactly_capacity(s.clone(), "t7").await;
+    empty_request_is_admitted(&*s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_store_behaviour() {
+    suite(Arc::new(MemoryStore::new(SystemClock))).await;
+}
+
+fn redis_store(url: &str) -> RedisStore {
+    let mut cfg = RedisStoreConfig::new(url);
+    cfg.timeout = Duration::from_millis(500);
+    RedisStore::new(&cfg).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_store_behaviour() {
+    let redis = RedisServer::start();
+    let store = redis_store(&redis.url());
+    store.load_script().await.unwrap();
+    suite(Arc::new(store)).await;
+
+    // Every key the suite wrote carries a TTL.
+    let keys = redis.cli(&["KEYS", "tg:*"]);
+    assert!(!keys.is_empty());
+    for k in keys.lines() {
+        let ttl: i64 = redis.cli(&["PTTL", k]).parse().unwrap();
+        assert!(ttl > 0, "{k} has no TTL ({ttl})");
+    }
+    // Token buckets at Check time (take 0) are never written.
+    assert_eq!(
+        redis.cli(&["EXISTS", "tg:{t3}:tm:k:a"]),
+        "1",
+        "written by the debit"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_store_reloads_script_after_flush() {
+    let redis = RedisServer::start();
+    let store = redis_store(&redis.url());
+    let ops = [op("flush", "k:a", 5, MIN, 1)];
+    // Never loaded: NOSCRIPT, load, retry once.
+    assert_eq!(store.check_and_take(&ops).await.unwrap().denied, None);
+    assert_eq!(redis.cli(&["SCRIPT", "EXISTS", store.script_sha()]), "1");
+    assert_eq!(redis.cli(&["SCRIPT", "FLUSH"]), "OK");
+    let o = store.check_and_take(&ops).await.unwrap();
+    assert_eq!(o.denied, None);
+    assert!(o.levels[0] >= 3.0 && o.levels[0] < 3.01);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_store_reports_errors_when_down_and_recovers() {
+    let mut redis = RedisServer::start();
+    let port = redis.port;
+    let store = redis_store(&redis.url());
+    let ops = [op("down", "k:a", 5, MIN, 1)];
+    assert!(store.check_and_take(&ops).await.is_ok());
+    redis.kill();
+    assert!(store.check_and_take(&ops).await.is_err());
+    let _redis = RedisServer::start_on(port);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(o) = store.check_and_take(&ops).await {
+            // A fresh Redis: the bucket starts full again.
+            assert_eq!(o.denied, None);
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "store did not recover"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
