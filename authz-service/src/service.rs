@@ -179,3 +179,166 @@ impl<S: Store> Authorization for AuthzService<S> {
         to_response(decision).map(tonic::Response::new)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Metrics;
+    use crate::policy::{hash_key, Policy};
+    use crate::storage::{ManualClock, MemoryStore};
+    use envoy_types::pb::envoy::config::core::v3::HeaderMap;
+    use envoy_types::pb::envoy::service::auth::v3::attribute_context::{HttpRequest, Request};
+    use envoy_types::pb::envoy::service::auth::v3::AttributeContext;
+    use std::collections::HashMap;
+
+    fn req(http: HttpRequest) -> tonic::Request<CheckRequest> {
+        tonic::Request::new(CheckRequest {
+            attributes: Some(AttributeContext {
+                request: Some(Request {
+                    http: Some(http),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+        })
+    }
+
+    fn with_headers(hs: &[(&str, &str)]) -> tonic::Request<CheckRequest> {
+        let headers: HashMap<String, String> = hs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        req(HttpRequest {
+            headers,
+            ..Default::default()
+        })
+    }
+
+    fn service() -> AuthzService<MemoryStore> {
+        let yaml = format!(
+            "version: 1
+tenants:
+  t:
+    limits: {{requests_per_minute: 100}}
+    model_limits:
+      big/model: {{requests_per_minute: 1}}
+keys:
+  - id: k
+    tenant: t
+    sha256: {}
+    models: [\"openai/*\", big/model]
+",
+            hash_key("tg-k")
+        );
+        let policy = Policy::from_yaml(&yaml).unwrap();
+        let metrics = Arc::new(Metrics::new().unwrap());
+        AuthzService::new(Arc::new(Authorizer::new(
+            policy,
+            MemoryStore::new(ManualClock::new(0)),
+            metrics,
+        )))
+    }
+
+    fn denied(r: &CheckResponse) -> (i32, String) {
+        match &r.http_response {
+            Some(HttpResponse::DeniedResponse(d)) => (
+                d.status.as_ref().map(|s| s.code).unwrap_or(0),
+                d.body.clone(),
+            ),
+            other => panic!("not denied: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn handler_without_a_socket() {
+        let svc = service();
+        let r = svc
+            .check(with_headers(&[("authorization", "Bearer tg-k")]))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.status.map(|s| s.code), Some(GRPC_OK));
+        let Some(HttpResponse::OkResponse(ok)) = r.http_response else {
+            panic!("not ok")
+        };
+        let hs: Vec<(String, String)> = ok
+            .headers
+            .iter()
+            .filter_map(|h| h.header.clone())
+            .map(|h| (h.key, h.value))
+            .collect();
+        assert!(hs.contains(&("x-tollgate-models".into(), "openai/*,big/model".into())));
+
+        let r = svc.check(with_headers(&[])).await.unwrap().into_inner();
+        assert_eq!(
+            r.status.as_ref().map(|s| s.code),
+            Some(GRPC_UNAUTHENTICATED)
+        );
+        assert_eq!(denied(&r).0, 401);
+    }
+
+    #[tokio::test]
+    async fn raw_header_map_is_read_too() {
+        let svc = service();
+        let http = HttpRequest {
+            header_map: Some(HeaderMap {
+                headers: vec![HeaderValue {
+                    key: "authorization".into(),
+                    value: String::new(),
+                    raw_value: b"Bearer tg-k".to_vec(),
+                }],
+            }),
+            ..Default::default()
+        };
+        let r = svc.check(req(http)).await.unwrap().into_inner();
+        assert_eq!(r.status.map(|s| s.code), Some(GRPC_OK));
+    }
+
+    #[tokio::test]
+    async fn model_header_is_checked_and_per_model_limits_apply() {
+        let svc = service();
+        let key = ("authorization", "Bearer tg-k");
+        let r = svc
+            .check(with_headers(&[
+                key,
+                ("x-tollgate-model", "anthropic/claude"),
+            ]))
+            .await
+            .unwrap()
+            .into_inner();
+        let (status, body) = denied(&r);
+        assert_eq!(status, 403);
+        assert!(body.contains("\"code\":\"model_not_allowed\""), "{body}");
+
+        let big = [key, ("x-tollgate-model", "big/model")];
+        assert_eq!(
+            svc.check(with_headers(&big))
+                .await
+                .unwrap()
+                .into_inner()
+                .status
+                .map(|s| s.code),
+            Some(GRPC_OK)
+        );
+        let r = svc.check(with_headers(&big)).await.unwrap().into_inner();
+        let (status, body) = denied(&r);
+        assert_eq!(status, 429);
+        assert!(
+            body.contains("Rate limit reached for tenant t model big/model on requests per minute"),
+            "{body}"
+        );
+        // Other models are not affected by big/model's limit.
+        let r = svc
+            .check(with_headers(&[key, ("x-tollgate-model", "openai/gpt-4o")]))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.status.map(|s| s.code), Some(GRPC_OK));
+    }
+
+    #[test]
+    fn unavailable_maps_to_grpc_unavailable() {
+        let e = to_response(Decision::Unavailable("x".into())).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unavailable);
+    }
+}

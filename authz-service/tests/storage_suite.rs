@@ -233,3 +233,41 @@ async fn redis_store_reports_errors_when_down_and_recovers() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_store_behaviour() {
+    let cluster = common::RedisCluster::start();
+    let store = redis_store(&cluster.url());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while store.load_script().await.is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "cluster client never connected"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let store = Arc::new(store);
+    suite(store.clone()).await;
+    // The suite's tenants hash to different slots, so keys landed on more
+    // than one node; every request still ran as one script on one node.
+    let nodes_with_keys = cluster
+        .nodes
+        .iter()
+        .filter(|n| n.cli(&["DBSIZE"]) != "0")
+        .count();
+    assert!(nodes_with_keys >= 2, "keys on {nodes_with_keys} node(s)");
+    // One request's keys share a slot: key + tenant buckets of tenant t2.
+    let a = cluster.nodes[0].cli(&["CLUSTER", "KEYSLOT", "tg:{t2}:rm:k:a"]);
+    let b = cluster.nodes[0].cli(&["CLUSTER", "KEYSLOT", "tg:{t2}:rm:t"]);
+    assert_eq!(a, b);
+    // NOSCRIPT on the node that owns the slot: reloaded and retried.
+    for n in &cluster.nodes {
+        n.cli(&["SCRIPT", "FLUSH"]);
+    }
+    assert!(store
+        .check_and_take(&[op("after-flush", "k:a", 2, MIN, 1)])
+        .await
+        .unwrap()
+        .denied
+        .is_none());
+}

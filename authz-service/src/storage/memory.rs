@@ -162,3 +162,34 @@ impl Store for MemoryStore {
         self.apply(ops, false)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bucket::BucketSpec;
+
+    #[tokio::test]
+    async fn refill_and_expiry_follow_the_manual_clock() {
+        let clock = Arc::new(ManualClock::new(1_000_000));
+        let store = MemoryStore::new(clock.clone());
+        let ops = [BucketOp {
+            key: "b".into(),
+            spec: BucketSpec {
+                capacity: 2,
+                window_ms: 60_000,
+            },
+            take: 1,
+        }];
+        assert_eq!(store.check_and_take(&ops).await.unwrap().denied, None);
+        assert_eq!(store.check_and_take(&ops).await.unwrap().denied, None);
+        assert_eq!(store.check_and_take(&ops).await.unwrap().denied, Some(0));
+        clock.advance(29_999);
+        assert_eq!(store.check_and_take(&ops).await.unwrap().denied, Some(0));
+        clock.advance(1);
+        assert_eq!(store.check_and_take(&ops).await.unwrap().denied, None);
+        // Full again after a whole window: the entry has expired.
+        clock.advance(60_000);
+        let o = store.check_and_take(&ops).await.unwrap();
+        assert_eq!(o.levels, vec![1.0]);
+    }
+}

@@ -206,3 +206,106 @@ pub fn temp_policy(yaml: &str) -> (tempfile::TempDir, PathBuf) {
     std::fs::write(&path, yaml).unwrap();
     (dir, path)
 }
+
+/// A loopback port P such that P and P + 10000 (the cluster bus) are free.
+pub fn free_cluster_port() -> u16 {
+    for _ in 0..200 {
+        let p = 20_000 + (rand_u16() % 10_000);
+        if TcpListener::bind(("127.0.0.1", p)).is_ok()
+            && TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok()
+        {
+            return p;
+        }
+    }
+    panic!("no free cluster port");
+}
+
+fn rand_u16() -> u16 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    (nanos ^ (std::process::id() << 7)) as u16
+}
+
+/// A three-primary Redis Cluster on loopback, stopped on drop.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+    _dir: tempfile::TempDir,
+}
+
+impl RedisCluster {
+    pub fn start() -> RedisCluster {
+        let dir = tempfile::tempdir().unwrap();
+        let mut nodes = Vec::new();
+        for i in 0..3 {
+            let port = free_cluster_port();
+            let child = Command::new("redis-server")
+                .args([
+                    "--port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    &format!("nodes-{i}.conf"),
+                    "--dir",
+                    dir.path().to_str().unwrap(),
+                    "--daemonize",
+                    "no",
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !ping(port) {
+                assert!(Instant::now() < deadline, "cluster node did not start");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            nodes.push(RedisServer {
+                port,
+                child: Some(child),
+            });
+        }
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !nodes
+            .iter()
+            .all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+        {
+            assert!(Instant::now() < deadline, "cluster never became ok");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        RedisCluster { nodes, _dir: dir }
+    }
+
+    pub fn url(&self) -> String {
+        let addrs: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        format!("redis+cluster://{}", addrs.join(","))
+    }
+}
