@@ -216,7 +216,7 @@ impl Runtime {
             Err(e) => {
                 let path = e.path().to_string();
                 let inner = e.into_inner();
-                return if path == "." || path.is_empty() {
+                return if path == "." || path == "?" || path.is_empty() {
                     err(inner.to_string())
                 } else {
                     err(format!("{path}: {inner}"))

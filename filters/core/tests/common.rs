@@ -1,0 +1,29 @@
+// Shared test helpers (included with `mod common;`).
+#![allow(dead_code)]
+
+use tollgate_core::config::Runtime;
+
+pub const CONFIG: &str = r#"{
+  "providers": {
+    "openai": {"kind": "openai", "cluster": "openai", "base_path": "/v1",
+      "models": ["gpt-4o-mini", "gpt-4o", "text-embedding-3-small"],
+      "keys": [{"id": "openai-1", "value": "sk-one", "weight": 3},
+               {"id": "openai-2", "value": "sk-two", "weight": 1}]},
+    "anthropic": {"kind": "anthropic", "cluster": "anthropic", "base_path": "/v1", "version": "2023-06-01",
+      "models": {"claude-sonnet-4-5": {"max_tokens": 8192}, "claude-haiku-4-5": {}},
+      "max_tokens": 2048,
+      "keys": [{"id": "anthropic-1", "value": "ak-one"}, {"id": "anthropic-2", "value_env": "TG_TEST_ANTHROPIC_KEY"}]},
+    "mistral": {"kind": "openai", "cluster": "mistral", "base_path": "/mistral/v1",
+      "models": ["mistral-small-latest"], "keys": [{"id": "mistral-1", "value": "mk-one"}]}
+  },
+  "aliases": {"fast": "openai/gpt-4o-mini", "smart": "anthropic/claude-sonnet-4-5"},
+  "key_cooldown_seconds": 30, "max_body_bytes": 4096
+}"#;
+
+pub fn env(name: &str) -> Option<String> {
+    (name == "TG_TEST_ANTHROPIC_KEY").then(|| "ak-two".to_string())
+}
+
+pub fn runtime() -> Runtime {
+    Runtime::from_json(CONFIG.as_bytes(), &env).unwrap()
+}

@@ -1,0 +1,539 @@
+//! The request flow against the in-memory host: routing, header rewriting,
+//! local replies, response translation, cooldown, usage reports, stats.
+
+mod common;
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use tollgate_core::flow::{Action, Flow};
+use tollgate_core::host::fake::FakeHost;
+use tollgate_core::keys::XorShift;
+
+fn host(method: &str, path: &str, body: &[u8]) -> FakeHost {
+    let mut h = FakeHost::default();
+    h.now = 1_700_000_000_000;
+    h.req_headers = vec![
+        (":method".into(), method.into()),
+        (":path".into(), path.into()),
+        ("x-tollgate-tenant".into(), "demo".into()),
+        ("x-tollgate-key-id".into(), "demo-key".into()),
+        ("x-tollgate-models".into(), "*".into()),
+        ("authorization".into(), "Bearer tg-demo-key".into()),
+        ("content-length".into(), body.len().to_string()),
+    ];
+    h.req_body = body.to_vec();
+    h
+}
+
+fn flow() -> Flow {
+    Flow::new(Arc::new(common::runtime()))
+}
+
+/// Run the request side; returns the flow and whether it was forwarded.
+fn request(h: &mut FakeHost, body_eos: bool) -> (Flow, bool) {
+    let mut f = flow();
+    if f.on_request_headers(h, false) == Action::Continue {
+        return (f, true);
+    }
+    if h.local_reply.is_some() {
+        return (f, false);
+    }
+    let n = h.req_body.len();
+    let a = f.on_request_body(h, n, body_eos);
+    (f, a == Action::Continue && h.local_reply.is_none())
+}
+
+fn respond(f: &mut Flow, h: &mut FakeHost, status: u16, ctype: &str, body: &[u8]) {
+    h.resp_headers = vec![
+        (":status".into(), status.to_string()),
+        ("content-type".into(), ctype.into()),
+        ("content-length".into(), body.len().to_string()),
+    ];
+    h.resp_body = body.to_vec();
+    assert_eq!(f.on_response_headers(h, false), Action::Continue);
+    let n = h.resp_body.len();
+    f.on_response_body(h, n, true);
+    f.on_log(h);
+}
+
+fn reply(h: &FakeHost) -> (u16, Value) {
+    let (s, _, b) = h.local_reply.clone().expect("local reply");
+    (s, serde_json::from_slice(&b).unwrap())
+}
+
+fn chat(model: &str) -> Vec<u8> {
+    serde_json::to_vec(&json!({"model": model, "messages": [{"role": "user", "content": "hi"}]}))
+        .unwrap()
+}
+
+#[test]
+fn openai_request_is_rewritten() {
+    let mut h = host("POST", "/v1/chat/completions", &chat("openai/gpt-4o-mini"));
+    h.random = vec![3]; // slot 3 of [1,1,1,2] → openai-2
+    let (mut f, fwd) = request(&mut h, true);
+    assert!(fwd);
+    assert_eq!(
+        h.req_header("x-tollgate-cluster").as_deref(),
+        Some("openai")
+    );
+    assert_eq!(
+        h.req_header(":path").as_deref(),
+        Some("/v1/chat/completions")
+    );
+    assert_eq!(
+        h.req_header("authorization").as_deref(),
+        Some("Bearer sk-two")
+    );
+    for gone in [
+        "x-tollgate-tenant",
+        "x-tollgate-key-id",
+        "x-tollgate-models",
+        "x-api-key",
+    ] {
+        assert_eq!(h.req_header(gone), None, "{gone}");
+    }
+    assert!(h.route_cleared);
+    let sent: Value = serde_json::from_slice(&h.req_body).unwrap();
+    assert_eq!(sent["model"], "gpt-4o-mini");
+    assert_eq!(
+        h.req_header("content-length"),
+        Some(h.req_body.len().to_string())
+    );
+
+    let body = br#"{"id":"c","object":"chat.completion","choices":[],"usage":{"prompt_tokens":4,"completion_tokens":2,"total_tokens":6}}"#;
+    respond(&mut f, &mut h, 200, "application/json", body);
+    assert_eq!(
+        h.resp_body,
+        body.to_vec(),
+        "OpenAI bodies pass through untouched"
+    );
+    assert_eq!(
+        h.resp_header("x-tollgate-provider").as_deref(),
+        Some("openai")
+    );
+    assert_eq!(h.posts.len(), 1);
+    let (cluster, path, usage) = &h.posts[0];
+    assert_eq!(
+        (cluster.as_str(), path.as_str()),
+        ("tollgate_authz_http", "/v1/usage")
+    );
+    assert_eq!(
+        serde_json::from_slice::<Value>(usage).unwrap(),
+        json!({"tenant": "demo", "key_id": "demo-key", "model": "openai/gpt-4o-mini", "prompt_tokens": 4, "completion_tokens": 2})
+    );
+    assert_eq!(h.metrics["tollgate.openai.gpt-4o-mini.requests"], 1);
+    assert_eq!(h.metrics["tollgate.openai.gpt-4o-mini.prompt_tokens"], 4);
+    assert_eq!(
+        h.metrics["tollgate.openai.gpt-4o-mini.completion_tokens"],
+        2
+    );
+    assert!(h
+        .metrics
+        .contains_key("tollgate.openai.gpt-4o-mini.upstream_latency_ms"));
+}
+
+#[test]
+fn compatible_provider_uses_its_base_path() {
+    let mut h = host(
+        "POST",
+        "/v1/chat/completions?x=1",
+        &chat("mistral/mistral-small-latest"),
+    );
+    let (_, fwd) = request(&mut h, true);
+    assert!(fwd);
+    assert_eq!(
+        h.req_header(":path").as_deref(),
+        Some("/mistral/v1/chat/completions")
+    );
+    assert_eq!(
+        h.req_header("x-tollgate-cluster").as_deref(),
+        Some("mistral")
+    );
+    assert_eq!(
+        h.req_header("authorization").as_deref(),
+        Some("Bearer mk-one")
+    );
+}
+
+#[test]
+fn embeddings_route() {
+    let body = br#"{"model":"openai/text-embedding-3-small","input":["a","b"]}"#;
+    let mut h = host("POST", "/v1/embeddings", body);
+    let (mut f, fwd) = request(&mut h, true);
+    assert!(fwd);
+    assert_eq!(h.req_header(":path").as_deref(), Some("/v1/embeddings"));
+    respond(
+        &mut f,
+        &mut h,
+        200,
+        "application/json",
+        br#"{"object":"list","data":[],"usage":{"prompt_tokens":2,"total_tokens":2}}"#,
+    );
+    let u: Value = serde_json::from_slice(&h.posts[0].2).unwrap();
+    assert_eq!(
+        (u["prompt_tokens"].as_u64(), u["completion_tokens"].as_u64()),
+        (Some(2), Some(0))
+    );
+}
+
+#[test]
+fn anthropic_round_trip() {
+    let mut h = host("POST", "/v1/chat/completions", &chat("smart"));
+    h.random = vec![1];
+    let (mut f, fwd) = request(&mut h, true);
+    assert!(fwd);
+    assert_eq!(h.req_header(":path").as_deref(), Some("/v1/messages"));
+    assert_eq!(h.req_header("x-api-key").as_deref(), Some("ak-two"));
+    assert_eq!(
+        h.req_header("anthropic-version").as_deref(),
+        Some("2023-06-01")
+    );
+    assert_eq!(h.req_header("authorization"), None);
+    let body = br#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"Hello"}],"stop_reason":"end_turn","usage":{"input_tokens":7,"output_tokens":2}}"#;
+    respond(&mut f, &mut h, 200, "application/json", body);
+    assert_eq!(h.resp_header("content-length"), None);
+    let out: Value = serde_json::from_slice(&h.resp_body).unwrap();
+    assert_eq!(out["object"], "chat.completion");
+    assert_eq!(out["choices"][0]["message"]["content"], "Hello");
+    assert_eq!(out["usage"]["total_tokens"], 9);
+    let u: Value = serde_json::from_slice(&h.posts[0].2).unwrap();
+    assert_eq!(u["model"], "anthropic/claude-sonnet-4-5");
+}
+
+#[test]
+fn anthropic_stream_through_flow() {
+    let body = br#"{"model":"smart","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    let mut h = host("POST", "/v1/chat/completions", body);
+    let (mut f, fwd) = request(&mut h, true);
+    assert!(fwd);
+    h.resp_headers = vec![
+        (":status".into(), "200".into()),
+        ("content-type".into(), "text/event-stream".into()),
+    ];
+    f.on_response_headers(&mut h, false);
+    let stream = include_str!("fixtures/anthropic_tool_stream.sse").as_bytes();
+    let mut client = Vec::new();
+    for (i, chunk) in stream.chunks(50).enumerate() {
+        h.resp_body = chunk.to_vec();
+        let last = (i + 1) * 50 >= stream.len();
+        assert_eq!(
+            f.on_response_body(&mut h, chunk.len(), last),
+            Action::Continue
+        );
+        client.extend_from_slice(&h.resp_body);
+    }
+    f.on_log(&mut h);
+    let s = String::from_utf8(client).unwrap();
+    assert!(s.ends_with("data: [DONE]\n\n"));
+    assert!(
+        !s.contains("\"usage\""),
+        "client did not ask for include_usage"
+    );
+    let u: Value = serde_json::from_slice(&h.posts[0].2).unwrap();
+    assert_eq!(
+        (u["prompt_tokens"].as_u64(), u["completion_tokens"].as_u64()),
+        (Some(130), Some(89))
+    );
+    assert!(h
+        .metrics
+        .contains_key("tollgate.anthropic.claude-sonnet-4-5.ttft_ms"));
+}
+
+#[test]
+fn local_replies() {
+    let cases: Vec<(&str, &str, Vec<u8>, u16, &str)> = vec![
+        (
+            "GET",
+            "/v1/chat/completions",
+            vec![],
+            405,
+            "method_not_allowed",
+        ),
+        ("POST", "/v1/completions", chat("fast"), 404, "unknown_url"),
+        ("POST", "/admin", chat("fast"), 404, "unknown_url"),
+        ("POST", "/v1/models", vec![], 405, "method_not_allowed"),
+        (
+            "POST",
+            "/v1/chat/completions",
+            chat("openai/gpt-9"),
+            404,
+            "model_not_found",
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            chat("gpt-4o"),
+            404,
+            "model_not_found",
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            b"{not json".to_vec(),
+            400,
+            "invalid_json",
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            b"\xff\xfe".to_vec(),
+            400,
+            "invalid_json",
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            b"[1]".to_vec(),
+            400,
+            "invalid_json",
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            br#"{"model":"fast","messages":[]}"#.to_vec(),
+            400,
+            "invalid_value",
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            br#"{"model":"fast","messages":[{"role":"user","content":"x"}],"stream":1}"#.to_vec(),
+            400,
+            "invalid_value",
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            br#"{"model":"smart","messages":[{"role":"user","content":"x"}],"n":3}"#.to_vec(),
+            400,
+            "unsupported_parameter",
+        ),
+        (
+            "POST",
+            "/v1/embeddings",
+            br#"{"model":"openai/text-embedding-3-small"}"#.to_vec(),
+            400,
+            "invalid_value",
+        ),
+        (
+            "POST",
+            "/v1/embeddings",
+            br#"{"model":"smart","input":"x"}"#.to_vec(),
+            400,
+            "unsupported_endpoint",
+        ),
+    ];
+    for (method, path, body, status, code) in cases {
+        let mut h = host(method, path, &body);
+        let (_, fwd) = request(&mut h, true);
+        assert!(!fwd, "{method} {path}");
+        let (s, v) = reply(&h);
+        assert_eq!(
+            (s, v["error"]["code"].as_str()),
+            (status, Some(code)),
+            "{method} {path} {}",
+            String::from_utf8_lossy(&body)
+        );
+        assert!(v["error"]["message"].is_string());
+        assert!(v["error"].get("param").is_some() && v["error"].get("type").is_some());
+    }
+}
+
+#[test]
+fn no_body_and_too_large() {
+    let mut h = host("POST", "/v1/chat/completions", b"");
+    let mut f = flow();
+    assert_eq!(f.on_request_headers(&mut h, true), Action::Pause);
+    assert_eq!(reply(&h).0, 400);
+
+    let mut h = host("POST", "/v1/chat/completions", b"");
+    h.req_headers.retain(|(k, _)| k != "content-length");
+    h.req_headers.push(("content-length".into(), "5000".into()));
+    let mut f = flow();
+    assert_eq!(f.on_request_headers(&mut h, false), Action::Pause);
+    assert_eq!(reply(&h).1["error"]["code"], "request_too_large");
+    assert_eq!(reply(&h).0, 413);
+
+    // Chunked body over the limit: refused while buffering.
+    let mut h = host("POST", "/v1/chat/completions", &[b' '; 5000]);
+    h.req_headers.retain(|(k, _)| k != "content-length");
+    let mut f = flow();
+    assert_eq!(f.on_request_headers(&mut h, false), Action::Pause);
+    assert_eq!(f.on_request_body(&mut h, 1000, false), Action::Pause);
+    assert!(h.local_reply.is_none());
+    f.on_request_body(&mut h, 5000, false);
+    assert_eq!(reply(&h).0, 413);
+}
+
+#[test]
+fn allow_list_enforced() {
+    let mut h = host("POST", "/v1/chat/completions", &chat("smart"));
+    h.req_headers.retain(|(k, _)| k != "x-tollgate-models");
+    h.req_headers
+        .push(("x-tollgate-models".into(), "openai/*,fast".into()));
+    assert!(!request(&mut h, true).1);
+    assert_eq!(reply(&h).1["error"]["code"], "model_not_allowed");
+    assert_eq!(reply(&h).0, 403);
+
+    let mut h = host("POST", "/v1/chat/completions", &chat("fast"));
+    h.req_headers.retain(|(k, _)| k != "x-tollgate-models");
+    h.req_headers
+        .push(("x-tollgate-models".into(), "anthropic/*, fast".into()));
+    assert!(request(&mut h, true).1, "alias allowed by name");
+
+    // No allow-list header at all: fail closed.
+    let mut h = host("POST", "/v1/chat/completions", &chat("fast"));
+    h.req_headers.retain(|(k, _)| k != "x-tollgate-models");
+    assert!(!request(&mut h, true).1);
+    assert_eq!(reply(&h).0, 403);
+}
+
+#[test]
+fn models_list_and_one_model() {
+    let mut h = host("GET", "/v1/models", b"");
+    h.req_headers.retain(|(k, _)| k != "x-tollgate-models");
+    h.req_headers
+        .push(("x-tollgate-models".into(), "openai/*,smart".into()));
+    let mut f = flow();
+    assert_eq!(f.on_request_headers(&mut h, true), Action::Pause);
+    let (s, v) = reply(&h);
+    assert_eq!(s, 200);
+    assert_eq!(v["object"], "list");
+    let ids: Vec<&str> = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        vec![
+            "openai/gpt-4o",
+            "openai/gpt-4o-mini",
+            "openai/text-embedding-3-small",
+            "fast",
+            "smart"
+        ]
+    );
+    assert_eq!(v["data"][0]["object"], "model");
+    assert_eq!(v["data"][0]["owned_by"], "openai");
+
+    let mut h = host("GET", "/v1/models/smart", b"");
+    flow().on_request_headers(&mut h, true);
+    assert_eq!(reply(&h).1["id"], "smart");
+    let mut h = host("GET", "/v1/models/nope", b"");
+    flow().on_request_headers(&mut h, true);
+    assert_eq!(reply(&h).0, 404);
+}
+
+#[test]
+fn cooldown_after_429_and_401_is_shared_and_expires() {
+    let mut h = host("POST", "/v1/chat/completions", &chat("openai/gpt-4o"));
+    h.random = vec![0]; // openai-1
+    let (mut f, _) = request(&mut h, true);
+    assert_eq!(
+        h.req_header("authorization").as_deref(),
+        Some("Bearer sk-one")
+    );
+    respond(
+        &mut f,
+        &mut h,
+        429,
+        "application/json",
+        br#"{"error":{"message":"Rate limit reached","type":"requests"}}"#,
+    );
+    assert_eq!(h.resp_header(":status").as_deref(), Some("429"));
+    let e: Value = serde_json::from_slice(&h.resp_body).unwrap();
+    assert_eq!(e["error"]["code"], "rate_limit_exceeded");
+    assert_eq!(e["error"]["message"], "Rate limit reached");
+    assert!(h.posts.is_empty(), "no usage on errors");
+    assert_eq!(h.metrics["tollgate.openai.gpt-4o.errors.rate_limited"], 1);
+    let shared = h.shared.clone();
+
+    // Next requests (same shared data, any worker) skip openai-1.
+    for r in 0..20 {
+        let mut h2 = host("POST", "/v1/chat/completions", &chat("openai/gpt-4o"));
+        h2.shared = shared.clone();
+        h2.now = 1_700_000_000_000 + 29_000;
+        h2.random = vec![r];
+        request(&mut h2, true);
+        assert_eq!(
+            h2.req_header("authorization").as_deref(),
+            Some("Bearer sk-two")
+        );
+    }
+    // After the cooldown it is used again.
+    let mut h3 = host("POST", "/v1/chat/completions", &chat("openai/gpt-4o"));
+    h3.shared = shared.clone();
+    h3.now = 1_700_000_000_000 + 30_001;
+    h3.random = vec![0];
+    request(&mut h3, true);
+    assert_eq!(
+        h3.req_header("authorization").as_deref(),
+        Some("Bearer sk-one")
+    );
+
+    // 401 on the other key too: every key cooling → 503.
+    let mut h4 = host("POST", "/v1/chat/completions", &chat("openai/gpt-4o"));
+    h4.shared = shared;
+    h4.now = 1_700_000_000_000 + 1_000;
+    let (mut f4, _) = request(&mut h4, true);
+    respond(
+        &mut f4,
+        &mut h4,
+        401,
+        "application/json",
+        br#"{"error":{"message":"Incorrect API key provided: sk-two"}}"#,
+    );
+    assert_eq!(h4.resp_header(":status").as_deref(), Some("502"));
+    assert!(
+        !String::from_utf8_lossy(&h4.resp_body).contains("sk-two"),
+        "provider auth errors are not echoed"
+    );
+    let mut h5 = host("POST", "/v1/chat/completions", &chat("openai/gpt-4o"));
+    h5.shared = h4.shared.clone();
+    h5.now = 1_700_000_000_000 + 2_000;
+    assert!(!request(&mut h5, true).1);
+    assert_eq!(reply(&h5).0, 503);
+    assert_eq!(reply(&h5).1["error"]["code"], "no_provider_key_available");
+    for l in h4.logs.borrow().iter().chain(h.logs.borrow().iter()) {
+        assert!(!l.contains("sk-"), "key value in log: {l}");
+    }
+}
+
+#[test]
+fn anthropic_529_becomes_503() {
+    let mut h = host("POST", "/v1/chat/completions", &chat("smart"));
+    let (mut f, _) = request(&mut h, true);
+    respond(
+        &mut f,
+        &mut h,
+        529,
+        "application/json",
+        br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+    );
+    assert_eq!(h.resp_header(":status").as_deref(), Some("503"));
+    let e: Value = serde_json::from_slice(&h.resp_body).unwrap();
+    assert_eq!(e["error"]["message"], "Overloaded");
+    assert_eq!(
+        h.metrics["tollgate.anthropic.claude-sonnet-4-5.errors.upstream_5xx"],
+        1
+    );
+}
+
+#[test]
+fn weighted_split_over_1000_requests() {
+    let mut rng = XorShift::new(2024);
+    let mut one = 0;
+    for _ in 0..1000 {
+        let mut h = host("POST", "/v1/chat/completions", &chat("fast"));
+        h.random = vec![rng.next_u32()];
+        request(&mut h, true);
+        if h.req_header("authorization").as_deref() == Some("Bearer sk-one") {
+            one += 1;
+        }
+    }
+    // Weights 3:1 → 750 expected; wide bounds.
+    assert!((650..850).contains(&one), "openai-1 got {one}/1000");
+}

@@ -1,0 +1,219 @@
+//! Every streaming translator fed the same upstream stream split at every
+//! byte boundary (and byte by byte, and with CRLF line ends) must produce the
+//! same output as the unsplit stream, and that output must carry the right
+//! text, tool-call arguments, finish reason and usage.
+
+use serde_json::Value;
+use tollgate_core::config::Kind;
+use tollgate_core::translate::{for_kind, Endpoint, ResponseCtx, Usage};
+
+const TOOL_STREAM: &str = include_str!("fixtures/anthropic_tool_stream.sse");
+
+fn ctx(include_usage: bool) -> ResponseCtx {
+    ResponseCtx {
+        endpoint: Endpoint::Chat,
+        stream: true,
+        include_usage,
+        created: 1700000000,
+    }
+}
+
+fn run(kind: Kind, include_usage: bool, parts: &[&[u8]]) -> (Vec<u8>, Option<Usage>) {
+    let mut t = for_kind(kind).stream(&ctx(include_usage));
+    let mut out = Vec::new();
+    for p in parts {
+        t.feed(p, &mut out);
+    }
+    t.finish(&mut out);
+    (out, t.usage())
+}
+
+/// Parse OpenAI SSE output into chunk objects (and check it ends with [DONE]).
+fn chunks(out: &[u8]) -> Vec<Value> {
+    let s = std::str::from_utf8(out).expect("utf8 output");
+    let mut v = Vec::new();
+    let mut done = false;
+    for ev in s.split("\n\n").filter(|e| !e.is_empty()) {
+        let data = ev.strip_prefix("data: ").expect("data line");
+        assert!(!done, "event after [DONE]");
+        if data == "[DONE]" {
+            done = true;
+        } else {
+            v.push(serde_json::from_str(data).expect("chunk json"));
+        }
+    }
+    assert!(done, "stream must end with [DONE]");
+    v
+}
+
+fn check_tool_stream(out: &[u8], include_usage: bool) {
+    let cs = chunks(out);
+    let mut text = String::new();
+    let mut args: Vec<String> = Vec::new();
+    let mut names = Vec::new();
+    let mut finish = None;
+    let mut usage = None;
+    for c in &cs {
+        assert_eq!(c["object"], "chat.completion.chunk");
+        assert_eq!(c["id"], "msg_01");
+        assert_eq!(c["model"], "claude-sonnet-4-5");
+        if let Some(u) = c.get("usage") {
+            assert_eq!(c["choices"].as_array().unwrap().len(), 0);
+            usage = Some(u.clone());
+            continue;
+        }
+        let ch = &c["choices"][0];
+        if let Some(t) = ch["delta"]["content"].as_str() {
+            text.push_str(t);
+        }
+        if let Some(calls) = ch["delta"]["tool_calls"].as_array() {
+            for tc in calls {
+                let i = tc["index"].as_u64().unwrap() as usize;
+                if args.len() <= i {
+                    args.resize(i + 1, String::new());
+                }
+                if let Some(n) = tc["function"]["name"].as_str() {
+                    names.push((i, n.to_string(), tc["id"].as_str().unwrap().to_string()));
+                }
+                if let Some(a) = tc["function"]["arguments"].as_str() {
+                    args[i].push_str(a);
+                }
+            }
+        }
+        if let Some(f) = ch["finish_reason"].as_str() {
+            finish = Some(f.to_string());
+        }
+    }
+    assert_eq!(text, "Let me check ☀️ the weather.");
+    assert_eq!(
+        names,
+        vec![
+            (0, "get_weather".into(), "toolu_01".into()),
+            (1, "get_time".into(), "toolu_02".into())
+        ]
+    );
+    let a0: Value = serde_json::from_str(&args[0]).unwrap();
+    assert_eq!(
+        a0,
+        serde_json::json!({"location": "San Francisco, CA", "unit": "c"})
+    );
+    assert_eq!(args[1], "{\"tz\":\"PST\"}");
+    assert_eq!(finish.as_deref(), Some("tool_calls"));
+    if include_usage {
+        let u = usage.expect("usage chunk");
+        assert_eq!(u["prompt_tokens"], 130);
+        assert_eq!(u["completion_tokens"], 89);
+        assert_eq!(u["total_tokens"], 219);
+        assert_eq!(u["prompt_tokens_details"]["cached_tokens"], 100);
+    } else {
+        assert!(usage.is_none());
+    }
+}
+
+#[test]
+fn anthropic_tool_stream_every_split() {
+    let input = TOOL_STREAM.as_bytes();
+    for include_usage in [true, false] {
+        let (whole, usage) = run(Kind::Anthropic, include_usage, &[input]);
+        check_tool_stream(&whole, include_usage);
+        assert_eq!(
+            usage,
+            Some(Usage {
+                prompt_tokens: 130,
+                completion_tokens: 89,
+                cached_tokens: 100
+            })
+        );
+        for i in 0..=input.len() {
+            let (a, b) = input.split_at(i);
+            let (out, u) = run(Kind::Anthropic, include_usage, &[a, b]);
+            assert_eq!(out, whole, "split at {i}");
+            assert_eq!(u, usage);
+        }
+    }
+}
+
+#[test]
+fn anthropic_tool_stream_three_way_splits() {
+    let input = TOOL_STREAM.as_bytes();
+    let (whole, _) = run(Kind::Anthropic, true, &[input]);
+    let n = input.len();
+    for i in (0..n).step_by(7) {
+        for j in (i..n).step_by(13) {
+            let (out, _) = run(
+                Kind::Anthropic,
+                true,
+                &[&input[..i], &input[i..j], &input[j..]],
+            );
+            assert_eq!(out, whole, "splits at {i},{j}");
+        }
+    }
+}
+
+#[test]
+fn anthropic_stream_byte_by_byte_and_crlf() {
+    let crlf = TOOL_STREAM.replace('\n', "\r\n");
+    let input = crlf.as_bytes();
+    let (whole, _) = run(Kind::Anthropic, true, &[TOOL_STREAM.as_bytes()]);
+    let parts: Vec<&[u8]> = input.chunks(1).collect();
+    let (out, _) = run(Kind::Anthropic, true, &parts);
+    assert_eq!(out, whole);
+}
+
+#[test]
+fn anthropic_truncated_stream_ends_with_error_and_done() {
+    let input = TOOL_STREAM.as_bytes();
+    let cut = TOOL_STREAM.find("event: message_delta").unwrap();
+    let (out, usage) = run(Kind::Anthropic, true, &[&input[..cut]]);
+    let s = String::from_utf8(out).unwrap();
+    assert!(s.contains("\"code\":\"provider_error\""), "{s}");
+    assert!(s.ends_with("data: [DONE]\n\n"));
+    // Usage known so far is still reported for accounting.
+    assert_eq!(usage.unwrap().prompt_tokens, 130);
+}
+
+#[test]
+fn anthropic_error_event() {
+    let input = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"model\":\"c\",\"usage\":{\"input_tokens\":3}}}\n\nevent: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
+    let (out, _) = run(Kind::Anthropic, false, &[input]);
+    let s = String::from_utf8(out).unwrap();
+    assert!(s.contains("\"code\":\"provider_overloaded\""));
+    assert!(s.contains("Overloaded"));
+    assert!(s.ends_with("data: [DONE]\n\n"));
+}
+
+const OPENAI_TOOL_STREAM: &str = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"\"}}]},\"finish_reason\":null}]}\n\n\
+data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"{\\\"a\\\":\"}}]},\"finish_reason\":null}]}\n\n\
+data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"1}\"}}]},\"finish_reason\":null}]}\n\n\
+data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n\
+data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":4,\"total_tokens\":13}}\n\n\
+data: [DONE]\n\n";
+
+#[test]
+fn openai_stream_every_split() {
+    let input = OPENAI_TOOL_STREAM.as_bytes();
+    for include_usage in [true, false] {
+        let (whole, usage) = run(Kind::Openai, include_usage, &[input]);
+        if include_usage {
+            assert_eq!(whole, input);
+        } else {
+            assert!(!String::from_utf8(whole.clone()).unwrap().contains("usage"));
+        }
+        assert_eq!(
+            usage,
+            Some(Usage {
+                prompt_tokens: 9,
+                completion_tokens: 4,
+                cached_tokens: 0
+            })
+        );
+        for i in 0..=input.len() {
+            let (a, b) = input.split_at(i);
+            assert_eq!(
+                run(Kind::Openai, include_usage, &[a, b]).0,
+                whole,
+                "split at {i}"
+            );
+        }
+    }
+}
