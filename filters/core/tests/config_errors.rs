@@ -61,7 +61,7 @@ fn invalid_configs_exact_messages() {
         (r#"{"provider": {}}"#.into(), "provider: unknown field `provider`, expected one of `providers`, `aliases`, `key_cooldown_seconds`, `max_body_bytes`, `usage_cluster`, `usage_path`, `usage_timeout_ms` at line 1 column 11".into()),
         (one(&format!(r#"{{"kind":"gemini","cluster":"c","models":["m"],"keys":{key}}}"#)),
             "providers.p.kind: unknown variant `gemini`, expected `openai` or `anthropic` at line 1 column 36".into()),
-        (one(&format!(r#"{{"kind":"openai","cluster":"c","models":["m"],"keys":[{{"id":"k","value":"v","weigth":2}}]}}"#)),
+        (one(r#"{"kind":"openai","cluster":"c","models":["m"],"keys":[{"id":"k","value":"v","weigth":2}]}"#),
             "providers.p.keys[0].weigth: unknown field `weigth`, expected one of `id`, `value`, `value_env`, `weight`, `models` at line 1 column 104".into()),
         (one(&format!(r#"{{"kind":"openai","cluster":"","models":["m"],"keys":{key}}}"#)), "providers.p.cluster: must not be empty".into()),
         (one(&format!(r#"{{"kind":"openai","cluster":"c","base_path":"v1","models":["m"],"keys":{key}}}"#)), "providers.p.base_path: must start with '/'".into()),

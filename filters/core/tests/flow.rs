@@ -11,8 +11,10 @@ use tollgate_core::host::fake::FakeHost;
 use tollgate_core::keys::XorShift;
 
 fn host(method: &str, path: &str, body: &[u8]) -> FakeHost {
-    let mut h = FakeHost::default();
-    h.now = 1_700_000_000_000;
+    let mut h = FakeHost {
+        now: 1_700_000_000_000,
+        ..FakeHost::default()
+    };
     h.req_headers = vec![
         (":method".into(), method.into()),
         (":path".into(), path.into()),

@@ -1,0 +1,293 @@
+//! Bounded randomized fuzzing (cargo-fuzz needs a nightly toolchain; this
+//! runs on stable inside `cargo test`). Seeds are valid requests, responses,
+//! streams and configs; each iteration mutates one (JSON-aware type swaps and
+//! deletions, byte flips, truncation, splicing) and runs it through parsing,
+//! both translators and the stream translators at random splits. Any panic
+//! fails the test. Iterations: TG_FUZZ_ITERS (default 4000), seed:
+//! TG_FUZZ_SEED (default fixed, so failures reproduce).
+
+mod common;
+
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+use tollgate_core::config::{Kind, Runtime};
+use tollgate_core::flow::Flow;
+use tollgate_core::host::fake::FakeHost;
+use tollgate_core::keys::XorShift;
+use tollgate_core::translate::{for_kind, parse_client_body, Endpoint, RequestCtx, ResponseCtx};
+
+fn seeds_requests() -> Vec<Value> {
+    vec![
+        json!({"model": "smart", "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}], "stream": true, "stream_options": {"include_usage": true}, "temperature": 0.2, "stop": ["x"], "max_tokens": 10}),
+        json!({"model": "smart", "messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"a\":1}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "r"}],
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}], "tool_choice": {"type": "function", "function": {"name": "f"}}, "parallel_tool_calls": false, "user": "u"}),
+        json!({"model": "fast", "messages": [{"role": "user", "content": "hi"}], "stream": true}),
+        json!({"model": "openai/text-embedding-3-small", "input": ["a", "b"]}),
+    ]
+}
+
+fn random_value(r: &mut XorShift, depth: u32) -> Value {
+    match r.next_u32() % if depth > 2 { 5 } else { 7 } {
+        0 => Value::Null,
+        1 => Value::Bool(r.next_u32() % 2 == 0),
+        2 => json!(r.next_u32() as i64 - (1 << 31)),
+        3 => json!(
+            [
+                "",
+                "x",
+                "user",
+                "assistant",
+                "tool",
+                "function",
+                "text",
+                "image_url",
+                "data:",
+                "data:image/png;base64,",
+                "{",
+                "{}",
+                "\u{0}",
+                "ü"
+            ][r.next_u32() as usize % 14]
+        ),
+        4 => json!(f64::from(r.next_u32()) / 7.0),
+        5 => Value::Array(
+            (0..r.next_u32() % 3)
+                .map(|_| random_value(r, depth + 1))
+                .collect(),
+        ),
+        _ => {
+            let mut m = Map::new();
+            for k in [
+                "type",
+                "role",
+                "content",
+                "text",
+                "function",
+                "name",
+                "arguments",
+                "url",
+            ]
+            .iter()
+            .take((r.next_u32() % 4) as usize)
+            {
+                m.insert(k.to_string(), random_value(r, depth + 1));
+            }
+            Value::Object(m)
+        }
+    }
+}
+
+/// Replace or delete one random node.
+fn mutate_json(v: &mut Value, r: &mut XorShift) {
+    let depth = r.next_u32() % 6;
+    mutate_at(v, r, depth);
+}
+
+fn mutate_at(node: &mut Value, r: &mut XorShift, depth: u32) {
+    if depth > 0 {
+        match node {
+            Value::Object(m) if !m.is_empty() => {
+                let k = m
+                    .keys()
+                    .nth(r.next_u32() as usize % m.len())
+                    .cloned()
+                    .unwrap_or_default();
+                if r.next_u32() % 8 == 0 {
+                    m.remove(&k);
+                    return;
+                }
+                if let Some(child) = m.get_mut(&k) {
+                    return mutate_at(child, r, depth - 1);
+                }
+            }
+            Value::Array(a) if !a.is_empty() => {
+                let i = r.next_u32() as usize % a.len();
+                return mutate_at(&mut a[i], r, depth - 1);
+            }
+            _ => {}
+        }
+    }
+    *node = random_value(r, 0);
+}
+
+fn mutate_bytes(b: &mut Vec<u8>, r: &mut XorShift) {
+    match r.next_u32() % 4 {
+        0 if !b.is_empty() => {
+            let i = r.next_u32() as usize % b.len();
+            b[i] ^= 1 << (r.next_u32() % 8);
+        }
+        1 => {
+            let n = r.next_u32() as usize % (b.len() + 1);
+            b.truncate(n);
+        }
+        2 => {
+            let i = r.next_u32() as usize % (b.len() + 1);
+            let junk: &[u8] = [
+                &b"\n\n"[..],
+                b"data: ",
+                b"\r",
+                b"{\"",
+                b"\xff",
+                b"event: x\n",
+                b"[DONE]",
+            ][r.next_u32() as usize % 7];
+            b.splice(i..i, junk.iter().copied());
+        }
+        _ if b.len() > 2 => {
+            let i = r.next_u32() as usize % b.len();
+            let j = r.next_u32() as usize % b.len();
+            let (i, j) = (i.min(j), i.max(j));
+            let dup = b[i..j].to_vec();
+            b.extend_from_slice(&dup);
+        }
+        _ => {}
+    }
+}
+
+fn iters() -> u64 {
+    std::env::var("TG_FUZZ_ITERS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(4000)
+}
+
+fn seed() -> u64 {
+    std::env::var("TG_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x7011_6a7e)
+}
+
+#[test]
+fn fuzz_requests_never_panic() {
+    let rt = Arc::new(common::runtime());
+    let mut r = XorShift::new(seed());
+    let seeds = seeds_requests();
+    for _ in 0..iters() {
+        let mut v = seeds[r.next_u32() as usize % seeds.len()].clone();
+        for _ in 0..=(r.next_u32() % 3) {
+            mutate_json(&mut v, &mut r);
+        }
+        let mut bytes = serde_json::to_vec(&v).unwrap_or_default();
+        if r.next_u32() % 4 == 0 {
+            mutate_bytes(&mut bytes, &mut r);
+        }
+        // Straight translation with both translators.
+        if let Ok((body, model)) = parse_client_body(&bytes) {
+            if let Some(res) = rt.resolve(&model) {
+                let p = rt.provider(res.provider).unwrap();
+                for ep in [Endpoint::Chat, Endpoint::Embeddings] {
+                    for kind in [Kind::Openai, Kind::Anthropic] {
+                        let ctx = RequestCtx {
+                            provider: p,
+                            model: &res.model,
+                            model_cfg: &p.models[&res.model],
+                            endpoint: ep,
+                        };
+                        let _ = for_kind(kind).request(&ctx, &body);
+                    }
+                }
+            }
+        }
+        // And the whole flow.
+        for path in ["/v1/chat/completions", "/v1/embeddings"] {
+            let mut h = FakeHost::default();
+            h.req_headers = vec![
+                (":method".into(), "POST".into()),
+                (":path".into(), path.into()),
+                ("x-tollgate-models".into(), "*".into()),
+            ];
+            h.req_body = bytes.clone();
+            let mut f = Flow::new(Arc::clone(&rt));
+            f.on_request_headers(&mut h, false);
+            f.on_request_body(&mut h, bytes.len(), true);
+            if let Some((status, _, body)) = &h.local_reply {
+                assert!(
+                    (200..500).contains(status) || *status == 503,
+                    "status {status} for {}",
+                    String::from_utf8_lossy(&bytes)
+                );
+                let e: Value = serde_json::from_slice(body).unwrap();
+                assert!(e.get("error").is_some() || e.get("object").is_some());
+            }
+        }
+    }
+}
+
+const ANTHROPIC_STREAM: &str = include_str!("fixtures/anthropic_tool_stream.sse");
+
+#[test]
+fn fuzz_responses_and_streams_never_panic() {
+    let mut r = XorShift::new(seed() ^ 0xabcdef);
+    let response = serde_json::to_vec(&json!({"id": "m", "model": "c", "content": [{"type": "text", "text": "x"},
+        {"type": "tool_use", "id": "t", "name": "f", "input": {"a": [1, 2]}}], "stop_reason": "tool_use",
+        "usage": {"input_tokens": 1, "output_tokens": 2, "cache_read_input_tokens": 3}})).unwrap();
+    let openai_stream = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n".to_vec();
+    for _ in 0..iters() {
+        let kind = if r.next_u32() % 2 == 0 {
+            Kind::Anthropic
+        } else {
+            Kind::Openai
+        };
+        let t = for_kind(kind);
+        let ctx = ResponseCtx {
+            endpoint: Endpoint::Chat,
+            stream: true,
+            include_usage: r.next_u32() % 2 == 0,
+            created: 1,
+        };
+        // Non-streaming bodies: JSON-aware mutation then bytes.
+        let mut v: Value = serde_json::from_slice(&response).unwrap();
+        mutate_json(&mut v, &mut r);
+        let mut body = serde_json::to_vec(&v).unwrap();
+        if r.next_u32() % 3 == 0 {
+            mutate_bytes(&mut body, &mut r);
+        }
+        let _ = t.response(&ctx, &body);
+        let _ = t.error(400 + (r.next_u32() % 200) as u16, &body);
+        // Streams: mutate and feed at random splits.
+        let mut s = if kind == Kind::Anthropic {
+            ANTHROPIC_STREAM.as_bytes().to_vec()
+        } else {
+            openai_stream.clone()
+        };
+        for _ in 0..=(r.next_u32() % 4) {
+            mutate_bytes(&mut s, &mut r);
+        }
+        let mut st = t.stream(&ctx);
+        let mut out = Vec::new();
+        let mut rest: &[u8] = &s;
+        while !rest.is_empty() {
+            let n = 1 + r.next_u32() as usize % 64;
+            let (a, b) = rest.split_at(n.min(rest.len()));
+            st.feed(a, &mut out);
+            rest = b;
+        }
+        st.finish(&mut out);
+        let _ = st.usage();
+        assert!(
+            std::str::from_utf8(&out).is_ok(),
+            "translated stream must stay UTF-8"
+        );
+    }
+}
+
+#[test]
+fn fuzz_configs_never_panic() {
+    let mut r = XorShift::new(seed() ^ 0x5eed);
+    let base: Value = serde_json::from_str(common::CONFIG).unwrap();
+    for _ in 0..iters() {
+        let mut v = base.clone();
+        for _ in 0..=(r.next_u32() % 3) {
+            mutate_json(&mut v, &mut r);
+        }
+        let mut bytes = serde_json::to_vec(&v).unwrap();
+        if r.next_u32() % 4 == 0 {
+            mutate_bytes(&mut bytes, &mut r);
+        }
+        let _ = Runtime::from_json(&bytes, &common::env);
+    }
+}
