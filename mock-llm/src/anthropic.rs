@@ -1,7 +1,8 @@
 //! Anthropic Messages API: `POST /v1/messages`, non-stream and stream.
 //!
-//! Rules follow Anthropic's API reference: `x-api-key` and `anthropic-version`
-//! headers required; `model`, `max_tokens` and `messages` required; roles
+//! Rules follow Anthropic's API reference: `x-api-key` (or the same key as
+//! `Authorization: Bearer`, as the official SDK 2.x sends it) and
+//! `anthropic-version` headers required; `model`, `max_tokens` and `messages` required; roles
 //! only `user`/`assistant` (a `system` role is refused: system prompts go in
 //! the top-level `system`); the first message is `user` and roles alternate
 //! (stricter than today's API, which merges consecutive same-role turns: a
@@ -16,10 +17,24 @@ use serde_json::{json, Value};
 
 type Outcome = (Reply, Option<String>);
 
-const VERSIONS: &[&str] = &["2023-06-01", "2023-01-01"];
+/// `anthropic-version` values are dates (`2023-06-01`, and later ones that
+/// newer SDKs send); anything not shaped `YYYY-MM-DD` from 2023 on is refused.
+fn valid_version(v: &str) -> bool {
+    let b = v.as_bytes();
+    b.len() == 10
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && b.iter().enumerate().all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit())
+        && v >= "2023-01-01"
+        && (1..=12).contains(&v[5..7].parse::<u8>().unwrap_or(0))
+        && (1..=31).contains(&v[8..10].parse::<u8>().unwrap_or(0))
+}
 
 pub fn authenticate<'a>(ctx: &Ctx<'a>) -> Result<&'a KeyRt, AuthFail> {
-    let Some(key) = ctx.header("x-api-key").filter(|k| !k.is_empty()) else {
+    // `x-api-key` is the documented header; official SDKs 2.x send the same
+    // API key as `Authorization: Bearer`, which the API accepts too.
+    let bearer = ctx.header("authorization").and_then(|a| a.strip_prefix("Bearer ")).map(str::trim);
+    let Some(key) = ctx.header("x-api-key").or(bearer).filter(|k| !k.is_empty()) else {
         return Err((err(ctx, 401, "authentication_error", "x-api-key header is required"), None));
     };
     match ctx.provider.key_by_secret(key) {
@@ -85,7 +100,7 @@ const BLOCK_TYPES: &[&str] = &[
 pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
     match ctx.header("anthropic-version") {
         None => return (bad(ctx, "anthropic-version: header is required"), None),
-        Some(v) if !VERSIONS.contains(&v) => {
+        Some(v) if !valid_version(v) => {
             return (bad(ctx, &format!("anthropic-version: invalid version: {v}")), None)
         }
         _ => {}

@@ -1,14 +1,287 @@
-//! Not implemented yet.
-use crate::app::{json_response, AuthFail, Ctx, ErrKind, KeyRt, Reply};
+//! Bedrock runtime: Converse and ConverseStream (AWS event-stream framing),
+//! authenticated by a verified SigV4 signature (signing name `bedrock`).
+//!
+//! Rules follow the Bedrock API reference: `messages` required; roles
+//! `user`/`assistant`, first `user`, alternating; each content block holds
+//! exactly one member; `toolUse`/`toolResult` blocks need `toolConfig`; a
+//! `toolResult` answers a `toolUse` of the previous assistant message.
+//! Errors: JSON `{"message"}` with the `x-amzn-ErrorType` header, which is
+//! how AWS SDKs recognise the exception.
+
+use crate::app::{self, plan, unknown_key_id, AuthFail, Ctx, ErrKind, GenInput, KeyRt, Output, Reply};
+use crate::eventstream;
+use crate::sigv4::{self, SigError, SignedRequest};
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+type Outcome = (Reply, Option<String>);
+
+const SERVICE: &str = "bedrock";
+
+/// An AWS JSON error.
+pub fn aws_err(ctx: &Ctx<'_>, status: u16, ty: &str, message: &str) -> Reply {
+    let mut h = vec![
+        ("x-amzn-errortype", format!("{ty}:http://internal.amazon.com/coral/com.amazon.bedrock/")),
+        ("x-amzn-requestid", ctx.request_id.clone()),
+    ];
+    if status == 429 {
+        h.push(("retry-after", ctx.behavior().retry_after_s.to_string()));
+    }
+    app::json_response(status, json!({"message": message}).to_string(), &h)
+}
+
+fn validation(ctx: &Ctx<'_>, msg: &str) -> Reply {
+    aws_err(ctx, 400, "ValidationException", msg)
+}
+
+pub fn error_for(ctx: &Ctx<'_>, k: ErrKind, detail: &str) -> Reply {
+    match k {
+        ErrKind::MissingKey => aws_err(ctx, 403, "MissingAuthenticationTokenException", "Missing Authentication Token"),
+        ErrKind::BadKey => aws_err(ctx, 403, "UnrecognizedClientException", "The security token included in the request is invalid."),
+        ErrKind::RateLimited => aws_err(ctx, 429, "ThrottlingException", "Too many requests, please wait before trying again."),
+        ErrKind::Internal => aws_err(ctx, 500, "InternalServerException", "The server encountered an internal error."),
+        ErrKind::Unavailable => aws_err(ctx, 503, "ServiceUnavailableException", "Bedrock is unable to process your request."),
+        ErrKind::Overloaded => aws_err(ctx, 529, "ServiceUnavailableException", "Bedrock is unable to process your request."),
+        ErrKind::MethodNotAllowed => aws_err(ctx, 405, "UnknownOperationException", if detail.is_empty() { "Unknown operation" } else { detail }),
+    }
+}
 
 pub fn authenticate<'a>(ctx: &Ctx<'a>) -> Result<&'a KeyRt, AuthFail> {
-    Err((error_for(ctx, ErrKind::Internal, ""), None))
+    let Some(auth) = ctx.header("authorization") else {
+        return Err((error_for(ctx, ErrKind::MissingKey, ""), None));
+    };
+    let Some(a) = sigv4::parse_authorization(auth) else {
+        return Err((
+            aws_err(ctx, 403, "IncompleteSignatureException", "Authorization header requires 'Credential', 'Signature' and 'SignedHeaders' parameters."),
+            None,
+        ));
+    };
+    let Some(key) = ctx.provider.keys.iter().find(|k| k.access_key_id == a.access_key_id) else {
+        return Err((error_for(ctx, ErrKind::BadKey, ""), Some(unknown_key_id(&a.access_key_id))));
+    };
+    let headers = |name: &str| -> Vec<String> {
+        ctx.parts
+            .headers
+            .get_all(name)
+            .iter()
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .collect()
+    };
+    let req = SignedRequest {
+        method: ctx.parts.method.as_str(),
+        raw_path: ctx.parts.uri.path(),
+        query: ctx.parts.uri.query(),
+        header: &headers,
+        body: ctx.body,
+    };
+    let now = app::now_secs() as i64;
+    match sigv4::verify(&req, &a, &key.secret, &ctx.provider.region, SERVICE, now) {
+        Ok(()) => Ok(key),
+        Err(SigError::Mismatch) => Err((
+            aws_err(ctx, 403, "InvalidSignatureException", "The request signature we calculated does not match the signature you provided. Check your AWS Secret Access Key and signing method. Consult the service documentation for details."),
+            Some(key.name.clone()),
+        )),
+        Err(SigError::Expired(m)) | Err(SigError::Scope(m)) | Err(SigError::Malformed(m)) => {
+            Err((aws_err(ctx, 403, "InvalidSignatureException", &m), Some(key.name.clone())))
+        }
+    }
 }
 
-pub fn error_for(_ctx: &Ctx<'_>, _k: ErrKind, _detail: &str) -> Reply {
-    json_response(501, r#"{"error":"not implemented"}"#.to_string(), &[])
+const BLOCK_MEMBERS: &[&str] = &[
+    "text", "image", "document", "video", "toolUse", "toolResult", "guardContent",
+    "cachePoint", "reasoningContent", "citationsContent", "audio", "searchResult",
+];
+
+fn block_text(b: &Value, out: &mut String) {
+    if let Some(t) = b.get("text").and_then(Value::as_str) {
+        out.push_str(t);
+    }
+    if let Some(i) = b.pointer("/toolUse/input") {
+        out.push_str(&i.to_string());
+    }
+    if let Some(c) = b.pointer("/toolResult/content").and_then(Value::as_array) {
+        for x in c {
+            if let Some(t) = x.get("text").and_then(Value::as_str) {
+                out.push_str(t);
+            }
+            if let Some(j) = x.get("json") {
+                out.push_str(&j.to_string());
+            }
+        }
+    }
 }
 
-pub async fn converse(ctx: &Ctx<'_>, m: String, _s: bool) -> (Reply, Option<String>) {
-    (error_for(ctx, ErrKind::Internal, ""), Some(m))
+pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
+    let m = Some(model.clone());
+    if !ctx.provider.has_model(&model) {
+        return (validation(ctx, "The provided model identifier is invalid."), m);
+    }
+    if model.contains("embed") {
+        return (validation(ctx, "This action doesn't support the model that you provided. Try again with a supported text or chat model."), m);
+    }
+    let req: Value = match serde_json::from_slice(ctx.body) {
+        Ok(v @ Value::Object(_)) => v,
+        _ => return (aws_err(ctx, 400, "SerializationException", "Malformed input request, please reformat your input and try again."), m),
+    };
+    let Some(msgs) = req.get("messages").filter(|v| !v.is_null()) else {
+        return (validation(ctx, "1 validation error detected: Value null at 'messages' failed to satisfy constraint: Member must not be null"), m);
+    };
+    let Some(msgs) = msgs.as_array() else {
+        return (aws_err(ctx, 400, "SerializationException", "Start of list found where not expected"), m);
+    };
+    if msgs.is_empty() {
+        return (validation(ctx, "A conversation must start with a user message. Try again with a conversation that starts with a user message."), m);
+    }
+    let has_tool_config = req.get("toolConfig").is_some_and(|v| !v.is_null());
+    let mut prompt = String::new();
+    if let Some(sys) = req.get("system").and_then(Value::as_array) {
+        for s in sys {
+            block_text(s, &mut prompt);
+        }
+    }
+    let mut echo = String::new();
+    let mut prev_role = "";
+    let mut prev_uses: Vec<String> = Vec::new();
+    for (i, msg) in msgs.iter().enumerate() {
+        let role = msg.get("role").and_then(Value::as_str).unwrap_or("");
+        if role != "user" && role != "assistant" {
+            return (validation(ctx, &format!("1 validation error detected: Value '{role}' at 'messages.{}.member.role' failed to satisfy constraint: Member must satisfy enum value set: [user, assistant]", i + 1)), m);
+        }
+        if i == 0 && role != "user" {
+            return (validation(ctx, "A conversation must start with a user message. Try again with a conversation that starts with a user message."), m);
+        }
+        if role == prev_role {
+            return (validation(ctx, "A conversation must alternate between user and assistant roles. Make sure the conversation alternates between user and assistant roles and try again."), m);
+        }
+        let Some(content) = msg.get("content").and_then(Value::as_array) else {
+            return (validation(ctx, &format!("1 validation error detected: Value null at 'messages.{}.member.content' failed to satisfy constraint: Member must not be null", i + 1)), m);
+        };
+        if content.is_empty() {
+            return (validation(ctx, "The content field in the Message object is empty. Add a ContentBlock object to the content field and try again."), m);
+        }
+        let mut t = String::new();
+        let mut uses = Vec::new();
+        let mut results = Vec::new();
+        for (j, b) in content.iter().enumerate() {
+            let members: Vec<&String> = b.as_object().map(|o| o.keys().collect()).unwrap_or_default();
+            if members.len() != 1 || !BLOCK_MEMBERS.contains(&members[0].as_str()) {
+                return (validation(ctx, &format!("messages.{i}.content.{j}: a ContentBlock must contain exactly one supported member")), m);
+            }
+            if let Some(tu) = b.get("toolUse") {
+                if !has_tool_config {
+                    return (validation(ctx, "The toolConfig field must be defined when using toolUse and toolResult content blocks."), m);
+                }
+                if role != "assistant" {
+                    return (validation(ctx, &format!("messages.{i}.content.{j}: toolUse blocks are only allowed in assistant messages")), m);
+                }
+                uses.push(tu.get("toolUseId").and_then(Value::as_str).unwrap_or("").to_string());
+            }
+            if let Some(tr) = b.get("toolResult") {
+                if !has_tool_config {
+                    return (validation(ctx, "The toolConfig field must be defined when using toolUse and toolResult content blocks."), m);
+                }
+                let id = tr.get("toolUseId").and_then(Value::as_str).unwrap_or("");
+                if role != "user" || !prev_uses.iter().any(|u| u == id) {
+                    return (validation(ctx, &format!("messages.{i}.content.{j}: toolResult toolUseId {id} does not match any toolUse block of the previous turn.")), m);
+                }
+                results.push(id.to_string());
+            }
+            block_text(b, &mut t);
+        }
+        let missing: Vec<&str> = prev_uses.iter().filter(|u| !results.contains(u)).map(String::as_str).collect();
+        if !missing.is_empty() {
+            return (validation(ctx, &format!("Expected toolResult blocks at messages.{i}.content for the following Ids: {}", missing.join(", "))), m);
+        }
+        if role == "user" && results.is_empty() {
+            echo = t.clone();
+        }
+        prompt.push_str(&t);
+        prev_uses = uses;
+        prev_role = if role == "user" { "user" } else { "assistant" };
+    }
+    let mut tools: Vec<(String, &Value)> = Vec::new();
+    let (mut forced, mut any) = (None, false);
+    if let Some(tc) = req.get("toolConfig").filter(|v| !v.is_null()) {
+        let Some(arr) = tc.get("tools").and_then(Value::as_array).filter(|a| !a.is_empty()) else {
+            return (validation(ctx, "1 validation error detected: Value at 'toolConfig.tools' failed to satisfy constraint: Member must have length greater than or equal to 1"), m);
+        };
+        for t in arr {
+            let Some(spec) = t.get("toolSpec") else { continue };
+            let Some(name) = spec.get("name").and_then(Value::as_str) else {
+                return (validation(ctx, "1 validation error detected: Value null at 'toolConfig.tools.member.toolSpec.name' failed to satisfy constraint: Member must not be null"), m);
+            };
+            let Some(schema) = spec.pointer("/inputSchema/json") else {
+                return (validation(ctx, "1 validation error detected: Value null at 'toolConfig.tools.member.toolSpec.inputSchema' failed to satisfy constraint: Member must not be null"), m);
+            };
+            tools.push((name.to_string(), schema));
+        }
+        if let Some(ch) = tc.get("toolChoice") {
+            if ch.get("any").is_some() {
+                any = true;
+            } else if let Some(n) = ch.pointer("/tool/name").and_then(Value::as_str) {
+                if !tools.iter().any(|t| t.0 == n) {
+                    return (validation(ctx, &format!("The tool {n} in toolChoice is not defined in toolConfig.tools.")), m);
+                }
+                forced = Some(n.to_string());
+            }
+        }
+    }
+    let max_tokens = req.pointer("/inferenceConfig/maxTokens").and_then(Value::as_u64);
+    if req.pointer("/inferenceConfig/maxTokens").is_some() && max_tokens.is_none_or(|n| n < 1) {
+        return (validation(ctx, "1 validation error detected: Value at 'inferenceConfig.maxTokens' failed to satisfy constraint: Member must have value greater than or equal to 1"), m);
+    }
+    let g = GenInput {
+        echo,
+        prompt_chars: prompt.chars().count(),
+        tools,
+        forced_tool: forced,
+        any_tool: any,
+        max_tokens,
+        tool_id_prefix: "tooluse_",
+    };
+    let p = match plan(ctx, g) {
+        Ok(p) => p,
+        Err(e) => return (validation(ctx, &e), m),
+    };
+    let stop = if p.is_tool() { "tool_use" } else if p.truncated { "max_tokens" } else { "end_turn" };
+    let usage = json!({
+        "inputTokens": p.prompt_tokens,
+        "outputTokens": p.completion_tokens,
+        "totalTokens": p.prompt_tokens + p.completion_tokens,
+    });
+    let hdrs = [("x-amzn-requestid", ctx.request_id.clone())];
+    if !stream {
+        let content = match &p.output {
+            Output::Text(t) => json!([{"text": t}]),
+            Output::Tool { id, name, args } => json!([{"toolUse": {"toolUseId": id, "name": name, "input": args}}]),
+        };
+        let v = json!({
+            "output": {"message": {"role": "assistant", "content": content}},
+            "stopReason": stop, "usage": usage, "metrics": {"latencyMs": 1},
+        });
+        return (ctx.json_ok(&v, &hdrs).await, m);
+    }
+    let ev = |t: &str, v: Value| eventstream::event(t, v.to_string().as_bytes());
+    let mut frames: Vec<Bytes> = vec![ev("messageStart", json!({"role": "assistant"}))];
+    let content_at;
+    match &p.output {
+        Output::Text(t) => {
+            content_at = 1;
+            for piece in crate::text::chunks(t, ctx.chunk_chars()) {
+                frames.push(ev("contentBlockDelta", json!({"contentBlockIndex": 0, "delta": {"text": piece}})));
+            }
+        }
+        Output::Tool { id, name, args } => {
+            frames.push(ev("contentBlockStart", json!({"contentBlockIndex": 0, "start": {"toolUse": {"toolUseId": id, "name": name}}})));
+            content_at = 2;
+            let a = args.to_string();
+            for piece in crate::text::chunks(&a, ctx.chunk_chars()) {
+                frames.push(ev("contentBlockDelta", json!({"contentBlockIndex": 0, "delta": {"toolUse": {"input": piece}}})));
+            }
+        }
+    }
+    frames.push(ev("contentBlockStop", json!({"contentBlockIndex": 0})));
+    frames.push(ev("messageStop", json!({"stopReason": stop})));
+    frames.push(ev("metadata", json!({"usage": usage, "metrics": {"latencyMs": 1}})));
+    (ctx.stream("application/vnd.amazon.eventstream", frames, content_at, &hdrs), m)
 }

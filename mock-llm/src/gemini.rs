@@ -1,17 +1,403 @@
-//! Not implemented yet.
-use crate::app::{json_response, AuthFail, Ctx, ErrKind, KeyRt, Reply};
+//! Gemini API (v1beta): generateContent, streamGenerateContent (SSE with
+//! `alt=sse`, else a streamed JSON array), embedContent, batchEmbedContents.
+//!
+//! Rules follow the Gemini API reference: key in `x-goog-api-key` or `key=`;
+//! `contents` required with non-empty `parts`; roles `user`/`model`;
+//! request fields outside the schema are refused as Google's JSON parser
+//! does ("Unknown name"); a function response turn must come right after a
+//! function call turn with the same names. Errors: `{"error":{"code",
+//! "message","status"}}`.
+
+use crate::app::{self, json_response, plan, unknown_key_id, AuthFail, Ctx, ErrKind, GenInput, KeyRt, Output, Reply};
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+type Outcome = (Reply, Option<String>);
 
 pub fn authenticate<'a>(ctx: &Ctx<'a>) -> Result<&'a KeyRt, AuthFail> {
-    Err((error_for(ctx, ErrKind::Internal, ""), None))
+    let key = ctx
+        .header("x-goog-api-key")
+        .map(str::to_string)
+        .or_else(|| ctx.query_param("key"))
+        .filter(|k| !k.is_empty());
+    let Some(key) = key else {
+        return Err((error_for(ctx, ErrKind::MissingKey, ""), None));
+    };
+    match ctx.provider.key_by_secret(&key) {
+        Some(k) => Ok(k),
+        None => Err((error_for(ctx, ErrKind::BadKey, ""), Some(unknown_key_id(&key)))),
+    }
 }
 
-pub fn error_for(_ctx: &Ctx<'_>, _k: ErrKind, _detail: &str) -> Reply {
-    json_response(501, r#"{"error":"not implemented"}"#.to_string(), &[])
+/// The Google RPC error document.
+pub fn gerr(code: u16, status: &str, message: &str, details: Option<Value>, extra: &[(&'static str, String)]) -> Reply {
+    let mut e = json!({"code": code, "message": message, "status": status});
+    if let Some(d) = details {
+        e["details"] = d;
+    }
+    json_response(code, json!({"error": e}).to_string(), extra)
 }
 
-pub async fn generate(ctx: &Ctx<'_>, m: String, _s: bool) -> (Reply, Option<String>) {
-    (error_for(ctx, ErrKind::Internal, ""), Some(m))
+fn invalid(msg: &str) -> Reply {
+    gerr(400, "INVALID_ARGUMENT", msg, None, &[])
 }
-pub async fn embed(ctx: &Ctx<'_>, m: String, _s: bool) -> (Reply, Option<String>) {
-    (error_for(ctx, ErrKind::Internal, ""), Some(m))
+
+pub fn error_for(ctx: &Ctx<'_>, k: ErrKind, _detail: &str) -> Reply {
+    match k {
+        ErrKind::MissingKey => gerr(
+            403,
+            "PERMISSION_DENIED",
+            "Method doesn't allow unregistered callers (callers without established identity). Please use API Key or other form of API consumer identity to call this API.",
+            None,
+            &[],
+        ),
+        ErrKind::BadKey => gerr(
+            400,
+            "INVALID_ARGUMENT",
+            "API key not valid. Please pass a valid API key.",
+            Some(json!([{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID",
+                "domain": "googleapis.com", "metadata": {"service": "generativelanguage.googleapis.com"}}])),
+            &[],
+        ),
+        ErrKind::RateLimited => gerr(
+            429,
+            "RESOURCE_EXHAUSTED",
+            "Resource has been exhausted (e.g. check quota).",
+            None,
+            &[("retry-after", ctx.behavior().retry_after_s.to_string())],
+        ),
+        ErrKind::Internal => gerr(500, "INTERNAL", "An internal error has occurred. Please retry or report in https://developers.generativeai.google/guide/troubleshooting", None, &[]),
+        ErrKind::Unavailable => gerr(503, "UNAVAILABLE", "The model is overloaded. Please try again later.", None, &[]),
+        ErrKind::Overloaded => gerr(529, "UNAVAILABLE", "The model is overloaded. Please try again later.", None, &[]),
+        ErrKind::MethodNotAllowed => gerr(404, "NOT_FOUND", "Method not found.", None, &[]),
+    }
+}
+
+fn not_found(model: &str, method: &str) -> Reply {
+    gerr(
+        404,
+        "NOT_FOUND",
+        &format!("models/{model} is not found for API version v1beta, or is not supported for {method}. Call ListModels to see the list of available models and their supported methods."),
+        None,
+        &[],
+    )
+}
+
+fn is_embedding_model(m: &str) -> bool {
+    m.contains("embedding")
+}
+
+fn parse(ctx: &Ctx<'_>) -> Result<Value, Reply> {
+    match serde_json::from_slice::<Value>(ctx.body) {
+        Ok(v @ Value::Object(_)) => Ok(v),
+        Ok(_) => Err(invalid("Invalid JSON payload received. Expected an object.")),
+        Err(e) => Err(invalid(&format!("Invalid JSON payload received. {}", app::json_err(&e)))),
+    }
+}
+
+/// Refuse fields outside `allowed`, as Google's JSON parser does.
+fn unknown_fields(v: &Value, allowed: &[&str]) -> Result<(), Reply> {
+    if let Some(o) = v.as_object() {
+        for k in o.keys() {
+            if !allowed.contains(&k.as_str()) {
+                return Err(invalid(&format!("Invalid JSON payload received. Unknown name \"{k}\": Cannot find field.")));
+            }
+        }
+    }
+    Ok(())
+}
+
+const GEN_FIELDS: &[&str] = &[
+    "contents", "tools", "toolConfig", "tool_config", "safetySettings", "safety_settings",
+    "systemInstruction", "system_instruction", "generationConfig", "generation_config",
+    "cachedContent", "cached_content",
+];
+
+fn get<'a>(v: &'a Value, camel: &str, snake: &str) -> Option<&'a Value> {
+    v.get(camel).or_else(|| v.get(snake)).filter(|x| !x.is_null())
+}
+
+fn parts_text(parts: &Value, out: &mut String) {
+    if let Some(a) = parts.as_array() {
+        for p in a {
+            if let Some(t) = p.get("text").and_then(Value::as_str) {
+                out.push_str(t);
+            }
+            for k in ["functionCall", "function_call", "functionResponse", "function_response"] {
+                if let Some(f) = p.get(k) {
+                    out.push_str(&f.to_string());
+                }
+            }
+        }
+    }
+}
+
+fn call_names(parts: &[Value], camel: &str, snake: &str) -> Vec<String> {
+    parts
+        .iter()
+        .filter_map(|p| get(p, camel, snake))
+        .map(|f| f.get("name").and_then(Value::as_str).unwrap_or("").to_string())
+        .collect()
+}
+
+pub async fn generate(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
+    let m = Some(model.clone());
+    let method = if stream { "streamGenerateContent" } else { "generateContent" };
+    if !ctx.provider.has_model(&model) || is_embedding_model(&model) {
+        return (not_found(&model, method), m);
+    }
+    let req = match parse(ctx) {
+        Ok(v) => v,
+        Err(r) => return (r, m),
+    };
+    if let Err(r) = unknown_fields(&req, GEN_FIELDS) {
+        return (r, m);
+    }
+    let Some(contents) = req.get("contents").and_then(Value::as_array).filter(|a| !a.is_empty()) else {
+        return (invalid("* GenerateContentRequest.contents: contents is not specified"), m);
+    };
+    let mut prompt = String::new();
+    if let Some(si) = get(&req, "systemInstruction", "system_instruction") {
+        parts_text(si.get("parts").unwrap_or(&Value::Null), &mut prompt);
+    }
+    let mut echo = String::new();
+    let mut prev_calls: Vec<String> = Vec::new();
+    let mut prev_role = "";
+    for (i, c) in contents.iter().enumerate() {
+        let role = c.get("role").and_then(Value::as_str).unwrap_or("user");
+        if role != "user" && role != "model" {
+            return (invalid("Please use a valid role: user, model."), m);
+        }
+        let Some(parts) = c.get("parts").and_then(Value::as_array).filter(|p| !p.is_empty()) else {
+            return (invalid(&format!("* GenerateContentRequest.contents[{i}].parts: contents.parts must not be empty.")), m);
+        };
+        for (j, p) in parts.iter().enumerate() {
+            let known = ["text", "inlineData", "inline_data", "fileData", "file_data", "functionCall", "function_call",
+                "functionResponse", "function_response", "thought", "thoughtSignature", "thought_signature",
+                "executableCode", "codeExecutionResult", "videoMetadata"];
+            if let Err(r) = unknown_fields(p, &known) {
+                return (r, m);
+            }
+            if !p.as_object().is_some_and(|o| !o.is_empty()) {
+                return (invalid(&format!("* GenerateContentRequest.contents[{i}].parts[{j}].data: required oneof field 'data' must have one initialized field")), m);
+            }
+        }
+        let calls = call_names(parts, "functionCall", "function_call");
+        let responses = call_names(parts, "functionResponse", "function_response");
+        if !calls.is_empty() && (role != "model" || prev_role != "user") {
+            return (invalid("Please ensure that function call turn comes immediately after a user turn or after a function response turn."), m);
+        }
+        if !responses.is_empty() {
+            let mut want = prev_calls.clone();
+            let mut got = responses.clone();
+            want.sort();
+            got.sort();
+            if role != "user" || prev_calls.is_empty() {
+                return (invalid("Please ensure that function response turn comes immediately after a function call turn."), m);
+            }
+            if want != got {
+                return (invalid("Please ensure that the number of function response parts is equal to the number of function call parts of the function call turn."), m);
+            }
+        } else if !prev_calls.is_empty() {
+            return (invalid("Please ensure that function response turn comes immediately after a function call turn."), m);
+        }
+        let mut t = String::new();
+        parts_text(&Value::Array(parts.clone()), &mut t);
+        if role == "user" && responses.is_empty() {
+            echo = t.clone();
+        }
+        prompt.push_str(&t);
+        prev_calls = calls;
+        prev_role = if role == "user" { "user" } else { "model" };
+    }
+    // Tools and tool config.
+    let empty = json!({});
+    let mut tools: Vec<(String, &Value)> = Vec::new();
+    if let Some(ts) = req.get("tools") {
+        let Some(arr) = ts.as_array() else { return (invalid("Invalid JSON payload received. 'tools' must be a list."), m) };
+        for t in arr {
+            if let Some(decls) = get(t, "functionDeclarations", "function_declarations").and_then(Value::as_array) {
+                for d in decls {
+                    let Some(name) = d.get("name").and_then(Value::as_str).filter(|n| !n.is_empty()) else {
+                        return (invalid("* GenerateContentRequest.tools[0].function_declarations[0].name: Name cannot be empty."), m);
+                    };
+                    let schema = get(d, "parameters", "parameters").or_else(|| get(d, "parametersJsonSchema", "parameters_json_schema")).unwrap_or(&empty);
+                    tools.push((name.to_string(), schema));
+                }
+            }
+        }
+    }
+    let (mut forced, mut any) = (None, false);
+    if let Some(fc) = get(&req, "toolConfig", "tool_config").and_then(|tc| get(tc, "functionCallingConfig", "function_calling_config")) {
+        let mode = fc.get("mode").and_then(Value::as_str).unwrap_or("AUTO");
+        match mode {
+            "AUTO" | "NONE" | "MODE_UNSPECIFIED" | "VALIDATED" => {}
+            "ANY" => {
+                if tools.is_empty() {
+                    return (invalid("* GenerateContentRequest.tool_config.function_calling_config.mode: specified function calling mode requires tools to be specified."), m);
+                }
+                match get(fc, "allowedFunctionNames", "allowed_function_names").and_then(Value::as_array).and_then(|a| a.first()).and_then(Value::as_str) {
+                    Some(n) => {
+                        if !tools.iter().any(|t| t.0 == n) {
+                            return (invalid(&format!("* GenerateContentRequest.tool_config.function_calling_config.allowed_function_names: function {n} is not declared.")), m);
+                        }
+                        forced = Some(n.to_string());
+                    }
+                    None => any = true,
+                }
+            }
+            other => return (invalid(&format!("Invalid value at 'tool_config.function_calling_config.mode' (type.googleapis.com/google.ai.generativelanguage.v1beta.FunctionCallingConfig.Mode), \"{other}\"")), m),
+        }
+    }
+    let max_tokens = get(&req, "generationConfig", "generation_config")
+        .and_then(|g| get(g, "maxOutputTokens", "max_output_tokens"))
+        .and_then(Value::as_u64);
+    let g = GenInput {
+        echo,
+        prompt_chars: prompt.chars().count(),
+        tools,
+        forced_tool: forced,
+        any_tool: any,
+        max_tokens,
+        tool_id_prefix: "",
+    };
+    let p = match plan(ctx, g) {
+        Ok(p) => p,
+        Err(e) => return (invalid(&e), m),
+    };
+    let finish = if p.truncated { "MAX_TOKENS" } else { "STOP" };
+    let usage = json!({
+        "promptTokenCount": p.prompt_tokens,
+        "candidatesTokenCount": p.completion_tokens,
+        "totalTokenCount": p.prompt_tokens + p.completion_tokens,
+    });
+    let response_id = ctx.request_id.clone();
+    let candidate = |parts: Value, finish: Option<&str>| {
+        let mut c = json!({"content": {"parts": parts, "role": "model"}, "index": 0});
+        if let Some(f) = finish {
+            c["finishReason"] = json!(f);
+        }
+        c
+    };
+    if !stream {
+        let parts = match &p.output {
+            Output::Text(t) => json!([{"text": t}]),
+            Output::Tool { name, args, .. } => json!([{"functionCall": {"name": name, "args": args}}]),
+        };
+        let v = json!({
+            "candidates": [candidate(parts, Some(finish))],
+            "usageMetadata": usage, "modelVersion": model, "responseId": response_id,
+        });
+        return (ctx.json_ok(&v, &[]).await, m);
+    }
+    let mut docs: Vec<Value> = Vec::new();
+    match &p.output {
+        Output::Text(t) => {
+            let pieces = crate::text::chunks(t, ctx.chunk_chars());
+            let n = pieces.len();
+            for (i, piece) in pieces.into_iter().enumerate() {
+                let last = i + 1 == n;
+                let mut d = json!({
+                    "candidates": [candidate(json!([{"text": piece}]), if last { Some(finish) } else { None })],
+                    "modelVersion": model, "responseId": response_id,
+                });
+                if last {
+                    d["usageMetadata"] = usage.clone();
+                } else {
+                    d["usageMetadata"] = json!({"promptTokenCount": p.prompt_tokens, "totalTokenCount": p.prompt_tokens});
+                }
+                docs.push(d);
+            }
+        }
+        Output::Tool { name, args, .. } => docs.push(json!({
+            "candidates": [candidate(json!([{"functionCall": {"name": name, "args": args}}]), Some(finish))],
+            "usageMetadata": usage, "modelVersion": model, "responseId": response_id,
+        })),
+    }
+    let sse = ctx.query_param("alt").as_deref() == Some("sse");
+    let mut frames: Vec<Bytes> = Vec::with_capacity(docs.len() + 2);
+    if sse {
+        for d in &docs {
+            let mut s = Vec::with_capacity(256);
+            s.extend_from_slice(b"data: ");
+            let _ = serde_json::to_writer(&mut s, d);
+            s.extend_from_slice(b"\r\n\r\n");
+            frames.push(Bytes::from(s));
+        }
+        (ctx.stream("text/event-stream", frames, 0, &[]), m)
+    } else {
+        // A JSON array delivered incrementally.
+        frames.push(Bytes::from_static(b"["));
+        let n = docs.len();
+        for (i, d) in docs.iter().enumerate() {
+            let mut s = serde_json::to_vec(d).unwrap_or_default();
+            if i + 1 < n {
+                s.extend_from_slice(b",\r\n");
+            }
+            frames.push(Bytes::from(s));
+        }
+        frames.push(Bytes::from_static(b"]"));
+        (ctx.stream("application/json; charset=UTF-8", frames, 1, &[]), m)
+    }
+}
+
+fn embed_one(req: &Value, idx: Option<usize>, path_model: &str) -> Result<(String, usize), Reply> {
+    let pre = idx.map(|i| format!("requests[{i}].")).unwrap_or_default();
+    if let Err(r) = unknown_fields(req, &["model", "content", "taskType", "task_type", "title", "outputDimensionality", "output_dimensionality"]) {
+        return Err(r);
+    }
+    if let Some(m) = req.get("model").and_then(Value::as_str) {
+        if m.strip_prefix("models/").unwrap_or(m) != path_model {
+            return Err(invalid(&format!("* BatchEmbedContentsRequest.{pre}model: model in the request ({m}) does not match the model in the URL (models/{path_model}).")));
+        }
+    } else if idx.is_some() {
+        return Err(invalid(&format!("* BatchEmbedContentsRequest.{pre}model: unexpected model name format")));
+    }
+    let Some(parts) = req.pointer("/content/parts").and_then(Value::as_array).filter(|p| !p.is_empty()) else {
+        return Err(invalid(&format!("* EmbedContentRequest.{pre}content: contents is not specified")));
+    };
+    let mut t = String::new();
+    parts_text(&Value::Array(parts.clone()), &mut t);
+    let dims = match get(req, "outputDimensionality", "output_dimensionality") {
+        None => 768,
+        Some(v) => match v.as_u64() {
+            Some(n) if (1..=3072).contains(&n) => n as usize,
+            _ => return Err(invalid("* EmbedContentRequest.output_dimensionality: must be a positive integer.")),
+        },
+    };
+    Ok((t, dims))
+}
+
+pub async fn embed(ctx: &Ctx<'_>, model: String, batch: bool) -> Outcome {
+    let m = Some(model.clone());
+    let method = if batch { "batchEmbedContents" } else { "embedContent" };
+    if !ctx.provider.has_model(&model) || !is_embedding_model(&model) {
+        return (not_found(&model, method), m);
+    }
+    let req = match parse(ctx) {
+        Ok(v) => v,
+        Err(r) => return (r, m),
+    };
+    let v = if batch {
+        if let Err(r) = unknown_fields(&req, &["requests"]) {
+            return (r, m);
+        }
+        let Some(reqs) = req.get("requests").and_then(Value::as_array).filter(|a| !a.is_empty()) else {
+            return (invalid("* BatchEmbedContentsRequest.requests: requests is not specified"), m);
+        };
+        let mut out = Vec::with_capacity(reqs.len());
+        for (i, r) in reqs.iter().enumerate() {
+            match embed_one(r, Some(i), &model) {
+                Ok((t, d)) => out.push(json!({"values": crate::text::embedding(&t, d)})),
+                Err(e) => return (e, m),
+            }
+        }
+        json!({"embeddings": out})
+    } else {
+        match embed_one(&req, None, &model) {
+            Ok((t, d)) => json!({"embedding": {"values": crate::text::embedding(&t, d)}}),
+            Err(e) => return (e, m),
+        }
+    };
+    (ctx.json_ok(&v, &[]).await, m)
 }

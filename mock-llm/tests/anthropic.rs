@@ -101,12 +101,19 @@ async fn headers_are_required() {
     check_error(&r, 401, "authentication_error", "x-api-key");
     let r = call(&app, "POST", "/v1/messages", &[("x-api-key", "bad"), AV], HELLO).await;
     check_error(&r, 401, "authentication_error", "invalid x-api-key");
+    // The same API key as a Bearer token is accepted (official SDK 2.x).
     let r = call(&app, "POST", "/v1/messages", &[("authorization", "Bearer mock-anthropic-key-1"), AV], HELLO).await;
-    check_error(&r, 401, "authentication_error", "x-api-key");
+    assert_eq!(r.status, 200);
+    let r = call(&app, "POST", "/v1/messages", &[("authorization", "Bearer mock-openai-key-1"), AV], HELLO).await;
+    check_error(&r, 401, "authentication_error", "invalid x-api-key");
     let r = call(&app, "POST", "/v1/messages", &[AK], HELLO).await;
     check_error(&r, 400, "invalid_request_error", "anthropic-version");
-    let r = call(&app, "POST", "/v1/messages", &[AK, ("anthropic-version", "2099-01-01")], HELLO).await;
+    let r = call(&app, "POST", "/v1/messages", &[AK, ("anthropic-version", "latest")], HELLO).await;
     check_error(&r, 400, "invalid_request_error", "anthropic-version");
+    let r = call(&app, "POST", "/v1/messages", &[AK, ("anthropic-version", "2022-13-01")], HELLO).await;
+    check_error(&r, 400, "invalid_request_error", "anthropic-version");
+    let r = call(&app, "POST", "/v1/messages", &[AK, ("anthropic-version", "2026-10-21")], HELLO).await;
+    assert_eq!(r.status, 200);
     let r = call(&app, "POST", "/v1/messages", &[("x-api-key", "mock-anthropic-key-401"), AV], HELLO).await;
     check_error(&r, 401, "authentication_error", "");
     let r = call(&app, "POST", "/v1/messages", &[("x-api-key", "mock-anthropic-key-429"), AV], HELLO).await;
