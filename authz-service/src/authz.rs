@@ -79,17 +79,36 @@ pub fn error_body(message: &str, kind: &str, code: &str) -> String {
         .to_string()
 }
 
+/// Which scope a bucket belongs to (for the 429 message).
+#[derive(Clone, Copy)]
+enum Scope {
+    Key,
+    Tenant,
+    KeyModel,
+    TenantModel,
+}
+
 struct Planned {
     op: BucketOp,
     limit: Limit,
-    /// "key demo-key", "tenant demo", "key demo-key model m", "tenant demo model m".
-    label: String,
+    scope: Scope,
+}
+
+/// "key demo-key", "tenant demo", "key demo-key model m", "tenant demo model m".
+fn scope_label(scope: Scope, key: &Key, model: Option<&str>) -> String {
+    let m = model.unwrap_or("");
+    match scope {
+        Scope::Key => format!("key {}", key.id),
+        Scope::Tenant => format!("tenant {}", key.tenant),
+        Scope::KeyModel => format!("key {} model {m}", key.id),
+        Scope::TenantModel => format!("tenant {} model {m}", key.tenant),
+    }
 }
 
 fn plan(policy: &Policy, key: &Key, model: Option<&str>, usage: Option<u64>) -> Vec<Planned> {
     let mut out = Vec::new();
     let tenant = policy.tenant(&key.tenant);
-    let mut add = |limits: &[Limit], scope: String, label: String| {
+    let mut add = |limits: &[Limit], scope_key: String, scope: Scope| {
         for l in limits {
             let take = match (usage, l.kind) {
                 (Some(tokens), Kind::Tokens) => tokens,
@@ -105,37 +124,25 @@ fn plan(policy: &Policy, key: &Key, model: Option<&str>, usage: Option<u64>) -> 
             };
             out.push(Planned {
                 op: BucketOp {
-                    key: bucket_key(&key.tenant, kp, &scope),
+                    key: bucket_key(&key.tenant, kp, &scope_key),
                     spec: l.spec,
                     take,
                 },
                 limit: *l,
-                label: label.clone(),
+                scope,
             });
         }
     };
-    add(
-        &key.limits,
-        format!("k:{}", key.id),
-        format!("key {}", key.id),
-    );
+    add(&key.limits, format!("k:{}", key.id), Scope::Key);
     if let Some(t) = tenant {
-        add(&t.limits, "t".to_string(), format!("tenant {}", t.name));
+        add(&t.limits, "t".to_string(), Scope::Tenant);
     }
     if let Some(m) = model {
         if let Some(ls) = key.model_limits.get(m) {
-            add(
-                ls,
-                format!("km:{}:{m}", key.id),
-                format!("key {} model {m}", key.id),
-            );
+            add(ls, format!("km:{}:{m}", key.id), Scope::KeyModel);
         }
-        if let Some((t, ls)) = tenant.and_then(|t| t.model_limits.get(m).map(|ls| (t, ls))) {
-            add(
-                ls,
-                format!("tm:{m}"),
-                format!("tenant {} model {m}", t.name),
-            );
+        if let Some(ls) = tenant.and_then(|t| t.model_limits.get(m)) {
+            add(ls, format!("tm:{m}"), Scope::TenantModel);
         }
     }
     out
@@ -379,7 +386,7 @@ impl<S: Store> Authorizer<S> {
                 let retry_ms = ms_until_admits(level, p.op.take, p.limit.spec);
                 let msg = format!(
                     "Rate limit reached for {} on {kind} per {}: limit {}, remaining {}. Please try again in {}.",
-                    p.label,
+                    scope_label(p.scope, key, model),
                     p.limit.period,
                     p.limit.spec.capacity,
                     level.floor().max(0.0) as u64,
