@@ -1,0 +1,167 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+use common::*;
+use mock_llm::{eventstream, sigv4};
+use serde_json::{json, Value};
+
+const GK: (&str, &str) = ("x-goog-api-key", "mock-gemini-key-1");
+const GEN: &str = "/v1beta/models/gemini-2.0-flash:generateContent";
+const HELLO: &str = r#"{"contents":[{"role":"user","parts":[{"text":"hello there world"}]}]}"#;
+
+fn gstatus(r: &Resp) -> String {
+    r.json()["error"]["status"].as_str().unwrap_or("").to_string()
+}
+
+#[tokio::test]
+async fn gemini_rules() {
+    let app = app();
+    let r = call(&app, "POST", GEN, &[GK], HELLO).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["candidates"][0]["content"]["parts"][0]["text"], "mock response to: hello there world");
+    let cases: &[(&str, &str, u16, &str)] = &[
+        (GEN, "{}", 400, "contents is not specified"),
+        (GEN, "[1]", 400, "Invalid JSON payload"),
+        (GEN, r#"{"contents":[{"parts":[{"text":"x"}]}],"bogus":1}"#, 400, "Unknown name \"bogus\""),
+        (GEN, r#"{"contents":[{"role":"assistant","parts":[{"text":"x"}]}]}"#, 400, "valid role"),
+        (GEN, r#"{"contents":[{"role":"user","parts":[]}]}"#, 400, "must not be empty"),
+        (GEN, r#"{"contents":[{"role":"user","parts":[{"functionResponse":{"name":"f","response":{}}}]}]}"#, 400, "function response turn"),
+        (GEN, r#"{"contents":[{"role":"model","parts":[{"functionCall":{"name":"f","args":{}}}]}]}"#, 400, "function call turn"),
+        ("/v1beta/models/gemini-9:generateContent", HELLO, 404, "models/gemini-9 is not found"),
+        ("/v1beta/models/text-embedding-004:generateContent", HELLO, 404, "not supported for generateContent"),
+        ("/v1beta/models/gemini-2.0-flash:embedContent", r#"{"content":{"parts":[{"text":"x"}]}}"#, 404, "not supported for embedContent"),
+    ];
+    for (path, body, status, needle) in cases {
+        let r = call(&app, "POST", path, &[GK], body).await;
+        assert_eq!(r.status, *status, "{path} {body} -> {}", r.text());
+        assert!(r.json()["error"]["message"].as_str().unwrap().contains(needle), "{}", r.text());
+        assert_eq!(r.json()["error"]["code"], *status);
+    }
+    let r = call(&app, "POST", GEN, &[], HELLO).await;
+    assert_eq!((r.status, gstatus(&r)), (403, "PERMISSION_DENIED".to_string()));
+    let r = call(&app, "POST", &format!("{GEN}?key=nope"), &[], HELLO).await;
+    assert_eq!((r.status, gstatus(&r)), (400, "INVALID_ARGUMENT".to_string()));
+    let r = call(&app, "POST", GEN, &[("x-goog-api-key", "mock-gemini-key-429")], HELLO).await;
+    assert_eq!((r.status, gstatus(&r)), (429, "RESOURCE_EXHAUSTED".to_string()));
+    // max output tokens: MAX_TOKENS finish.
+    let body = r#"{"contents":[{"parts":[{"text":"hello"}]}],"generationConfig":{"maxOutputTokens":2}}"#;
+    let v = call(&app, "POST", GEN, &[GK], body).await.json();
+    assert_eq!(v["candidates"][0]["finishReason"], "MAX_TOKENS");
+    assert_eq!(v["usageMetadata"]["candidatesTokenCount"], 2);
+}
+
+const MODEL: &str = "anthropic.claude-3-haiku-20240307-v1:0";
+const PATH: &str = "/model/anthropic.claude-3-haiku-20240307-v1%3A0";
+
+fn amz_now() -> String {
+    // YYYYMMDDTHHMMSSZ from the Unix time (civil-from-days).
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    let (days, secs) = (t.div_euclid(86400), t.rem_euclid(86400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z", secs / 3600, secs % 3600 / 60, secs % 60)
+}
+
+/// Headers of a request signed with the crate's signer (botocore signs in
+/// the Python suite; this checks the verifier against its own signer).
+fn signed(path: &str, body: &str, secret: &str) -> Vec<(String, String)> {
+    let date = amz_now();
+    let headers = vec![("host".to_string(), "mock".to_string()), ("x-amz-date".to_string(), date.clone())];
+    let h = headers.clone();
+    let lookup = move |n: &str| -> Vec<String> { h.iter().filter(|(k, _)| k == n).map(|(_, v)| v.clone()).collect() };
+    let req = sigv4::SignedRequest { method: "POST", raw_path: path, query: None, header: &lookup, body: body.as_bytes() };
+    let a = sigv4::AuthHeader {
+        access_key_id: "AKIDMOCKBEDROCK1".into(),
+        date: date[..8].to_string(),
+        region: "us-east-1".into(),
+        service: "bedrock".into(),
+        signed_headers: vec!["host".into(), "x-amz-date".into()],
+        signature: String::new(),
+    };
+    let creq = sigv4::canonical_request(&req, &a.signed_headers);
+    let sig = sigv4::signature(secret, &a, &date, &creq);
+    let mut out = headers;
+    out.push((
+        "authorization".into(),
+        format!("AWS4-HMAC-SHA256 Credential=AKIDMOCKBEDROCK1/{}/us-east-1/bedrock/aws4_request, SignedHeaders=host;x-amz-date, Signature={sig}", &date[..8]),
+    ));
+    out
+}
+
+async fn bedrock(app: &mock_llm::app::App, op: &str, body: &str, secret: &str) -> Resp {
+    let path = format!("{PATH}/{op}");
+    let h = signed(&path, body, secret);
+    let hr: Vec<(&str, &str)> = h.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    call(app, "POST", &path, &hr, body).await
+}
+
+#[tokio::test]
+async fn bedrock_converse_and_stream() {
+    let app = app();
+    let body = r#"{"messages":[{"role":"user","content":[{"text":"hello there world"}]}]}"#;
+    let r = bedrock(&app, "converse", body, "mock-bedrock-secret-1").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["output"]["message"]["content"][0]["text"], "mock response to: hello there world");
+    let r = bedrock(&app, "converse", body, "wrong").await;
+    assert_eq!(r.status, 403);
+    assert!(r.header("x-amzn-errortype").unwrap().starts_with("InvalidSignatureException"));
+    let r = call(&app, "POST", &format!("{PATH}/converse"), &[], body).await;
+    assert_eq!(r.status, 403);
+    assert!(r.header("x-amzn-errortype").unwrap().starts_with("MissingAuthenticationTokenException"));
+
+    let r = bedrock(&app, "converse-stream", body, "mock-bedrock-secret-1").await;
+    assert_eq!(r.header("content-type"), Some("application/vnd.amazon.eventstream"));
+    let mut buf = &r.body[..];
+    let mut kinds = Vec::new();
+    let mut text = String::new();
+    while !buf.is_empty() {
+        let (h, payload, n) = eventstream::decode(buf).unwrap();
+        let kind = h.iter().find(|(k, _)| k == ":event-type").unwrap().1.clone();
+        let v: Value = serde_json::from_slice(&payload).unwrap();
+        if kind == "contentBlockDelta" {
+            text.push_str(v["delta"]["text"].as_str().unwrap());
+        }
+        kinds.push(kind);
+        buf = &buf[n..];
+    }
+    assert_eq!(kinds[0], "messageStart");
+    assert_eq!(&kinds[kinds.len() - 3..], &["contentBlockStop", "messageStop", "metadata"]);
+    assert_eq!(text, "mock response to: hello there world");
+}
+
+#[tokio::test]
+async fn bedrock_rules() {
+    let app = app();
+    let tc = r#""toolConfig":{"tools":[{"toolSpec":{"name":"f","inputSchema":{"json":{"type":"object"}}}}]}"#;
+    let cases: Vec<(String, &str)> = vec![
+        ("{}".into(), "Member must not be null"),
+        (r#"{"messages":[{"role":"assistant","content":[{"text":"a"}]}]}"#.into(), "start with a user message"),
+        (r#"{"messages":[{"role":"user","content":[{"text":"a"}]},{"role":"user","content":[{"text":"b"}]}]}"#.into(), "alternate"),
+        (r#"{"messages":[{"role":"user","content":[]}]}"#.into(), "content field in the Message object is empty"),
+        (r#"{"messages":[{"role":"user","content":[{"text":"a","image":{}}]}]}"#.into(), "exactly one"),
+        (r#"{"messages":[{"role":"user","content":[{"toolResult":{"toolUseId":"t","content":[]}}]}]}"#.into(), "toolConfig field must be defined"),
+        (format!(r#"{{"messages":[{{"role":"user","content":[{{"toolResult":{{"toolUseId":"t","content":[]}}}}]}}],{tc}}}"#), "does not match any toolUse"),
+        (format!(r#"{{"messages":[{{"role":"user","content":[{{"text":"a"}}]}},{{"role":"assistant","content":[{{"toolUse":{{"toolUseId":"t1","name":"f","input":{{}}}}}}]}},{{"role":"user","content":[{{"text":"b"}}]}}],{tc}}}"#), "Expected toolResult blocks"),
+        (r#"{"messages":[{"role":"user","content":[{"text":"a"}]}],"inferenceConfig":{"maxTokens":0}}"#.into(), "maxTokens"),
+    ];
+    for (body, needle) in &cases {
+        let r = bedrock(&app, "converse", body, "mock-bedrock-secret-1").await;
+        assert_eq!(r.status, 400, "{body} -> {}", r.text());
+        assert!(r.header("x-amzn-errortype").unwrap().starts_with("ValidationException"));
+        assert!(r.json()["message"].as_str().unwrap().contains(needle), "{body} -> {}", r.text());
+    }
+    let r = bedrock(&app, "converse", "{oops", "mock-bedrock-secret-1").await;
+    assert!(r.header("x-amzn-errortype").unwrap().starts_with("SerializationException"));
+    let r = bedrock(&app, "converse", &json!({"messages":[{"role":"user","content":[{"text":"x"}]}]}).to_string(), "mock-bedrock-secret-1").await;
+    assert_eq!(r.status, 200);
+    // The model id arrives percent-encoded in the path and is reported decoded.
+    let st = call(&app, "GET", "/_mock/stats", &[], "").await.json();
+    assert!(st["by_model"][MODEL].as_u64().unwrap() >= 1, "{st}");
+}
