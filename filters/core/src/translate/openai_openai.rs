@@ -156,7 +156,8 @@ impl OpenAiStream {
             return;
         }
         let data = ev.data.as_str();
-        if data != "[DONE]" {
+        // Only chunks that carry usage need parsing.
+        if data != "[DONE]" && data.contains("\"usage\"") {
             if let Ok(v) = serde_json::from_str::<Value>(data) {
                 if let Some(u) = v.get("usage").and_then(parse_usage) {
                     self.usage = Some(u);

@@ -1,0 +1,145 @@
+//! Criterion benches of the logic crate, driven by a scenario table with a
+//! fixed seed. Run: `cargo bench -p tollgate-core --bench core`.
+//! Goals (issue 5): key selection ≤ 50 ns, 0.13 KB OpenAI→Anthropic request
+//! ≤ 5 µs, 10 KB Anthropic→OpenAI response ≤ 30 µs; stream cost per chunk.
+
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use serde_json::json;
+use tollgate_core::config::{Kind, Runtime};
+use tollgate_core::keys::{KeyPool, XorShift};
+use tollgate_core::translate::{for_kind, parse_client_body, Endpoint, RequestCtx, ResponseCtx};
+
+const CONFIG: &str = r#"{"providers": {
+  "openai": {"kind": "openai", "cluster": "openai", "models": ["gpt-4o-mini"],
+    "keys": [{"id": "o1", "value": "k1", "weight": 3}, {"id": "o2", "value": "k2", "weight": 1}]},
+  "anthropic": {"kind": "anthropic", "cluster": "anthropic", "models": {"claude-sonnet-4-5": {"max_tokens": 8192}},
+    "keys": [{"id": "a1", "value": "k3"}]}},
+  "aliases": {"smart": "anthropic/claude-sonnet-4-5"}}"#;
+
+/// 0.13 KB chat request.
+const SMALL_REQUEST: &str = r#"{"model":"smart","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Capital of France?"}],"max_tokens":64}"#;
+
+fn response_10kb() -> Vec<u8> {
+    let text = "The quick brown fox jumps over the lazy dog. ".repeat(225);
+    serde_json::to_vec(&json!({"id": "msg_01XFDUDYJgAACzvnptvVoYEL", "type": "message", "role": "assistant",
+        "model": "claude-sonnet-4-5", "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn", "stop_sequence": null,
+        "usage": {"input_tokens": 2095, "output_tokens": 503, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}}))
+    .unwrap_or_default()
+}
+
+const DELTA_EVENT: &[u8] = b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hello, world! \"}}\n\n";
+const OPENAI_CHUNK: &[u8] = b"data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o-mini\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hello, world! \"},\"finish_reason\":null}]}\n\n";
+
+fn benches(c: &mut Criterion) {
+    let rt = Runtime::from_json(CONFIG.as_bytes(), &|_| None).unwrap_or_else(|e| panic!("{e}"));
+
+    // --- key selection
+    let pool = KeyPool::new(&[(0, 3), (1, 1)]);
+    let mut rng = XorShift::new(42);
+    c.bench_function("key_selection/weighted_2_keys", |b| {
+        b.iter(|| black_box(pool.pick(rng.next_u32(), |_| true)))
+    });
+    c.bench_function("key_selection/one_key_cooling", |b| {
+        b.iter(|| black_box(pool.pick(rng.next_u32(), |k| k != 0)))
+    });
+
+    // --- request translation (bytes in, bytes out: what the filter does)
+    let mut g = c.benchmark_group("request");
+    g.throughput(Throughput::Bytes(SMALL_REQUEST.len() as u64));
+    g.bench_function(
+        format!("openai_to_anthropic_{}B", SMALL_REQUEST.len()),
+        |b| {
+            b.iter(|| {
+                let (v, model) = parse_client_body(black_box(SMALL_REQUEST.as_bytes()))
+                    .unwrap_or_else(|e| panic!("{e:?}"));
+                let r = rt.resolve(&model).unwrap_or_else(|| panic!("model"));
+                let p = rt
+                    .provider(r.provider)
+                    .unwrap_or_else(|| panic!("provider"));
+                let ctx = RequestCtx {
+                    provider: p,
+                    model: &r.model,
+                    model_cfg: &p.models[&r.model],
+                    endpoint: Endpoint::Chat,
+                };
+                black_box(for_kind(p.kind).request(&ctx, &v).map(|u| u.body.len()))
+            })
+        },
+    );
+    let openai_req = SMALL_REQUEST.replace("smart", "openai/gpt-4o-mini");
+    g.bench_function(format!("openai_passthrough_{}B", openai_req.len()), |b| {
+        b.iter(|| {
+            let (v, model) = parse_client_body(black_box(openai_req.as_bytes()))
+                .unwrap_or_else(|e| panic!("{e:?}"));
+            let r = rt.resolve(&model).unwrap_or_else(|| panic!("model"));
+            let p = rt
+                .provider(r.provider)
+                .unwrap_or_else(|| panic!("provider"));
+            let ctx = RequestCtx {
+                provider: p,
+                model: &r.model,
+                model_cfg: &p.models[&r.model],
+                endpoint: Endpoint::Chat,
+            };
+            black_box(for_kind(p.kind).request(&ctx, &v).map(|u| u.body.len()))
+        })
+    });
+    g.finish();
+
+    // --- response translation
+    let resp = response_10kb();
+    let ctx = ResponseCtx {
+        endpoint: Endpoint::Chat,
+        stream: false,
+        include_usage: false,
+        created: 1,
+    };
+    let mut g = c.benchmark_group("response");
+    g.throughput(Throughput::Bytes(resp.len() as u64));
+    g.bench_function(format!("anthropic_to_openai_{}B", resp.len()), |b| {
+        b.iter(|| {
+            black_box(
+                for_kind(Kind::Anthropic)
+                    .response(&ctx, black_box(&resp))
+                    .map(|t| t.body.map(|b| b.len())),
+            )
+        })
+    });
+    g.finish();
+
+    // --- streaming, per upstream chunk (one SSE event)
+    let sctx = ResponseCtx {
+        endpoint: Endpoint::Chat,
+        stream: true,
+        include_usage: true,
+        created: 1,
+    };
+    let mut g = c.benchmark_group("stream_per_chunk");
+    let mut t = for_kind(Kind::Anthropic).stream(&sctx);
+    let mut out = Vec::with_capacity(4096);
+    t.feed(b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"model\":\"claude-sonnet-4-5\",\"usage\":{\"input_tokens\":10,\"output_tokens\":1}}}\n\n", &mut out);
+    g.throughput(Throughput::Bytes(DELTA_EVENT.len() as u64));
+    g.bench_function("anthropic_to_openai_text_delta", |b| {
+        b.iter(|| {
+            out.clear();
+            t.feed(black_box(DELTA_EVENT), &mut out);
+            black_box(out.len())
+        })
+    });
+    let mut t = for_kind(Kind::Openai).stream(&sctx);
+    g.throughput(Throughput::Bytes(OPENAI_CHUNK.len() as u64));
+    g.bench_function("openai_passthrough_chunk", |b| {
+        b.iter(|| {
+            out.clear();
+            t.feed(black_box(OPENAI_CHUNK), &mut out);
+            black_box(out.len())
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(core, benches);
+criterion_main!(core);
