@@ -19,6 +19,10 @@ use std::time::Duration;
 /// What the server does with a request.
 pub enum Reply {
     Response(Response<MockBody>),
+    /// A response to send after a delay (ms). The server sleeps after the
+    /// handler returned, so a delayed request holds only its response bytes,
+    /// not its parsed request.
+    Delayed(Response<MockBody>, u64),
     /// Close the connection with a TCP reset and no response.
     Reset,
 }
@@ -26,8 +30,20 @@ pub enum Reply {
 impl Reply {
     pub fn status(&self) -> u16 {
         match self {
-            Reply::Response(r) => r.status().as_u16(),
+            Reply::Response(r) | Reply::Delayed(r, _) => r.status().as_u16(),
             Reply::Reset => 0,
+        }
+    }
+
+    /// Wait out the delay, if any: the response, or None for a reset.
+    pub async fn ready(self) -> Option<Response<MockBody>> {
+        match self {
+            Reply::Response(r) => Some(r),
+            Reply::Delayed(r, ms) => {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Some(r)
+            }
+            Reply::Reset => None,
         }
     }
 }
@@ -138,13 +154,10 @@ impl Ctx<'_> {
         self.provider.behavior.stream_chunk_chars
     }
 
-    /// A complete JSON answer, after the latency delay; cut mid-body when
-    /// an abort was requested.
+    /// A complete JSON answer, sent after the latency delay; cut mid-body
+    /// when an abort was requested.
     pub async fn json_ok(&self, v: &Value, extra: &[(&'static str, String)]) -> Reply {
         let lat = self.latency_ms();
-        if lat > 0 {
-            tokio::time::sleep(Duration::from_millis(lat)).await;
-        }
         let bytes = Bytes::from(serde_json::to_vec(v).unwrap_or_default());
         let len = bytes.len();
         let body = if self.abort { body::truncated(bytes) } else { MockBody::full(bytes) };
@@ -157,7 +170,11 @@ impl Ctx<'_> {
                 h.insert(*k, v);
             }
         }
-        Reply::Response(r)
+        if lat > 0 {
+            Reply::Delayed(r, lat)
+        } else {
+            Reply::Response(r)
+        }
     }
 
     /// A streaming answer: `frames[0]` is sent at once, the first content

@@ -78,9 +78,10 @@ async fn serve_one(app: Arc<App>, req: Request<Incoming>, reset: Arc<AtomicBool>
             return Err(e);
         }
     };
-    match app.handle(parts, bytes).await {
-        Reply::Response(r) => Ok(r),
-        Reply::Reset => {
+    let reply: Reply = app.handle(parts, bytes).await;
+    match reply.ready().await {
+        Some(r) => Ok(r),
+        None => {
             reset.store(true, Ordering::Relaxed);
             Err("mock-llm: connection reset requested".into())
         }

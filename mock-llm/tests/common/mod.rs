@@ -59,9 +59,10 @@ pub async fn call(app: &App, method: &str, uri: &str, headers: &[(&str, &str)], 
         b = b.header(*k, *v);
     }
     let (parts, ()) = b.body(()).unwrap().into_parts();
-    match app.handle(parts, Bytes::from(body.to_string())).await {
-        Reply::Reset => Resp { status: 0, headers: Default::default(), body: Bytes::new(), aborted: true },
-        Reply::Response(r) => {
+    let reply: Reply = app.handle(parts, Bytes::from(body.to_string())).await;
+    match reply.ready().await {
+        None => Resp { status: 0, headers: Default::default(), body: Bytes::new(), aborted: true },
+        Some(r) => {
             let (p, mut body) = r.into_parts();
             let mut buf = Vec::new();
             let mut aborted = false;
