@@ -44,14 +44,16 @@ fn main() {
     while i < n {
         let mut p = redis::pipe();
         for j in i..(i + 1000).min(n) {
-            // A key's requests-per-minute bucket, as the service names it.
+            // A key's requests-per-day bucket, as the service names it. After
+            // one take its TTL is 86.4 s, so every bucket is still live when
+            // memory is read.
             p.cmd("EVALSHA")
                 .arg(&sha)
                 .arg(1)
-                .arg(format!("tg:{{tenant-{j:07}}}:rm:k:key-{j:07}"))
+                .arg(format!("tg:{{tenant-{j:07}}}:rd:k:key-{j:07}"))
                 .arg("take")
                 .arg(1000)
-                .arg(60_000)
+                .arg(86_400_000)
                 .arg(1)
                 .ignore();
         }

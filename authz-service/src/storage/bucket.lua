@@ -18,10 +18,15 @@
 -- The request is admitted iff every bucket admits; only then is anything
 -- taken. Buckets whose take is 0 are never written.
 --
--- Stored value: "<level in thousandths> <ms timestamp>" (a string, the
--- smallest Redis encoding). An absent key is a full bucket. Every write
--- sets a TTL of the time until the bucket would be full again (at least
--- 1 s), after which absence means the same thing.
+-- Stored value: one integer, the bucket's "full time" in microseconds on
+-- Redis's clock: the instant at which the bucket will be full again
+-- (GCRA's theoretical arrival time). The level at `now` is
+--   capacity - max(0, full - now) * capacity / window,
+-- the same continuous refill as level-plus-timestamp, in one integer that
+-- Redis keeps int-encoded (no string allocation: smallest memory per
+-- bucket). A level below zero is a full time more than one window ahead.
+-- An absent key is a full bucket. Every write sets a TTL of the time until
+-- the bucket is full (at least 1 s), after which absence means the same.
 --
 -- Clock: Redis's TIME, so every gateway instance shares one clock.
 --
@@ -30,7 +35,7 @@
 --   [i+1]  level of bucket i after the decision, in thousandths (floored)
 
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])  -- microseconds
 local take_mode = ARGV[1] == 'take'
 local n = #KEYS
 local caps, wins, takes, levels = {}, {}, {}, {}
@@ -38,20 +43,13 @@ local denied = 0
 
 for i = 1, n do
   local cap = tonumber(ARGV[3 * i - 1])
-  local win = tonumber(ARGV[3 * i])
+  local win = tonumber(ARGV[3 * i]) * 1000  -- microseconds
   local take = tonumber(ARGV[3 * i + 1])
   caps[i], wins[i], takes[i] = cap, win, take
   local level = cap
-  local v = redis.call('GET', KEYS[i])
-  if v then
-    local lm, ts = string.match(v, '^(%-?%d+) (%d+)$')
-    lm, ts = tonumber(lm), tonumber(ts)
-    if lm and ts then
-      local elapsed = now - ts
-      if elapsed < 0 then elapsed = 0 end
-      level = lm / 1000 + elapsed * cap / win
-      if level > cap then level = cap end
-    end
+  local full = tonumber(redis.call('GET', KEYS[i]))
+  if full and full > now then
+    level = cap - (full - now) * cap / win
   end
   levels[i] = level
   if take_mode and denied == 0 and not (level > 0 and level >= take) then
@@ -64,9 +62,10 @@ for i = 1, n do
   local level = levels[i]
   if denied == 0 and takes[i] > 0 then
     level = level - takes[i]
-    local ttl = math.ceil((caps[i] - level) * wins[i] / caps[i])
+    local wait = math.ceil((caps[i] - level) * wins[i] / caps[i])  -- us until full
+    local ttl = math.ceil(wait / 1000)
     if ttl < 1000 then ttl = 1000 end
-    redis.call('SET', KEYS[i], string.format('%d %d', math.floor(level * 1000), now), 'PX', ttl)
+    redis.call('SET', KEYS[i], string.format('%d', now + wait), 'PX', ttl)
   end
   out[i + 1] = math.floor(level * 1000)
 end
