@@ -11,7 +11,10 @@
 //! next message. Errors: `{"type":"error","error":{"type","message"},
 //! "request_id"}` with the documented status per error type.
 
-use crate::app::{self, json_response, plan, unknown_key_id, AuthFail, Ctx, ErrKind, GenInput, KeyRt, Output, Reply};
+use crate::app::{
+    self, json_response, plan, unknown_key_id, AuthFail, Ctx, ErrKind, GenInput, KeyRt, Output,
+    Reply,
+};
 use bytes::Bytes;
 use serde_json::{json, Value};
 
@@ -24,7 +27,9 @@ fn valid_version(v: &str) -> bool {
     b.len() == 10
         && b[4] == b'-'
         && b[7] == b'-'
-        && b.iter().enumerate().all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit())
+        && b.iter()
+            .enumerate()
+            .all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit())
         && v >= "2023-01-01"
         && (1..=12).contains(&v[5..7].parse::<u8>().unwrap_or(0))
         && (1..=31).contains(&v[8..10].parse::<u8>().unwrap_or(0))
@@ -33,13 +38,27 @@ fn valid_version(v: &str) -> bool {
 pub fn authenticate<'a>(ctx: &Ctx<'a>) -> Result<&'a KeyRt, AuthFail> {
     // `x-api-key` is the documented header; official SDKs 2.x send the same
     // API key as `Authorization: Bearer`, which the API accepts too.
-    let bearer = ctx.header("authorization").and_then(|a| a.strip_prefix("Bearer ")).map(str::trim);
+    let bearer = ctx
+        .header("authorization")
+        .and_then(|a| a.strip_prefix("Bearer "))
+        .map(str::trim);
     let Some(key) = ctx.header("x-api-key").or(bearer).filter(|k| !k.is_empty()) else {
-        return Err((err(ctx, 401, "authentication_error", "x-api-key header is required"), None));
+        return Err((
+            err(
+                ctx,
+                401,
+                "authentication_error",
+                "x-api-key header is required",
+            ),
+            None,
+        ));
     };
     match ctx.provider.key_by_secret(key) {
         Some(k) => Ok(k),
-        None => Err((err(ctx, 401, "authentication_error", "invalid x-api-key"), Some(unknown_key_id(key)))),
+        None => Err((
+            err(ctx, 401, "authentication_error", "invalid x-api-key"),
+            Some(unknown_key_id(key)),
+        )),
     }
 }
 
@@ -48,7 +67,13 @@ pub fn err(ctx: &Ctx<'_>, status: u16, ty: &str, message: &str) -> Reply {
     err_h(ctx, status, ty, message, &[])
 }
 
-fn err_h(ctx: &Ctx<'_>, status: u16, ty: &str, message: &str, extra: &[(&'static str, String)]) -> Reply {
+fn err_h(
+    ctx: &Ctx<'_>,
+    status: u16,
+    ty: &str,
+    message: &str,
+    extra: &[(&'static str, String)],
+) -> Reply {
     let rid = format!("req_{}", ctx.request_id);
     let v = json!({"type": "error", "error": {"type": ty, "message": message}, "request_id": rid});
     let mut h: Vec<(&'static str, String)> = vec![("request-id", rid)];
@@ -58,11 +83,22 @@ fn err_h(ctx: &Ctx<'_>, status: u16, ty: &str, message: &str, extra: &[(&'static
 
 pub fn error_for(ctx: &Ctx<'_>, k: ErrKind, _detail: &str) -> Reply {
     match k {
-        ErrKind::MissingKey => err(ctx, 401, "authentication_error", "x-api-key header is required"),
+        ErrKind::MissingKey => err(
+            ctx,
+            401,
+            "authentication_error",
+            "x-api-key header is required",
+        ),
         ErrKind::BadKey => err(ctx, 401, "authentication_error", "invalid x-api-key"),
         ErrKind::RateLimited => {
             let retry = ctx.behavior().retry_after_s.to_string();
-            err_h(ctx, 429, "rate_limit_error", "Number of requests has exceeded your per-minute rate limit", &[("retry-after", retry)])
+            err_h(
+                ctx,
+                429,
+                "rate_limit_error",
+                "Number of requests has exceeded your per-minute rate limit",
+                &[("retry-after", retry)],
+            )
         }
         ErrKind::Internal => err(ctx, 500, "api_error", "Internal server error"),
         ErrKind::Unavailable => err(ctx, 503, "api_error", "Service unavailable"),
@@ -93,22 +129,44 @@ fn block_text(b: &Value, out: &mut String) {
 }
 
 const BLOCK_TYPES: &[&str] = &[
-    "text", "image", "document", "tool_use", "tool_result", "thinking", "redacted_thinking",
-    "search_result", "server_tool_use", "web_search_tool_result",
+    "text",
+    "image",
+    "document",
+    "tool_use",
+    "tool_result",
+    "thinking",
+    "redacted_thinking",
+    "search_result",
+    "server_tool_use",
+    "web_search_tool_result",
 ];
 
 pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
     match ctx.header("anthropic-version") {
         None => return (bad(ctx, "anthropic-version: header is required"), None),
         Some(v) if !valid_version(v) => {
-            return (bad(ctx, &format!("anthropic-version: invalid version: {v}")), None)
+            return (
+                bad(ctx, &format!("anthropic-version: invalid version: {v}")),
+                None,
+            )
         }
         _ => {}
     }
     let req: Value = match serde_json::from_slice::<Value>(ctx.body) {
         Ok(v @ Value::Object(_)) => v,
         Ok(_) => return (bad(ctx, "body: Input should be an object"), None),
-        Err(e) => return (bad(ctx, &format!("There was an error parsing the body of your request: {}", app::json_err(&e))), None),
+        Err(e) => {
+            return (
+                bad(
+                    ctx,
+                    &format!(
+                        "There was an error parsing the body of your request: {}",
+                        app::json_err(&e)
+                    ),
+                ),
+                None,
+            )
+        }
     };
     let model = match req.get("model") {
         Some(Value::String(m)) => m.clone(),
@@ -120,7 +178,15 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
         None => return (bad(ctx, "max_tokens: Field required"), m),
         Some(v) => match v.as_u64() {
             Some(n) if n >= 1 => n,
-            _ => return (bad(ctx, "max_tokens: Input should be greater than or equal to 1"), m),
+            _ => {
+                return (
+                    bad(
+                        ctx,
+                        "max_tokens: Input should be greater than or equal to 1",
+                    ),
+                    m,
+                )
+            }
         },
     };
     let msgs = match req.get("messages") {
@@ -129,7 +195,10 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
         Some(_) => return (bad(ctx, "messages: Input should be a valid list"), m),
     };
     if !ctx.provider.has_model(&model) {
-        return (err(ctx, 404, "not_found_error", &format!("model: {model}")), m);
+        return (
+            err(ctx, 404, "not_found_error", &format!("model: {model}")),
+            m,
+        );
     }
     if msgs.is_empty() {
         return (bad(ctx, "messages: at least one message is required"), m);
@@ -146,12 +215,23 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
         Some(Value::Array(a)) => {
             for (j, b) in a.iter().enumerate() {
                 if b.get("type").and_then(Value::as_str) != Some("text") {
-                    return (bad(ctx, &format!("system.{j}.type: Input should be 'text'")), m);
+                    return (
+                        bad(ctx, &format!("system.{j}.type: Input should be 'text'")),
+                        m,
+                    );
                 }
                 block_text(b, &mut prompt);
             }
         }
-        Some(_) => return (bad(ctx, "system: Input should be a valid string or a list of text blocks"), m),
+        Some(_) => {
+            return (
+                bad(
+                    ctx,
+                    "system: Input should be a valid string or a list of text blocks",
+                ),
+                m,
+            )
+        }
     }
     let mut echo = String::new();
     let mut prev_role = "";
@@ -160,7 +240,15 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
         let role = match msg.get("role") {
             Some(Value::String(r)) => r.as_str(),
             None => return (bad(ctx, &format!("messages.{i}.role: Field required")), m),
-            Some(_) => return (bad(ctx, &format!("messages.{i}.role: Input should be 'user' or 'assistant'")), m),
+            Some(_) => {
+                return (
+                    bad(
+                        ctx,
+                        &format!("messages.{i}.role: Input should be 'user' or 'assistant'"),
+                    ),
+                    m,
+                )
+            }
         };
         if role == "system" {
             return (
@@ -169,10 +257,19 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
             );
         }
         if role != "user" && role != "assistant" {
-            return (bad(ctx, &format!("messages.{i}.role: Input should be 'user' or 'assistant'")), m);
+            return (
+                bad(
+                    ctx,
+                    &format!("messages.{i}.role: Input should be 'user' or 'assistant'"),
+                ),
+                m,
+            );
         }
         if i == 0 && role != "user" {
-            return (bad(ctx, "messages: first message must use the \"user\" role"), m);
+            return (
+                bad(ctx, "messages: first message must use the \"user\" role"),
+                m,
+            );
         }
         if role == prev_role {
             return (
@@ -231,7 +328,10 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
             }
             Some(_) => return (bad(ctx, &format!("messages.{i}.content: Input should be a valid string or list of content blocks")), m),
         }
-        let missing: Vec<&String> = prev_tool_uses.iter().filter(|u| !answered.contains(u)).collect();
+        let missing: Vec<&String> = prev_tool_uses
+            .iter()
+            .filter(|u| !answered.contains(u))
+            .collect();
         if !missing.is_empty() {
             let ids: Vec<&str> = missing.iter().map(|s| s.as_str()).collect();
             return (
@@ -257,7 +357,13 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
                 return (bad(ctx, &format!("tools.{i}.name: Field required")), m);
             };
             let Some(schema) = t.get("input_schema").filter(|s| s.is_object()) else {
-                return (bad(ctx, &format!("tools.{i}.custom.input_schema: Field required")), m);
+                return (
+                    bad(
+                        ctx,
+                        &format!("tools.{i}.custom.input_schema: Field required"),
+                    ),
+                    m,
+                );
             };
             tools.push((name.to_string(), schema));
         }
@@ -268,18 +374,32 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
             Some("auto") | Some("none") => {}
             Some("any") => {
                 if tools.is_empty() {
-                    return (bad(ctx, "tool_choice: `tool_choice` requires `tools` to be set"), m);
+                    return (
+                        bad(ctx, "tool_choice: `tool_choice` requires `tools` to be set"),
+                        m,
+                    );
                 }
                 any = true;
             }
             Some("tool") => {
                 let n = tc.get("name").and_then(Value::as_str).unwrap_or("");
                 if !tools.iter().any(|t| t.0 == n) {
-                    return (bad(ctx, &format!("tool_choice: tool '{n}' not found in tools")), m);
+                    return (
+                        bad(ctx, &format!("tool_choice: tool '{n}' not found in tools")),
+                        m,
+                    );
                 }
                 forced = Some(n.to_string());
             }
-            _ => return (bad(ctx, "tool_choice.type: Input should be 'auto', 'any', 'tool' or 'none'"), m),
+            _ => {
+                return (
+                    bad(
+                        ctx,
+                        "tool_choice.type: Input should be 'auto', 'any', 'tool' or 'none'",
+                    ),
+                    m,
+                )
+            }
         }
     }
     let g = GenInput {
@@ -296,12 +416,20 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
         Err(e) => return (bad(ctx, &e), m),
     };
     let id = format!("msg_{}", ctx.request_id);
-    let stop = if p.is_tool() { "tool_use" } else if p.truncated { "max_tokens" } else { "end_turn" };
+    let stop = if p.is_tool() {
+        "tool_use"
+    } else if p.truncated {
+        "max_tokens"
+    } else {
+        "end_turn"
+    };
     let hdrs = [("request-id", format!("req_{}", ctx.request_id))];
     if !stream {
         let content = match &p.output {
             Output::Text(t) => json!([{"type": "text", "text": t}]),
-            Output::Tool { id, name, args } => json!([{"type": "tool_use", "id": id, "name": name, "input": args}]),
+            Output::Tool { id, name, args } => {
+                json!([{"type": "tool_use", "id": id, "name": name, "input": args}])
+            }
         };
         let v = json!({
             "id": id, "type": "message", "role": "assistant", "model": model,
@@ -312,29 +440,41 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
         return (ctx.json_ok(&v, &hdrs).await, m);
     }
     let mut frames: Vec<Bytes> = Vec::new();
-    frames.push(app::sse_event("message_start", &json!({
-        "type": "message_start",
-        "message": {"id": id, "type": "message", "role": "assistant", "model": model,
-            "content": [], "stop_reason": null, "stop_sequence": null,
-            "usage": {"input_tokens": p.prompt_tokens, "output_tokens": 1,
-                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}},
-    })));
+    frames.push(app::sse_event(
+        "message_start",
+        &json!({
+            "type": "message_start",
+            "message": {"id": id, "type": "message", "role": "assistant", "model": model,
+                "content": [], "stop_reason": null, "stop_sequence": null,
+                "usage": {"input_tokens": p.prompt_tokens, "output_tokens": 1,
+                          "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}},
+        }),
+    ));
     let (start_block, pieces, delta_kind): (Value, Vec<String>, &str) = match &p.output {
         Output::Text(t) => (
             json!({"type": "text", "text": ""}),
-            crate::text::chunks(t, ctx.chunk_chars()).into_iter().map(str::to_string).collect(),
+            crate::text::chunks(t, ctx.chunk_chars())
+                .into_iter()
+                .map(str::to_string)
+                .collect(),
             "text_delta",
         ),
         Output::Tool { id, name, args } => {
             let a = args.to_string();
             (
                 json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
-                crate::text::chunks(&a, ctx.chunk_chars()).into_iter().map(str::to_string).collect(),
+                crate::text::chunks(&a, ctx.chunk_chars())
+                    .into_iter()
+                    .map(str::to_string)
+                    .collect(),
                 "input_json_delta",
             )
         }
     };
-    frames.push(app::sse_event("content_block_start", &json!({"type": "content_block_start", "index": 0, "content_block": start_block})));
+    frames.push(app::sse_event(
+        "content_block_start",
+        &json!({"type": "content_block_start", "index": 0, "content_block": start_block}),
+    ));
     frames.push(app::sse_event("ping", &json!({"type": "ping"})));
     for piece in pieces {
         let delta = if delta_kind == "text_delta" {
@@ -342,14 +482,29 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
         } else {
             json!({"type": "input_json_delta", "partial_json": piece})
         };
-        frames.push(app::sse_event("content_block_delta", &json!({"type": "content_block_delta", "index": 0, "delta": delta})));
+        frames.push(app::sse_event(
+            "content_block_delta",
+            &json!({"type": "content_block_delta", "index": 0, "delta": delta}),
+        ));
     }
-    frames.push(app::sse_event("content_block_stop", &json!({"type": "content_block_stop", "index": 0})));
-    frames.push(app::sse_event("message_delta", &json!({
-        "type": "message_delta",
-        "delta": {"stop_reason": stop, "stop_sequence": null},
-        "usage": {"output_tokens": p.completion_tokens},
-    })));
-    frames.push(app::sse_event("message_stop", &json!({"type": "message_stop"})));
-    (ctx.stream("text/event-stream; charset=utf-8", frames, 3, &hdrs), m)
+    frames.push(app::sse_event(
+        "content_block_stop",
+        &json!({"type": "content_block_stop", "index": 0}),
+    ));
+    frames.push(app::sse_event(
+        "message_delta",
+        &json!({
+            "type": "message_delta",
+            "delta": {"stop_reason": stop, "stop_sequence": null},
+            "usage": {"output_tokens": p.completion_tokens},
+        }),
+    ));
+    frames.push(app::sse_event(
+        "message_stop",
+        &json!({"type": "message_stop"}),
+    ));
+    (
+        ctx.stream("text/event-stream; charset=utf-8", frames, 3, &hdrs),
+        m,
+    )
 }

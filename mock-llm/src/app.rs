@@ -3,7 +3,7 @@
 //! so tests call [`App::handle`] directly without a socket.
 
 use crate::body::{self, MockBody, Timed};
-use crate::config::{Behavior, Config, Dist, Kind, KeyBehavior};
+use crate::config::{Behavior, Config, Dist, KeyBehavior, Kind};
 use crate::stats::{Recent, Stats};
 use crate::text;
 use crate::{anthropic, bedrock, gemini, openai};
@@ -148,7 +148,9 @@ impl Ctx<'_> {
         self.ov.itl_ms.unwrap_or(self.provider.behavior.itl_ms)
     }
     pub fn response_bytes(&self) -> usize {
-        self.ov.response_bytes.unwrap_or(self.provider.behavior.response_bytes)
+        self.ov
+            .response_bytes
+            .unwrap_or(self.provider.behavior.response_bytes)
     }
     pub fn chunk_chars(&self) -> usize {
         self.provider.behavior.stream_chunk_chars
@@ -160,7 +162,11 @@ impl Ctx<'_> {
         let lat = self.latency_ms();
         let bytes = Bytes::from(serde_json::to_vec(v).unwrap_or_default());
         let len = bytes.len();
-        let body = if self.abort { body::truncated(bytes) } else { MockBody::full(bytes) };
+        let body = if self.abort {
+            body::truncated(bytes)
+        } else {
+            MockBody::full(bytes)
+        };
         let mut r = Response::new(body);
         let h = r.headers_mut();
         h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -205,7 +211,11 @@ impl Ctx<'_> {
                 data,
             })
             .collect();
-        let abort_at = if self.abort { Some((n / 2).max(1)) } else { None };
+        let abort_at = if self.abort {
+            Some((n / 2).max(1))
+        } else {
+            None
+        };
         let mut r = Response::new(body::spawn_stream(timed, abort_at));
         let h = r.headers_mut();
         h.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
@@ -222,7 +232,11 @@ impl Ctx<'_> {
 /// The output of a generation.
 pub enum Output {
     Text(String),
-    Tool { id: String, name: String, args: Value },
+    Tool {
+        id: String,
+        name: String,
+        args: Value,
+    },
 }
 
 pub struct Plan {
@@ -266,13 +280,18 @@ pub struct GenInput<'a> {
 /// request or named by `x-mock-tool-call` (and declared), else echo text.
 pub fn plan(ctx: &Ctx<'_>, g: GenInput<'_>) -> Result<Plan, String> {
     let prompt_tokens = text::tokens_for_chars(g.prompt_chars);
-    let wanted = ctx.ov.tool_call.clone().or(g.forced_tool.clone()).or_else(|| {
-        if g.any_tool {
-            g.tools.first().map(|t| t.0.clone())
-        } else {
-            None
-        }
-    });
+    let wanted = ctx
+        .ov
+        .tool_call
+        .clone()
+        .or(g.forced_tool.clone())
+        .or_else(|| {
+            if g.any_tool {
+                g.tools.first().map(|t| t.0.clone())
+            } else {
+                None
+            }
+        });
     if let Some(name) = wanted {
         let Some((_, schema)) = g.tools.iter().find(|t| t.0 == name) else {
             return Err(format!("tool {name:?} is not declared in the request"));
@@ -312,6 +331,7 @@ pub enum Endpoint {
     GeminiBatchEmbed(String),
     BedrockConverse(String),
     BedrockConverseStream(String),
+    BedrockInvoke(String),
 }
 
 impl Endpoint {
@@ -326,7 +346,9 @@ impl Endpoint {
             | Endpoint::GeminiStream(_)
             | Endpoint::GeminiEmbed(_)
             | Endpoint::GeminiBatchEmbed(_) => Kind::Gemini,
-            Endpoint::BedrockConverse(_) | Endpoint::BedrockConverseStream(_) => Kind::Bedrock,
+            Endpoint::BedrockConverse(_)
+            | Endpoint::BedrockConverseStream(_)
+            | Endpoint::BedrockInvoke(_) => Kind::Bedrock,
         }
     }
     fn method(&self) -> Method {
@@ -381,6 +403,7 @@ pub fn parse_endpoint(path: &str) -> Option<Endpoint> {
         return match op {
             "converse" => Some(Endpoint::BedrockConverse(m)),
             "converse-stream" => Some(Endpoint::BedrockConverseStream(m)),
+            "invoke" => Some(Endpoint::BedrockInvoke(m)),
             _ => None,
         };
     }
@@ -515,7 +538,9 @@ impl App {
 
     fn route(&self, path: &str) -> Option<(&ProviderRt, Endpoint)> {
         for p in &self.providers {
-            let Some(rest) = path.strip_prefix(p.prefix.as_str()) else { continue };
+            let Some(rest) = path.strip_prefix(p.prefix.as_str()) else {
+                continue;
+            };
             if !p.prefix.is_empty() && !rest.starts_with('/') {
                 continue;
             }
@@ -557,7 +582,9 @@ impl App {
             return Reply::Response(r);
         };
         let request_id = self.next_request_id();
-        let (reply, key, model) = self.handle_provider(provider, ep, &parts, &body, request_id).await;
+        let (reply, key, model) = self
+            .handle_provider(provider, ep, &parts, &body, request_id)
+            .await;
         self.record(Some(provider), key, model, &parts, &body, reply.status());
         reply
     }
@@ -588,7 +615,8 @@ impl App {
             | Endpoint::GeminiEmbed(m)
             | Endpoint::GeminiBatchEmbed(m)
             | Endpoint::BedrockConverse(m)
-            | Endpoint::BedrockConverseStream(m) => Some(m.clone()),
+            | Endpoint::BedrockConverseStream(m)
+            | Endpoint::BedrockInvoke(m) => Some(m.clone()),
             _ => None,
         };
         if parts.method != ep.method() {
@@ -611,10 +639,18 @@ impl App {
         match key.behavior {
             KeyBehavior::Ok => {}
             KeyBehavior::Always401 => {
-                return (native_error(&ctx, ErrKind::BadKey, "invalid key"), key_id, ep_model)
+                return (
+                    native_error(&ctx, ErrKind::BadKey, "invalid key"),
+                    key_id,
+                    ep_model,
+                )
             }
             KeyBehavior::Always429 => {
-                return (native_error(&ctx, ErrKind::RateLimited, ""), key_id, ep_model)
+                return (
+                    native_error(&ctx, ErrKind::RateLimited, ""),
+                    key_id,
+                    ep_model,
+                )
             }
         }
         // Faults: the override header wins, else the configured rates.
@@ -646,6 +682,7 @@ impl App {
             Endpoint::GeminiBatchEmbed(m) => gemini::embed(&ctx, m, true).await,
             Endpoint::BedrockConverse(m) => bedrock::converse(&ctx, m, false).await,
             Endpoint::BedrockConverseStream(m) => bedrock::converse(&ctx, m, true).await,
+            Endpoint::BedrockInvoke(m) => bedrock::invoke(&ctx, m).await,
         };
         (reply, key_id, model)
     }
@@ -676,8 +713,11 @@ impl App {
         body: &Bytes,
         status: u16,
     ) {
-        let pname: Arc<str> = provider.map(|p| p.name.clone()).unwrap_or_else(|| Arc::from("none"));
-        self.stats.record(pname, key, model, status, || Recent::capture(parts, body));
+        let pname: Arc<str> = provider
+            .map(|p| p.name.clone())
+            .unwrap_or_else(|| Arc::from("none"));
+        self.stats
+            .record(pname, key, model, status, || Recent::capture(parts, body));
     }
 }
 
@@ -724,7 +764,9 @@ fn read_overrides(parts: &Parts) -> Overrides {
         itl_ms: num("x-mock-itl-ms"),
         response_bytes: num("x-mock-response-bytes").map(|v| v as usize),
         error: h("x-mock-error").and_then(Fault::parse),
-        tool_call: h("x-mock-tool-call").map(|s| s.trim().to_string()).filter(|s| !s.is_empty()),
+        tool_call: h("x-mock-tool-call")
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty()),
     }
 }
 
@@ -743,8 +785,10 @@ fn plain_json(status: u16, body: String) -> Response<MockBody> {
     let len = body.len();
     let mut r = Response::new(MockBody::full(body));
     *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    r.headers_mut().insert(CONTENT_LENGTH, HeaderValue::from(len));
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r.headers_mut()
+        .insert(CONTENT_LENGTH, HeaderValue::from(len));
     r
 }
 

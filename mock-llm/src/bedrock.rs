@@ -1,5 +1,6 @@
 //! Bedrock runtime: Converse and ConverseStream (AWS event-stream framing),
-//! authenticated by a verified SigV4 signature (signing name `bedrock`).
+//! plus InvokeModel for Titan text embeddings, authenticated by a verified
+//! SigV4 signature (signing name `bedrock`).
 //!
 //! Rules follow the Bedrock API reference: `messages` required; roles
 //! `user`/`assistant`, first `user`, alternating; each content block holds
@@ -8,7 +9,9 @@
 //! Errors: JSON `{"message"}` with the `x-amzn-ErrorType` header, which is
 //! how AWS SDKs recognise the exception.
 
-use crate::app::{self, plan, unknown_key_id, AuthFail, Ctx, ErrKind, GenInput, KeyRt, Output, Reply};
+use crate::app::{
+    self, plan, unknown_key_id, AuthFail, Ctx, ErrKind, GenInput, KeyRt, Output, Reply,
+};
 use crate::eventstream;
 use crate::sigv4::{self, SigError, SignedRequest};
 use bytes::Bytes;
@@ -21,7 +24,10 @@ const SERVICE: &str = "bedrock";
 /// An AWS JSON error.
 pub fn aws_err(ctx: &Ctx<'_>, status: u16, ty: &str, message: &str) -> Reply {
     let mut h = vec![
-        ("x-amzn-errortype", format!("{ty}:http://internal.amazon.com/coral/com.amazon.bedrock/")),
+        (
+            "x-amzn-errortype",
+            format!("{ty}:http://internal.amazon.com/coral/com.amazon.bedrock/"),
+        ),
         ("x-amzn-requestid", ctx.request_id.clone()),
     ];
     if status == 429 {
@@ -36,13 +42,52 @@ fn validation(ctx: &Ctx<'_>, msg: &str) -> Reply {
 
 pub fn error_for(ctx: &Ctx<'_>, k: ErrKind, detail: &str) -> Reply {
     match k {
-        ErrKind::MissingKey => aws_err(ctx, 403, "MissingAuthenticationTokenException", "Missing Authentication Token"),
-        ErrKind::BadKey => aws_err(ctx, 403, "UnrecognizedClientException", "The security token included in the request is invalid."),
-        ErrKind::RateLimited => aws_err(ctx, 429, "ThrottlingException", "Too many requests, please wait before trying again."),
-        ErrKind::Internal => aws_err(ctx, 500, "InternalServerException", "The server encountered an internal error."),
-        ErrKind::Unavailable => aws_err(ctx, 503, "ServiceUnavailableException", "Bedrock is unable to process your request."),
-        ErrKind::Overloaded => aws_err(ctx, 529, "ServiceUnavailableException", "Bedrock is unable to process your request."),
-        ErrKind::MethodNotAllowed => aws_err(ctx, 405, "UnknownOperationException", if detail.is_empty() { "Unknown operation" } else { detail }),
+        ErrKind::MissingKey => aws_err(
+            ctx,
+            403,
+            "MissingAuthenticationTokenException",
+            "Missing Authentication Token",
+        ),
+        ErrKind::BadKey => aws_err(
+            ctx,
+            403,
+            "UnrecognizedClientException",
+            "The security token included in the request is invalid.",
+        ),
+        ErrKind::RateLimited => aws_err(
+            ctx,
+            429,
+            "ThrottlingException",
+            "Too many requests, please wait before trying again.",
+        ),
+        ErrKind::Internal => aws_err(
+            ctx,
+            500,
+            "InternalServerException",
+            "The server encountered an internal error.",
+        ),
+        ErrKind::Unavailable => aws_err(
+            ctx,
+            503,
+            "ServiceUnavailableException",
+            "Bedrock is unable to process your request.",
+        ),
+        ErrKind::Overloaded => aws_err(
+            ctx,
+            529,
+            "ServiceUnavailableException",
+            "Bedrock is unable to process your request.",
+        ),
+        ErrKind::MethodNotAllowed => aws_err(
+            ctx,
+            405,
+            "UnknownOperationException",
+            if detail.is_empty() {
+                "Unknown operation"
+            } else {
+                detail
+            },
+        ),
     }
 }
 
@@ -56,8 +101,16 @@ pub fn authenticate<'a>(ctx: &Ctx<'a>) -> Result<&'a KeyRt, AuthFail> {
             None,
         ));
     };
-    let Some(key) = ctx.provider.keys.iter().find(|k| k.access_key_id == a.access_key_id) else {
-        return Err((error_for(ctx, ErrKind::BadKey, ""), Some(unknown_key_id(&a.access_key_id))));
+    let Some(key) = ctx
+        .provider
+        .keys
+        .iter()
+        .find(|k| k.access_key_id == a.access_key_id)
+    else {
+        return Err((
+            error_for(ctx, ErrKind::BadKey, ""),
+            Some(unknown_key_id(&a.access_key_id)),
+        ));
     };
     let headers = |name: &str| -> Vec<String> {
         ctx.parts
@@ -88,8 +141,18 @@ pub fn authenticate<'a>(ctx: &Ctx<'a>) -> Result<&'a KeyRt, AuthFail> {
 }
 
 const BLOCK_MEMBERS: &[&str] = &[
-    "text", "image", "document", "video", "toolUse", "toolResult", "guardContent",
-    "cachePoint", "reasoningContent", "citationsContent", "audio", "searchResult",
+    "text",
+    "image",
+    "document",
+    "video",
+    "toolUse",
+    "toolResult",
+    "guardContent",
+    "cachePoint",
+    "reasoningContent",
+    "citationsContent",
+    "audio",
+    "searchResult",
 ];
 
 fn block_text(b: &Value, out: &mut String) {
@@ -114,20 +177,41 @@ fn block_text(b: &Value, out: &mut String) {
 pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
     let m = Some(model.clone());
     if !ctx.provider.has_model(&model) {
-        return (validation(ctx, "The provided model identifier is invalid."), m);
+        return (
+            validation(ctx, "The provided model identifier is invalid."),
+            m,
+        );
     }
     if model.contains("embed") {
         return (validation(ctx, "This action doesn't support the model that you provided. Try again with a supported text or chat model."), m);
     }
     let req: Value = match serde_json::from_slice(ctx.body) {
         Ok(v @ Value::Object(_)) => v,
-        _ => return (aws_err(ctx, 400, "SerializationException", "Malformed input request, please reformat your input and try again."), m),
+        _ => {
+            return (
+                aws_err(
+                    ctx,
+                    400,
+                    "SerializationException",
+                    "Malformed input request, please reformat your input and try again.",
+                ),
+                m,
+            )
+        }
     };
     let Some(msgs) = req.get("messages").filter(|v| !v.is_null()) else {
         return (validation(ctx, "1 validation error detected: Value null at 'messages' failed to satisfy constraint: Member must not be null"), m);
     };
     let Some(msgs) = msgs.as_array() else {
-        return (aws_err(ctx, 400, "SerializationException", "Start of list found where not expected"), m);
+        return (
+            aws_err(
+                ctx,
+                400,
+                "SerializationException",
+                "Start of list found where not expected",
+            ),
+            m,
+        );
     };
     if msgs.is_empty() {
         return (validation(ctx, "A conversation must start with a user message. Try again with a conversation that starts with a user message."), m);
@@ -163,7 +247,10 @@ pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
         let mut uses = Vec::new();
         let mut results = Vec::new();
         for (j, b) in content.iter().enumerate() {
-            let members: Vec<&String> = b.as_object().map(|o| o.keys().collect()).unwrap_or_default();
+            let members: Vec<&String> = b
+                .as_object()
+                .map(|o| o.keys().collect())
+                .unwrap_or_default();
             if members.len() != 1 || !BLOCK_MEMBERS.contains(&members[0].as_str()) {
                 return (validation(ctx, &format!("messages.{i}.content.{j}: a ContentBlock must contain exactly one supported member")), m);
             }
@@ -174,7 +261,12 @@ pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
                 if role != "assistant" {
                     return (validation(ctx, &format!("messages.{i}.content.{j}: toolUse blocks are only allowed in assistant messages")), m);
                 }
-                uses.push(tu.get("toolUseId").and_then(Value::as_str).unwrap_or("").to_string());
+                uses.push(
+                    tu.get("toolUseId")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string(),
+                );
             }
             if let Some(tr) = b.get("toolResult") {
                 if !has_tool_config {
@@ -188,7 +280,11 @@ pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
             }
             block_text(b, &mut t);
         }
-        let missing: Vec<&str> = prev_uses.iter().filter(|u| !results.contains(u)).map(String::as_str).collect();
+        let missing: Vec<&str> = prev_uses
+            .iter()
+            .filter(|u| !results.contains(u))
+            .map(String::as_str)
+            .collect();
         if !missing.is_empty() {
             return (validation(ctx, &format!("Expected toolResult blocks at messages.{i}.content for the following Ids: {}", missing.join(", "))), m);
         }
@@ -202,11 +298,17 @@ pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
     let mut tools: Vec<(String, &Value)> = Vec::new();
     let (mut forced, mut any) = (None, false);
     if let Some(tc) = req.get("toolConfig").filter(|v| !v.is_null()) {
-        let Some(arr) = tc.get("tools").and_then(Value::as_array).filter(|a| !a.is_empty()) else {
+        let Some(arr) = tc
+            .get("tools")
+            .and_then(Value::as_array)
+            .filter(|a| !a.is_empty())
+        else {
             return (validation(ctx, "1 validation error detected: Value at 'toolConfig.tools' failed to satisfy constraint: Member must have length greater than or equal to 1"), m);
         };
         for t in arr {
-            let Some(spec) = t.get("toolSpec") else { continue };
+            let Some(spec) = t.get("toolSpec") else {
+                continue;
+            };
             let Some(name) = spec.get("name").and_then(Value::as_str) else {
                 return (validation(ctx, "1 validation error detected: Value null at 'toolConfig.tools.member.toolSpec.name' failed to satisfy constraint: Member must not be null"), m);
             };
@@ -220,13 +322,23 @@ pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
                 any = true;
             } else if let Some(n) = ch.pointer("/tool/name").and_then(Value::as_str) {
                 if !tools.iter().any(|t| t.0 == n) {
-                    return (validation(ctx, &format!("The tool {n} in toolChoice is not defined in toolConfig.tools.")), m);
+                    return (
+                        validation(
+                            ctx,
+                            &format!(
+                                "The tool {n} in toolChoice is not defined in toolConfig.tools."
+                            ),
+                        ),
+                        m,
+                    );
                 }
                 forced = Some(n.to_string());
             }
         }
     }
-    let max_tokens = req.pointer("/inferenceConfig/maxTokens").and_then(Value::as_u64);
+    let max_tokens = req
+        .pointer("/inferenceConfig/maxTokens")
+        .and_then(Value::as_u64);
     if req.pointer("/inferenceConfig/maxTokens").is_some() && max_tokens.is_none_or(|n| n < 1) {
         return (validation(ctx, "1 validation error detected: Value at 'inferenceConfig.maxTokens' failed to satisfy constraint: Member must have value greater than or equal to 1"), m);
     }
@@ -243,7 +355,13 @@ pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
         Ok(p) => p,
         Err(e) => return (validation(ctx, &e), m),
     };
-    let stop = if p.is_tool() { "tool_use" } else if p.truncated { "max_tokens" } else { "end_turn" };
+    let stop = if p.is_tool() {
+        "tool_use"
+    } else if p.truncated {
+        "max_tokens"
+    } else {
+        "end_turn"
+    };
     let usage = json!({
         "inputTokens": p.prompt_tokens,
         "outputTokens": p.completion_tokens,
@@ -253,7 +371,9 @@ pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
     if !stream {
         let content = match &p.output {
             Output::Text(t) => json!([{"text": t}]),
-            Output::Tool { id, name, args } => json!([{"toolUse": {"toolUseId": id, "name": name, "input": args}}]),
+            Output::Tool { id, name, args } => {
+                json!([{"toolUse": {"toolUseId": id, "name": name, "input": args}}])
+            }
         };
         let v = json!({
             "output": {"message": {"role": "assistant", "content": content}},
@@ -268,7 +388,10 @@ pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
         Output::Text(t) => {
             content_at = 1;
             for piece in crate::text::chunks(t, ctx.chunk_chars()) {
-                frames.push(ev("contentBlockDelta", json!({"contentBlockIndex": 0, "delta": {"text": piece}})));
+                frames.push(ev(
+                    "contentBlockDelta",
+                    json!({"contentBlockIndex": 0, "delta": {"text": piece}}),
+                ));
             }
         }
         Output::Tool { id, name, args } => {
@@ -276,12 +399,80 @@ pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
             content_at = 2;
             let a = args.to_string();
             for piece in crate::text::chunks(&a, ctx.chunk_chars()) {
-                frames.push(ev("contentBlockDelta", json!({"contentBlockIndex": 0, "delta": {"toolUse": {"input": piece}}})));
+                frames.push(ev(
+                    "contentBlockDelta",
+                    json!({"contentBlockIndex": 0, "delta": {"toolUse": {"input": piece}}}),
+                ));
             }
         }
     }
     frames.push(ev("contentBlockStop", json!({"contentBlockIndex": 0})));
     frames.push(ev("messageStop", json!({"stopReason": stop})));
-    frames.push(ev("metadata", json!({"usage": usage, "metrics": {"latencyMs": 1}})));
-    (ctx.stream("application/vnd.amazon.eventstream", frames, content_at, &hdrs), m)
+    frames.push(ev(
+        "metadata",
+        json!({"usage": usage, "metrics": {"latencyMs": 1}}),
+    ));
+    (
+        ctx.stream(
+            "application/vnd.amazon.eventstream",
+            frames,
+            content_at,
+            &hdrs,
+        ),
+        m,
+    )
+}
+
+/// InvokeModel, for Amazon Titan text embedding models only
+/// (`{"inputText", "dimensions"?, "normalize"?}` -> `{"embedding",
+/// "inputTextTokenCount"}`).
+pub async fn invoke(ctx: &Ctx<'_>, model: String) -> Outcome {
+    let m = Some(model.clone());
+    if !ctx.provider.has_model(&model) {
+        return (
+            validation(ctx, "The provided model identifier is invalid."),
+            m,
+        );
+    }
+    if !model.starts_with("amazon.titan-embed") {
+        return (validation(ctx, "mock-llm: InvokeModel is only mocked for amazon.titan-embed-* models; use Converse."), m);
+    }
+    let req: Value = match serde_json::from_slice(ctx.body) {
+        Ok(v @ Value::Object(_)) => v,
+        _ => {
+            return (
+                validation(
+                    ctx,
+                    "Malformed input request, please reformat your input and try again.",
+                ),
+                m,
+            )
+        }
+    };
+    if let Some(k) = req.as_object().and_then(|o| {
+        o.keys().find(|k| {
+            !["inputText", "dimensions", "normalize", "embeddingTypes"].contains(&k.as_str())
+        })
+    }) {
+        return (validation(ctx, &format!("Malformed input request: extraneous key [{k}] is not permitted, please reformat your input and try again.")), m);
+    }
+    let Some(text) = req.get("inputText").and_then(Value::as_str) else {
+        return (validation(ctx, "Malformed input request: required key [inputText] not found, please reformat your input and try again."), m);
+    };
+    let dims = match req.get("dimensions") {
+        None => 1024,
+        Some(v) => match v.as_u64() {
+            Some(n @ (256 | 512 | 1024)) => n as usize,
+            _ => return (validation(ctx, "Malformed input request: dimensions must be one of 256, 512, 1024, please reformat your input and try again."), m),
+        },
+    };
+    let v = json!({
+        "embedding": crate::text::embedding(text, dims),
+        "inputTextTokenCount": crate::text::count_tokens(text),
+    });
+    (
+        ctx.json_ok(&v, &[("x-amzn-requestid", ctx.request_id.clone())])
+            .await,
+        m,
+    )
 }

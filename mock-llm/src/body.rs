@@ -90,8 +90,14 @@ pub fn truncated(data: Bytes) -> MockBody {
     let half = data.slice(..data.len() / 2);
     spawn_stream(
         vec![
-            Timed { delay_ms: 0, data: half },
-            Timed { delay_ms: 0, data: Bytes::new() },
+            Timed {
+                delay_ms: 0,
+                data: half,
+            },
+            Timed {
+                delay_ms: 0,
+                data: Bytes::new(),
+            },
         ],
         Some(1),
     )

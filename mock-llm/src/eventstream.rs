@@ -14,7 +14,11 @@ const fn crc_table() -> [u32; 256] {
         let mut c = i as u32;
         let mut k = 0;
         while k < 8 {
-            c = if c & 1 != 0 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 };
+            c = if c & 1 != 0 {
+                0xEDB8_8320 ^ (c >> 1)
+            } else {
+                c >> 1
+            };
             k += 1;
         }
         t[i] = c;
@@ -60,7 +64,11 @@ pub fn encode(headers: &[(&str, &str)], payload: &[u8]) -> Bytes {
 /// An event of a Bedrock stream.
 pub fn event(event_type: &str, payload: &[u8]) -> Bytes {
     encode(
-        &[(":event-type", event_type), (":content-type", "application/json"), (":message-type", "event")],
+        &[
+            (":event-type", event_type),
+            (":content-type", "application/json"),
+            (":message-type", "event"),
+        ],
         payload,
     )
 }
@@ -68,7 +76,11 @@ pub fn event(event_type: &str, payload: &[u8]) -> Bytes {
 /// An exception in a Bedrock stream.
 pub fn exception(exception_type: &str, payload: &[u8]) -> Bytes {
     encode(
-        &[(":exception-type", exception_type), (":content-type", "application/json"), (":message-type", "exception")],
+        &[
+            (":exception-type", exception_type),
+            (":content-type", "application/json"),
+            (":message-type", "exception"),
+        ],
         payload,
     )
 }
@@ -123,7 +135,10 @@ mod tests {
         let m = event("messageStart", br#"{"role":"assistant"}"#);
         let (h, p, n) = decode(&m).unwrap_or_default();
         assert_eq!(n, m.len());
-        assert_eq!(h[0], (":event-type".to_string(), "messageStart".to_string()));
+        assert_eq!(
+            h[0],
+            (":event-type".to_string(), "messageStart".to_string())
+        );
         assert_eq!(p, br#"{"role":"assistant"}"#);
         let mut bad = m.to_vec();
         let last = bad.len() - 5;

@@ -8,7 +8,10 @@
 //! function call turn with the same names. Errors: `{"error":{"code",
 //! "message","status"}}`.
 
-use crate::app::{self, json_response, plan, unknown_key_id, AuthFail, Ctx, ErrKind, GenInput, KeyRt, Output, Reply};
+use crate::app::{
+    self, json_response, plan, unknown_key_id, AuthFail, Ctx, ErrKind, GenInput, KeyRt, Output,
+    Reply,
+};
 use bytes::Bytes;
 use serde_json::{json, Value};
 
@@ -25,12 +28,21 @@ pub fn authenticate<'a>(ctx: &Ctx<'a>) -> Result<&'a KeyRt, AuthFail> {
     };
     match ctx.provider.key_by_secret(&key) {
         Some(k) => Ok(k),
-        None => Err((error_for(ctx, ErrKind::BadKey, ""), Some(unknown_key_id(&key)))),
+        None => Err((
+            error_for(ctx, ErrKind::BadKey, ""),
+            Some(unknown_key_id(&key)),
+        )),
     }
 }
 
 /// The Google RPC error document.
-pub fn gerr(code: u16, status: &str, message: &str, details: Option<Value>, extra: &[(&'static str, String)]) -> Reply {
+pub fn gerr(
+    code: u16,
+    status: &str,
+    message: &str,
+    details: Option<Value>,
+    extra: &[(&'static str, String)],
+) -> Reply {
     let mut e = json!({"code": code, "message": message, "status": status});
     if let Some(d) = details {
         e["details"] = d;
@@ -90,8 +102,13 @@ fn is_embedding_model(m: &str) -> bool {
 fn parse(ctx: &Ctx<'_>) -> Result<Value, Reply> {
     match serde_json::from_slice::<Value>(ctx.body) {
         Ok(v @ Value::Object(_)) => Ok(v),
-        Ok(_) => Err(invalid("Invalid JSON payload received. Expected an object.")),
-        Err(e) => Err(invalid(&format!("Invalid JSON payload received. {}", app::json_err(&e)))),
+        Ok(_) => Err(invalid(
+            "Invalid JSON payload received. Expected an object.",
+        )),
+        Err(e) => Err(invalid(&format!(
+            "Invalid JSON payload received. {}",
+            app::json_err(&e)
+        ))),
     }
 }
 
@@ -100,7 +117,9 @@ fn unknown_fields(v: &Value, allowed: &[&str]) -> Result<(), Reply> {
     if let Some(o) = v.as_object() {
         for k in o.keys() {
             if !allowed.contains(&k.as_str()) {
-                return Err(invalid(&format!("Invalid JSON payload received. Unknown name \"{k}\": Cannot find field.")));
+                return Err(invalid(&format!(
+                    "Invalid JSON payload received. Unknown name \"{k}\": Cannot find field."
+                )));
             }
         }
     }
@@ -108,13 +127,24 @@ fn unknown_fields(v: &Value, allowed: &[&str]) -> Result<(), Reply> {
 }
 
 const GEN_FIELDS: &[&str] = &[
-    "contents", "tools", "toolConfig", "tool_config", "safetySettings", "safety_settings",
-    "systemInstruction", "system_instruction", "generationConfig", "generation_config",
-    "cachedContent", "cached_content",
+    "contents",
+    "tools",
+    "toolConfig",
+    "tool_config",
+    "safetySettings",
+    "safety_settings",
+    "systemInstruction",
+    "system_instruction",
+    "generationConfig",
+    "generation_config",
+    "cachedContent",
+    "cached_content",
 ];
 
 fn get<'a>(v: &'a Value, camel: &str, snake: &str) -> Option<&'a Value> {
-    v.get(camel).or_else(|| v.get(snake)).filter(|x| !x.is_null())
+    v.get(camel)
+        .or_else(|| v.get(snake))
+        .filter(|x| !x.is_null())
 }
 
 fn parts_text(parts: &Value, out: &mut String) {
@@ -123,7 +153,12 @@ fn parts_text(parts: &Value, out: &mut String) {
             if let Some(t) = p.get("text").and_then(Value::as_str) {
                 out.push_str(t);
             }
-            for k in ["functionCall", "function_call", "functionResponse", "function_response"] {
+            for k in [
+                "functionCall",
+                "function_call",
+                "functionResponse",
+                "function_response",
+            ] {
                 if let Some(f) = p.get(k) {
                     out.push_str(&f.to_string());
                 }
@@ -136,13 +171,22 @@ fn call_names(parts: &[Value], camel: &str, snake: &str) -> Vec<String> {
     parts
         .iter()
         .filter_map(|p| get(p, camel, snake))
-        .map(|f| f.get("name").and_then(Value::as_str).unwrap_or("").to_string())
+        .map(|f| {
+            f.get("name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        })
         .collect()
 }
 
 pub async fn generate(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
     let m = Some(model.clone());
-    let method = if stream { "streamGenerateContent" } else { "generateContent" };
+    let method = if stream {
+        "streamGenerateContent"
+    } else {
+        "generateContent"
+    };
     if !ctx.provider.has_model(&model) || is_embedding_model(&model) {
         return (not_found(&model, method), m);
     }
@@ -153,8 +197,15 @@ pub async fn generate(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
     if let Err(r) = unknown_fields(&req, GEN_FIELDS) {
         return (r, m);
     }
-    let Some(contents) = req.get("contents").and_then(Value::as_array).filter(|a| !a.is_empty()) else {
-        return (invalid("* GenerateContentRequest.contents: contents is not specified"), m);
+    let Some(contents) = req
+        .get("contents")
+        .and_then(Value::as_array)
+        .filter(|a| !a.is_empty())
+    else {
+        return (
+            invalid("* GenerateContentRequest.contents: contents is not specified"),
+            m,
+        );
     };
     let mut prompt = String::new();
     if let Some(si) = get(&req, "systemInstruction", "system_instruction") {
@@ -168,13 +219,31 @@ pub async fn generate(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
         if role != "user" && role != "model" {
             return (invalid("Please use a valid role: user, model."), m);
         }
-        let Some(parts) = c.get("parts").and_then(Value::as_array).filter(|p| !p.is_empty()) else {
+        let Some(parts) = c
+            .get("parts")
+            .and_then(Value::as_array)
+            .filter(|p| !p.is_empty())
+        else {
             return (invalid(&format!("* GenerateContentRequest.contents[{i}].parts: contents.parts must not be empty.")), m);
         };
         for (j, p) in parts.iter().enumerate() {
-            let known = ["text", "inlineData", "inline_data", "fileData", "file_data", "functionCall", "function_call",
-                "functionResponse", "function_response", "thought", "thoughtSignature", "thought_signature",
-                "executableCode", "codeExecutionResult", "videoMetadata"];
+            let known = [
+                "text",
+                "inlineData",
+                "inline_data",
+                "fileData",
+                "file_data",
+                "functionCall",
+                "function_call",
+                "functionResponse",
+                "function_response",
+                "thought",
+                "thoughtSignature",
+                "thought_signature",
+                "executableCode",
+                "codeExecutionResult",
+                "videoMetadata",
+            ];
             if let Err(r) = unknown_fields(p, &known) {
                 return (r, m);
             }
@@ -214,21 +283,36 @@ pub async fn generate(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
     let empty = json!({});
     let mut tools: Vec<(String, &Value)> = Vec::new();
     if let Some(ts) = req.get("tools") {
-        let Some(arr) = ts.as_array() else { return (invalid("Invalid JSON payload received. 'tools' must be a list."), m) };
+        let Some(arr) = ts.as_array() else {
+            return (
+                invalid("Invalid JSON payload received. 'tools' must be a list."),
+                m,
+            );
+        };
         for t in arr {
-            if let Some(decls) = get(t, "functionDeclarations", "function_declarations").and_then(Value::as_array) {
+            if let Some(decls) =
+                get(t, "functionDeclarations", "function_declarations").and_then(Value::as_array)
+            {
                 for d in decls {
-                    let Some(name) = d.get("name").and_then(Value::as_str).filter(|n| !n.is_empty()) else {
+                    let Some(name) = d
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .filter(|n| !n.is_empty())
+                    else {
                         return (invalid("* GenerateContentRequest.tools[0].function_declarations[0].name: Name cannot be empty."), m);
                     };
-                    let schema = get(d, "parameters", "parameters").or_else(|| get(d, "parametersJsonSchema", "parameters_json_schema")).unwrap_or(&empty);
+                    let schema = get(d, "parameters", "parameters")
+                        .or_else(|| get(d, "parametersJsonSchema", "parameters_json_schema"))
+                        .unwrap_or(&empty);
                     tools.push((name.to_string(), schema));
                 }
             }
         }
     }
     let (mut forced, mut any) = (None, false);
-    if let Some(fc) = get(&req, "toolConfig", "tool_config").and_then(|tc| get(tc, "functionCallingConfig", "function_calling_config")) {
+    if let Some(fc) = get(&req, "toolConfig", "tool_config")
+        .and_then(|tc| get(tc, "functionCallingConfig", "function_calling_config"))
+    {
         let mode = fc.get("mode").and_then(Value::as_str).unwrap_or("AUTO");
         match mode {
             "AUTO" | "NONE" | "MODE_UNSPECIFIED" | "VALIDATED" => {}
@@ -282,7 +366,9 @@ pub async fn generate(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
     if !stream {
         let parts = match &p.output {
             Output::Text(t) => json!([{"text": t}]),
-            Output::Tool { name, args, .. } => json!([{"functionCall": {"name": name, "args": args}}]),
+            Output::Tool { name, args, .. } => {
+                json!([{"functionCall": {"name": name, "args": args}}])
+            }
         };
         let v = json!({
             "candidates": [candidate(parts, Some(finish))],
@@ -337,13 +423,27 @@ pub async fn generate(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
             frames.push(Bytes::from(s));
         }
         frames.push(Bytes::from_static(b"]"));
-        (ctx.stream("application/json; charset=UTF-8", frames, 1, &[]), m)
+        (
+            ctx.stream("application/json; charset=UTF-8", frames, 1, &[]),
+            m,
+        )
     }
 }
 
 fn embed_one(req: &Value, idx: Option<usize>, path_model: &str) -> Result<(String, usize), Reply> {
     let pre = idx.map(|i| format!("requests[{i}].")).unwrap_or_default();
-    if let Err(r) = unknown_fields(req, &["model", "content", "taskType", "task_type", "title", "outputDimensionality", "output_dimensionality"]) {
+    if let Err(r) = unknown_fields(
+        req,
+        &[
+            "model",
+            "content",
+            "taskType",
+            "task_type",
+            "title",
+            "outputDimensionality",
+            "output_dimensionality",
+        ],
+    ) {
         return Err(r);
     }
     if let Some(m) = req.get("model").and_then(Value::as_str) {
@@ -351,10 +451,18 @@ fn embed_one(req: &Value, idx: Option<usize>, path_model: &str) -> Result<(Strin
             return Err(invalid(&format!("* BatchEmbedContentsRequest.{pre}model: model in the request ({m}) does not match the model in the URL (models/{path_model}).")));
         }
     } else if idx.is_some() {
-        return Err(invalid(&format!("* BatchEmbedContentsRequest.{pre}model: unexpected model name format")));
+        return Err(invalid(&format!(
+            "* BatchEmbedContentsRequest.{pre}model: unexpected model name format"
+        )));
     }
-    let Some(parts) = req.pointer("/content/parts").and_then(Value::as_array).filter(|p| !p.is_empty()) else {
-        return Err(invalid(&format!("* EmbedContentRequest.{pre}content: contents is not specified")));
+    let Some(parts) = req
+        .pointer("/content/parts")
+        .and_then(Value::as_array)
+        .filter(|p| !p.is_empty())
+    else {
+        return Err(invalid(&format!(
+            "* EmbedContentRequest.{pre}content: contents is not specified"
+        )));
     };
     let mut t = String::new();
     parts_text(&Value::Array(parts.clone()), &mut t);
@@ -362,7 +470,11 @@ fn embed_one(req: &Value, idx: Option<usize>, path_model: &str) -> Result<(Strin
         None => 768,
         Some(v) => match v.as_u64() {
             Some(n) if (1..=3072).contains(&n) => n as usize,
-            _ => return Err(invalid("* EmbedContentRequest.output_dimensionality: must be a positive integer.")),
+            _ => {
+                return Err(invalid(
+                    "* EmbedContentRequest.output_dimensionality: must be a positive integer.",
+                ))
+            }
         },
     };
     Ok((t, dims))
@@ -370,7 +482,11 @@ fn embed_one(req: &Value, idx: Option<usize>, path_model: &str) -> Result<(Strin
 
 pub async fn embed(ctx: &Ctx<'_>, model: String, batch: bool) -> Outcome {
     let m = Some(model.clone());
-    let method = if batch { "batchEmbedContents" } else { "embedContent" };
+    let method = if batch {
+        "batchEmbedContents"
+    } else {
+        "embedContent"
+    };
     if !ctx.provider.has_model(&model) || !is_embedding_model(&model) {
         return (not_found(&model, method), m);
     }
@@ -382,8 +498,15 @@ pub async fn embed(ctx: &Ctx<'_>, model: String, batch: bool) -> Outcome {
         if let Err(r) = unknown_fields(&req, &["requests"]) {
             return (r, m);
         }
-        let Some(reqs) = req.get("requests").and_then(Value::as_array).filter(|a| !a.is_empty()) else {
-            return (invalid("* BatchEmbedContentsRequest.requests: requests is not specified"), m);
+        let Some(reqs) = req
+            .get("requests")
+            .and_then(Value::as_array)
+            .filter(|a| !a.is_empty())
+        else {
+            return (
+                invalid("* BatchEmbedContentsRequest.requests: requests is not specified"),
+                m,
+            );
         };
         let mut out = Vec::with_capacity(reqs.len());
         for (i, r) in reqs.iter().enumerate() {

@@ -34,7 +34,10 @@ fn main() {
         return;
     }
     let addr = listen.unwrap_or_else(|| cfg.listen.clone());
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => fail(&format!("runtime: {e}")),
     };

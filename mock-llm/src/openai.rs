@@ -9,8 +9,8 @@
 //! query parameter required, deployments instead of models.
 
 use crate::app::{
-    self, json_response, plan, unknown_key_id, AuthFail, Ctx, ErrKind, GenInput,
-    KeyRt, Output, Reply,
+    self, json_response, plan, unknown_key_id, AuthFail, Ctx, ErrKind, GenInput, KeyRt, Output,
+    Reply,
 };
 use base64::Engine;
 use bytes::Bytes;
@@ -28,7 +28,10 @@ pub fn authenticate<'a>(ctx: &Ctx<'a>) -> Result<&'a KeyRt, AuthFail> {
     }
     match ctx.provider.key_by_secret(token) {
         Some(k) => Ok(k),
-        None => Err((error_for(ctx, ErrKind::BadKey, token, false), Some(unknown_key_id(token)))),
+        None => Err((
+            error_for(ctx, ErrKind::BadKey, token, false),
+            Some(unknown_key_id(token)),
+        )),
     }
 }
 
@@ -38,7 +41,10 @@ pub fn authenticate_azure<'a>(ctx: &Ctx<'a>) -> Result<&'a KeyRt, AuthFail> {
     };
     match ctx.provider.key_by_secret(key) {
         Some(k) => Ok(k),
-        None => Err((error_for(ctx, ErrKind::BadKey, key, true), Some(unknown_key_id(key)))),
+        None => Err((
+            error_for(ctx, ErrKind::BadKey, key, true),
+            Some(unknown_key_id(key)),
+        )),
     }
 }
 
@@ -149,7 +155,11 @@ fn is_embedding_model(m: &str) -> bool {
 
 /// Azure: `api-version` required, deployment must exist.
 fn azure_checks(ctx: &Ctx<'_>, deployment: &str) -> Result<(), Reply> {
-    if ctx.query_param("api-version").filter(|v| !v.is_empty()).is_none() {
+    if ctx
+        .query_param("api-version")
+        .filter(|v| !v.is_empty())
+        .is_none()
+    {
         return Err(azure_err(404, "404", "Resource not found", &[]));
     }
     if !ctx.provider.has_model(deployment) {
@@ -178,7 +188,14 @@ fn content_text(c: &Value, out: &mut String) {
     }
 }
 
-const ROLES: &[&str] = &["system", "developer", "user", "assistant", "tool", "function"];
+const ROLES: &[&str] = &[
+    "system",
+    "developer",
+    "user",
+    "assistant",
+    "tool",
+    "function",
+];
 
 pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
     if let Some(d) = &deployment {
@@ -193,7 +210,12 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
     let model = match (&deployment, req.get("model")) {
         (Some(d), _) => d.clone(),
         (None, Some(Value::String(m))) => m.clone(),
-        (None, _) => return (invalid("you must provide a model parameter", None, None), None),
+        (None, _) => {
+            return (
+                invalid("you must provide a model parameter", None, None),
+                None,
+            )
+        }
     };
     let m = Some(model.clone());
     if deployment.is_none() && !ctx.provider.has_model(&model) {
@@ -207,10 +229,26 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
     }
     let msgs = match req.get("messages") {
         None | Some(Value::Null) => {
-            return (invalid("Missing required parameter: 'messages'.", Some("messages"), Some("missing_required_parameter")), m)
+            return (
+                invalid(
+                    "Missing required parameter: 'messages'.",
+                    Some("messages"),
+                    Some("missing_required_parameter"),
+                ),
+                m,
+            )
         }
         Some(Value::Array(a)) => a,
-        Some(_) => return (invalid("Invalid type for 'messages': expected an array of objects.", Some("messages"), Some("invalid_type")), m),
+        Some(_) => {
+            return (
+                invalid(
+                    "Invalid type for 'messages': expected an array of objects.",
+                    Some("messages"),
+                    Some("invalid_type"),
+                ),
+                m,
+            )
+        }
     };
     if msgs.is_empty() {
         return (
@@ -221,15 +259,33 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
     let stream = match req.get("stream") {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,
-        Some(_) => return (invalid("Invalid type for 'stream': expected a boolean.", Some("stream"), Some("invalid_type")), m),
+        Some(_) => {
+            return (
+                invalid(
+                    "Invalid type for 'stream': expected a boolean.",
+                    Some("stream"),
+                    Some("invalid_type"),
+                ),
+                m,
+            )
+        }
     };
     let include_usage = match req.get("stream_options") {
         None | Some(Value::Null) => false,
         Some(so) => {
             if !stream {
-                return (invalid("The 'stream_options' parameter is only allowed when 'stream' is enabled.", Some("stream_options"), None), m);
+                return (
+                    invalid(
+                        "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+                        Some("stream_options"),
+                        None,
+                    ),
+                    m,
+                );
             }
-            so.get("include_usage").and_then(Value::as_bool).unwrap_or(false)
+            so.get("include_usage")
+                .and_then(Value::as_bool)
+                .unwrap_or(false)
         }
     };
     let mut max_tokens = None;
@@ -238,7 +294,16 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
             None | Some(Value::Null) => {}
             Some(v) => match v.as_u64() {
                 Some(n) if n >= 1 => max_tokens = Some(n),
-                _ => return (invalid(&format!("Invalid '{p}': expected an integer >= 1."), Some(p), Some("invalid_value")), m),
+                _ => {
+                    return (
+                        invalid(
+                            &format!("Invalid '{p}': expected an integer >= 1."),
+                            Some(p),
+                            Some("invalid_value"),
+                        ),
+                        m,
+                    )
+                }
             },
         }
     }
@@ -249,7 +314,14 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
     let mut open_at = 0usize;
     for (i, msg) in msgs.iter().enumerate() {
         let Some(role) = msg.get("role").and_then(Value::as_str) else {
-            return (invalid(&format!("Missing required parameter: 'messages[{i}].role'."), Some(&format!("messages[{i}].role")), Some("missing_required_parameter")), m);
+            return (
+                invalid(
+                    &format!("Missing required parameter: 'messages[{i}].role'."),
+                    Some(&format!("messages[{i}].role")),
+                    Some("missing_required_parameter"),
+                ),
+                m,
+            );
         };
         if !ROLES.contains(&role) {
             return (
@@ -278,11 +350,21 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
                     }
                     open_at = i;
                 } else if content.is_null() {
-                    return (invalid(&format!("Invalid value for 'content': expected a string, got null."), Some(&format!("messages.[{i}].content")), None), m);
+                    return (
+                        invalid(
+                            &format!("Invalid value for 'content': expected a string, got null."),
+                            Some(&format!("messages.[{i}].content")),
+                            None,
+                        ),
+                        m,
+                    );
                 }
             }
             "tool" => {
-                let id = msg.get("tool_call_id").and_then(Value::as_str).unwrap_or("");
+                let id = msg
+                    .get("tool_call_id")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
                 match open_calls.iter().position(|c| c == id) {
                     Some(p) => {
                         open_calls.remove(p);
@@ -297,7 +379,14 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
             }
             _ => {
                 if content.is_null() {
-                    return (invalid(&format!("Missing required parameter: 'messages[{i}].content'."), Some(&format!("messages[{i}].content")), Some("missing_required_parameter")), m);
+                    return (
+                        invalid(
+                            &format!("Missing required parameter: 'messages[{i}].content'."),
+                            Some(&format!("messages[{i}].content")),
+                            Some("missing_required_parameter"),
+                        ),
+                        m,
+                    );
                 }
             }
         }
@@ -317,13 +406,30 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
     let mut tools: Vec<(String, &Value)> = Vec::new();
     if let Some(ts) = req.get("tools").filter(|v| !v.is_null()) {
         let Some(arr) = ts.as_array() else {
-            return (invalid("Invalid type for 'tools': expected an array.", Some("tools"), Some("invalid_type")), m);
+            return (
+                invalid(
+                    "Invalid type for 'tools': expected an array.",
+                    Some("tools"),
+                    Some("invalid_type"),
+                ),
+                m,
+            );
         };
         for (i, t) in arr.iter().enumerate() {
             let Some(name) = t.pointer("/function/name").and_then(Value::as_str) else {
-                return (invalid(&format!("Missing required parameter: 'tools[{i}].function.name'."), Some(&format!("tools[{i}].function.name")), Some("missing_required_parameter")), m);
+                return (
+                    invalid(
+                        &format!("Missing required parameter: 'tools[{i}].function.name'."),
+                        Some(&format!("tools[{i}].function.name")),
+                        Some("missing_required_parameter"),
+                    ),
+                    m,
+                );
             };
-            tools.push((name.to_string(), t.pointer("/function/parameters").unwrap_or(&empty)));
+            tools.push((
+                name.to_string(),
+                t.pointer("/function/parameters").unwrap_or(&empty),
+            ));
         }
     }
     let (mut forced, mut any) = (None, false);
@@ -359,7 +465,13 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
     };
     let id = format!("chatcmpl-{}", ctx.request_id);
     let created = app::now_secs();
-    let finish = if p.is_tool() { "tool_calls" } else if p.truncated { "length" } else { "stop" };
+    let finish = if p.is_tool() {
+        "tool_calls"
+    } else if p.truncated {
+        "length"
+    } else {
+        "stop"
+    };
     let usage = json!({
         "prompt_tokens": p.prompt_tokens,
         "completion_tokens": p.completion_tokens,
@@ -368,7 +480,9 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
     let hdrs = [("x-request-id", ctx.request_id.clone())];
     if !stream {
         let message = match &p.output {
-            Output::Text(t) => json!({"role": "assistant", "content": t, "refusal": null, "annotations": []}),
+            Output::Text(t) => {
+                json!({"role": "assistant", "content": t, "refusal": null, "annotations": []})
+            }
             Output::Tool { id, name, args } => json!({
                 "role": "assistant", "content": null, "refusal": null, "annotations": [],
                 "tool_calls": [{"id": id, "type": "function", "function": {"name": name, "arguments": args.to_string()}}],
@@ -395,19 +509,29 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
     let mut frames: Vec<Bytes> = Vec::new();
     match &p.output {
         Output::Text(t) => {
-            frames.push(chunk(json!({"role": "assistant", "content": "", "refusal": null}), Value::Null));
+            frames.push(chunk(
+                json!({"role": "assistant", "content": "", "refusal": null}),
+                Value::Null,
+            ));
             for piece in crate::text::chunks(t, ctx.chunk_chars()) {
                 frames.push(chunk(json!({"content": piece}), Value::Null));
             }
         }
-        Output::Tool { id: cid, name, args } => {
+        Output::Tool {
+            id: cid,
+            name,
+            args,
+        } => {
             frames.push(chunk(
                 json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0, "id": cid, "type": "function", "function": {"name": name, "arguments": ""}}]}),
                 Value::Null,
             ));
             let a = args.to_string();
             for piece in crate::text::chunks(&a, ctx.chunk_chars()) {
-                frames.push(chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}), Value::Null));
+                frames.push(chunk(
+                    json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}),
+                    Value::Null,
+                ));
             }
         }
     }
@@ -420,7 +544,10 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
         frames.push(app::sse_data(&c));
     }
     frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
-    (ctx.stream("text/event-stream; charset=utf-8", frames, 1, &hdrs), m)
+    (
+        ctx.stream("text/event-stream; charset=utf-8", frames, 1, &hdrs),
+        m,
+    )
 }
 
 pub async fn embeddings(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
@@ -436,18 +563,37 @@ pub async fn embeddings(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
     let model = match (&deployment, req.get("model")) {
         (Some(d), _) => d.clone(),
         (None, Some(Value::String(m))) => m.clone(),
-        (None, _) => return (invalid("you must provide a model parameter", None, None), None),
+        (None, _) => {
+            return (
+                invalid("you must provide a model parameter", None, None),
+                None,
+            )
+        }
     };
     let m = Some(model.clone());
     if deployment.is_none() && !ctx.provider.has_model(&model) {
         return (model_not_found(&model), m);
     }
     if !is_embedding_model(&model) {
-        return (invalid(&format!("The model `{model}` does not support embeddings."), Some("model"), None), m);
+        return (
+            invalid(
+                &format!("The model `{model}` does not support embeddings."),
+                Some("model"),
+                None,
+            ),
+            m,
+        );
     }
     let inputs: Vec<String> = match req.get("input") {
         None | Some(Value::Null) => {
-            return (invalid("Missing required parameter: 'input'.", Some("input"), Some("missing_required_parameter")), m)
+            return (
+                invalid(
+                    "Missing required parameter: 'input'.",
+                    Some("input"),
+                    Some("missing_required_parameter"),
+                ),
+                m,
+            )
         }
         Some(Value::String(s)) => vec![s.clone()],
         Some(Value::Array(a)) if !a.is_empty() => {
@@ -457,7 +603,14 @@ pub async fn embeddings(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
                     Value::String(s) => v.push(s.clone()),
                     Value::Number(_) => v.push("t".repeat(4)),
                     Value::Array(toks) => v.push("t".repeat(4 * toks.len())),
-                    _ => return (invalid("Invalid 'input': expected a string or an array of strings or tokens.", Some("input"), Some("invalid_type")), m),
+                    _ => return (
+                        invalid(
+                            "Invalid 'input': expected a string or an array of strings or tokens.",
+                            Some("input"),
+                            Some("invalid_type"),
+                        ),
+                        m,
+                    ),
                 }
             }
             if a.iter().all(Value::is_number) {
@@ -466,19 +619,46 @@ pub async fn embeddings(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
                 v
             }
         }
-        Some(_) => return (invalid("Invalid 'input': expected a string or an array of strings or tokens.", Some("input"), Some("invalid_type")), m),
+        Some(_) => {
+            return (
+                invalid(
+                    "Invalid 'input': expected a string or an array of strings or tokens.",
+                    Some("input"),
+                    Some("invalid_type"),
+                ),
+                m,
+            )
+        }
     };
     let dims = match req.get("dimensions") {
         None | Some(Value::Null) => 1536,
         Some(v) => match v.as_u64() {
             Some(n) if (1..=3072).contains(&n) => n as usize,
-            _ => return (invalid("Invalid 'dimensions': expected an integer between 1 and 3072.", Some("dimensions"), Some("invalid_value")), m),
+            _ => {
+                return (
+                    invalid(
+                        "Invalid 'dimensions': expected an integer between 1 and 3072.",
+                        Some("dimensions"),
+                        Some("invalid_value"),
+                    ),
+                    m,
+                )
+            }
         },
     };
     let b64 = match req.get("encoding_format").and_then(Value::as_str) {
         None | Some("float") => false,
         Some("base64") => true,
-        Some(o) => return (invalid(&format!("Invalid value: '{o}'. Supported values are: 'float' and 'base64'."), Some("encoding_format"), Some("invalid_value")), m),
+        Some(o) => {
+            return (
+                invalid(
+                    &format!("Invalid value: '{o}'. Supported values are: 'float' and 'base64'."),
+                    Some("encoding_format"),
+                    Some("invalid_value"),
+                ),
+                m,
+            )
+        }
     };
     let mut tokens = 0u64;
     let data: Vec<Value> = inputs

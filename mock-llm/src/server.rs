@@ -35,16 +35,28 @@ impl Drop for ResetIo {
 }
 
 impl AsyncRead for ResetIo {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
     }
 }
 
 impl AsyncWrite for ResetIo {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
     }
-    fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
     }
     fn is_write_vectored(&self) -> bool {
@@ -63,16 +75,23 @@ fn too_large() -> Response<MockBody> {
         br#"{"error":{"message":"request body too large","type":"request_too_large","param":null,"code":null}}"#,
     )));
     *r.status_mut() = StatusCode::PAYLOAD_TOO_LARGE;
-    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     r
 }
 
-async fn serve_one(app: Arc<App>, req: Request<Incoming>, reset: Arc<AtomicBool>) -> Result<Response<MockBody>, BoxError> {
+async fn serve_one(
+    app: Arc<App>,
+    req: Request<Incoming>,
+    reset: Arc<AtomicBool>,
+) -> Result<Response<MockBody>, BoxError> {
     let (parts, body) = req.into_parts();
     let bytes = match Limited::new(body, app.max_body_bytes).collect().await {
         Ok(c) => c.to_bytes(),
         Err(e) => {
-            if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
                 return Ok(too_large());
             }
             return Err(e);
@@ -103,7 +122,10 @@ pub async fn serve(listener: TcpListener, app: Arc<App>) {
         let app = app.clone();
         tokio::spawn(async move {
             let reset = Arc::new(AtomicBool::new(false));
-            let io = ResetIo { inner: stream, reset: reset.clone() };
+            let io = ResetIo {
+                inner: stream,
+                reset: reset.clone(),
+            };
             let svc = service_fn(move |req| serve_one(app.clone(), req, reset.clone()));
             let _ = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())

@@ -20,8 +20,14 @@ pub fn hmac(key: &[u8], msg: &[u8]) -> [u8; 32] {
         ipad[i] ^= k[i];
         opad[i] ^= k[i];
     }
-    let inner = Sha256::new().chain_update(ipad).chain_update(msg).finalize();
-    let out = Sha256::new().chain_update(opad).chain_update(inner).finalize();
+    let inner = Sha256::new()
+        .chain_update(ipad)
+        .chain_update(msg)
+        .finalize();
+    let out = Sha256::new()
+        .chain_update(opad)
+        .chain_update(inner)
+        .finalize();
     out.into()
 }
 
@@ -92,7 +98,14 @@ pub fn parse_amz_date(s: &str) -> Option<i64> {
         return None;
     }
     let n = |a: usize, z: usize| s.get(a..z)?.parse::<i64>().ok();
-    let (y, mo, d, h, mi, se) = (n(0, 4)?, n(4, 6)?, n(6, 8)?, n(9, 11)?, n(11, 13)?, n(13, 15)?);
+    let (y, mo, d, h, mi, se) = (
+        n(0, 4)?,
+        n(4, 6)?,
+        n(6, 8)?,
+        n(9, 11)?,
+        n(11, 13)?,
+        n(13, 15)?,
+    );
     if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
         return None;
     }
@@ -119,7 +132,9 @@ pub struct SignedRequest<'a> {
 }
 
 fn canonical_query(q: Option<&str>) -> String {
-    let Some(q) = q.filter(|q| !q.is_empty()) else { return String::new() };
+    let Some(q) = q.filter(|q| !q.is_empty()) else {
+        return String::new();
+    };
     let mut pairs: Vec<(String, String)> = q
         .split('&')
         .filter(|kv| !kv.is_empty())
@@ -131,7 +146,11 @@ fn canonical_query(q: Option<&str>) -> String {
         })
         .collect();
     pairs.sort();
-    pairs.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("&")
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join("&")
 }
 
 /// The canonical request string.
@@ -188,22 +207,32 @@ pub fn verify(
     service: &str,
     now: i64,
 ) -> Result<(), SigError> {
-    let amz_date = (r.header)("x-amz-date")
-        .into_iter()
-        .next()
-        .ok_or_else(|| SigError::Malformed("Authorization header requires existence of either a 'X-Amz-Date' or a 'Date' header.".into()))?;
-    let t = parse_amz_date(&amz_date).ok_or_else(|| SigError::Malformed("Invalid X-Amz-Date".into()))?;
+    let amz_date = (r.header)("x-amz-date").into_iter().next().ok_or_else(|| {
+        SigError::Malformed(
+            "Authorization header requires existence of either a 'X-Amz-Date' or a 'Date' header."
+                .into(),
+        )
+    })?;
+    let t = parse_amz_date(&amz_date)
+        .ok_or_else(|| SigError::Malformed("Invalid X-Amz-Date".into()))?;
     if !amz_date.starts_with(&a.date) {
         return Err(SigError::Scope("Date in Credential scope does not match YYYYMMDD from ISO-8601 version of date from HTTP".into()));
     }
     if a.region != region {
-        return Err(SigError::Scope(format!("Credential should be scoped to a valid region. (got '{}', expected '{region}')", a.region)));
+        return Err(SigError::Scope(format!(
+            "Credential should be scoped to a valid region. (got '{}', expected '{region}')",
+            a.region
+        )));
     }
     if a.service != service {
-        return Err(SigError::Scope(format!("Credential should be scoped to correct service: '{service}'.")));
+        return Err(SigError::Scope(format!(
+            "Credential should be scoped to correct service: '{service}'."
+        )));
     }
     if !a.signed_headers.iter().any(|h| h == "host") {
-        return Err(SigError::Malformed("'Host' must be a 'SignedHeader' in the AWS Authorization.".into()));
+        return Err(SigError::Malformed(
+            "'Host' must be a 'SignedHeader' in the AWS Authorization.".into(),
+        ));
     }
     if (now - t).abs() > 300 {
         return Err(SigError::Expired(format!("Signature expired: {amz_date} is now earlier or later than the allowed 5 minutes of the server time.")));
@@ -225,7 +254,10 @@ mod tests {
     #[test]
     fn hmac_rfc4231_case_2() {
         let out = hmac(b"Jefe", b"what do ya want for nothing?");
-        assert_eq!(hex::encode(out), "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+        assert_eq!(
+            hex::encode(out),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
     }
 
     #[test]
@@ -237,7 +269,10 @@ mod tests {
 
     #[test]
     fn path_is_encoded_again() {
-        assert_eq!(uri_encode("/model/a.b-v1%3A0/converse", true), "/model/a.b-v1%253A0/converse");
+        assert_eq!(
+            uri_encode("/model/a.b-v1%3A0/converse", true),
+            "/model/a.b-v1%253A0/converse"
+        );
     }
 
     // The AWS SigV4 test suite's "get-vanilla-query-order-key-case" vector
@@ -262,10 +297,25 @@ mod tests {
         let now = parse_amz_date("20150830T123600Z").unwrap();
         let secret = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY";
         assert_eq!(verify(&r, &a, secret, "us-east-1", "service", now), Ok(()));
-        assert_eq!(verify(&r, &a, "wrong", "us-east-1", "service", now), Err(SigError::Mismatch));
-        assert!(matches!(verify(&r, &a, secret, "us-east-1", "service", now + 3600), Err(SigError::Expired(_))));
-        assert!(matches!(verify(&r, &a, secret, "eu-west-1", "service", now), Err(SigError::Scope(_))));
-        let r2 = SignedRequest { query: Some("Param2=value2&Param1=value9"), ..r };
-        assert_eq!(verify(&r2, &a, secret, "us-east-1", "service", now), Err(SigError::Mismatch));
+        assert_eq!(
+            verify(&r, &a, "wrong", "us-east-1", "service", now),
+            Err(SigError::Mismatch)
+        );
+        assert!(matches!(
+            verify(&r, &a, secret, "us-east-1", "service", now + 3600),
+            Err(SigError::Expired(_))
+        ));
+        assert!(matches!(
+            verify(&r, &a, secret, "eu-west-1", "service", now),
+            Err(SigError::Scope(_))
+        ));
+        let r2 = SignedRequest {
+            query: Some("Param2=value2&Param1=value9"),
+            ..r
+        };
+        assert_eq!(
+            verify(&r2, &a, secret, "us-east-1", "service", now),
+            Err(SigError::Mismatch)
+        );
     }
 }

@@ -55,7 +55,9 @@ impl Recent {
 }
 
 fn redact_query(path: &str, query: Option<&str>) -> String {
-    let Some(q) = query else { return path.to_string() };
+    let Some(q) = query else {
+        return path.to_string();
+    };
     let parts: Vec<String> = q
         .split('&')
         .map(|kv| match kv.split_once('=') {
@@ -92,7 +94,10 @@ pub struct Stats {
 
 impl Stats {
     pub fn new(keep: usize) -> Stats {
-        Stats { keep, inner: Mutex::new(Inner::default()) }
+        Stats {
+            keep,
+            inner: Mutex::new(Inner::default()),
+        }
     }
 
     /// Count a request; `capture` is only called when the log is enabled.
@@ -119,7 +124,9 @@ impl Stats {
                 req,
             });
         }
-        *g.counts.entry((provider, key_id, model, status)).or_insert(0) += 1;
+        *g.counts
+            .entry((provider, key_id, model, status))
+            .or_insert(0) += 1;
     }
 
     pub fn reset(&self) {
@@ -130,7 +137,9 @@ impl Stats {
 
     /// The `/_mock/stats` document.
     pub fn to_json(&self) -> Value {
-        let Ok(g) = self.inner.lock() else { return json!({"error":"poisoned"}) };
+        let Ok(g) = self.inner.lock() else {
+            return json!({"error":"poisoned"});
+        };
         let mut counts: Vec<Value> = g
             .counts
             .iter()
@@ -157,8 +166,9 @@ impl Stats {
             .recent
             .iter()
             .map(|e| {
-                let body = serde_json::from_slice::<Value>(&e.req.body)
-                    .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&e.req.body).into_owned()));
+                let body = serde_json::from_slice::<Value>(&e.req.body).unwrap_or_else(|_| {
+                    Value::String(String::from_utf8_lossy(&e.req.body).into_owned())
+                });
                 let headers: serde_json::Map<String, Value> = e
                     .req
                     .headers
@@ -196,7 +206,10 @@ mod tests {
     #[test]
     fn query_secrets_are_redacted() {
         assert_eq!(
-            redact_query("/v1beta/models/x:generateContent", Some("alt=sse&key=secret")),
+            redact_query(
+                "/v1beta/models/x:generateContent",
+                Some("alt=sse&key=secret")
+            ),
             "/v1beta/models/x:generateContent?alt=sse&key=<redacted>"
         );
     }

@@ -81,14 +81,22 @@ pub fn value_for_schema(schema: &Value, depth: usize) -> Value {
     if depth > 8 {
         return Value::Null;
     }
-    if let Some(e) = schema.get("enum").and_then(Value::as_array).and_then(|a| a.first()) {
+    if let Some(e) = schema
+        .get("enum")
+        .and_then(Value::as_array)
+        .and_then(|a| a.first())
+    {
         return e.clone();
     }
     if let Some(c) = schema.get("const") {
         return c.clone();
     }
     for key in ["anyOf", "oneOf"] {
-        if let Some(first) = schema.get(key).and_then(Value::as_array).and_then(|a| a.first()) {
+        if let Some(first) = schema
+            .get(key)
+            .and_then(Value::as_array)
+            .and_then(|a| a.first())
+        {
             return value_for_schema(first, depth + 1);
         }
     }
@@ -114,7 +122,10 @@ pub fn value_for_schema(schema: &Value, depth: usize) -> Value {
             Value::Object(m)
         }
         "array" => {
-            let item = schema.get("items").cloned().unwrap_or(json!({"type":"string"}));
+            let item = schema
+                .get("items")
+                .cloned()
+                .unwrap_or(json!({"type":"string"}));
             Value::Array(vec![value_for_schema(&item, depth + 1)])
         }
         "integer" => json!(1),

@@ -14,7 +14,10 @@ async fn non_stream_shape_and_usage() {
     let v = r.json();
     assert_eq!(v["type"], "message");
     assert_eq!(v["role"], "assistant");
-    assert_eq!(v["content"], json!([{"type":"text","text":"mock response to: hello there world"}]));
+    assert_eq!(
+        v["content"],
+        json!([{"type":"text","text":"mock response to: hello there world"}])
+    );
     assert_eq!(v["stop_reason"], "end_turn");
     assert_eq!(v["usage"]["input_tokens"], 5);
     assert_eq!(v["usage"]["output_tokens"], 9);
@@ -30,7 +33,15 @@ async fn stream_event_sequence() {
     let ev = r.sse_events();
     assert_eq!(&ev[..3], &["message_start", "content_block_start", "ping"]);
     let n = ev.len();
-    assert_eq!(&ev[n - 4..], &["content_block_delta", "content_block_stop", "message_delta", "message_stop"]);
+    assert_eq!(
+        &ev[n - 4..],
+        &[
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop"
+        ]
+    );
     assert!(ev[3..n - 3].iter().all(|e| e == "content_block_delta"));
     let data = r.sse_data();
     // Every data payload's type equals its event name.
@@ -57,7 +68,9 @@ async fn stream_event_sequence() {
 async fn tool_use_stream_and_round_trip() {
     let app = app();
     let tools = r#""tools":[{"name":"get_weather","description":"w","input_schema":{"type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer"}},"required":["city"]}}]"#;
-    let body = format!(r#"{{"model":"claude-haiku-4-5","max_tokens":50,"stream":true,"messages":[{{"role":"user","content":"weather?"}}],{tools},"tool_choice":{{"type":"tool","name":"get_weather"}}}}"#);
+    let body = format!(
+        r#"{{"model":"claude-haiku-4-5","max_tokens":50,"stream":true,"messages":[{{"role":"user","content":"weather?"}}],{tools},"tool_choice":{{"type":"tool","name":"get_weather"}}}}"#
+    );
     let r = anthropic(&app, &body, &[]).await;
     let data = r.sse_data();
     assert_eq!(data[1]["content_block"]["type"], "tool_use");
@@ -72,7 +85,10 @@ async fn tool_use_stream_and_round_trip() {
             d["delta"]["partial_json"].as_str().unwrap().to_string()
         })
         .collect();
-    assert_eq!(serde_json::from_str::<Value>(&partial).unwrap(), json!({"city":"mock","days":1}));
+    assert_eq!(
+        serde_json::from_str::<Value>(&partial).unwrap(),
+        json!({"city":"mock","days":1})
+    );
     assert_eq!(data[data.len() - 2]["delta"]["stop_reason"], "tool_use");
 
     // The tool result that answers it is accepted.
@@ -90,7 +106,10 @@ fn check_error(r: &Resp, status: u16, ty: &str, needle: &str) {
     let v = r.json();
     assert_eq!(v["type"], "error");
     assert_eq!(v["error"]["type"], ty, "{v}");
-    assert!(v["error"]["message"].as_str().unwrap().contains(needle), "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains(needle),
+        "{v}"
+    );
     assert!(v["request_id"].as_str().unwrap().starts_with("req_"));
 }
 
@@ -99,27 +118,94 @@ async fn headers_are_required() {
     let app = app();
     let r = call(&app, "POST", "/v1/messages", &[AV], HELLO).await;
     check_error(&r, 401, "authentication_error", "x-api-key");
-    let r = call(&app, "POST", "/v1/messages", &[("x-api-key", "bad"), AV], HELLO).await;
+    let r = call(
+        &app,
+        "POST",
+        "/v1/messages",
+        &[("x-api-key", "bad"), AV],
+        HELLO,
+    )
+    .await;
     check_error(&r, 401, "authentication_error", "invalid x-api-key");
     // The same API key as a Bearer token is accepted (official SDK 2.x).
-    let r = call(&app, "POST", "/v1/messages", &[("authorization", "Bearer mock-anthropic-key-1"), AV], HELLO).await;
+    let r = call(
+        &app,
+        "POST",
+        "/v1/messages",
+        &[("authorization", "Bearer mock-anthropic-key-1"), AV],
+        HELLO,
+    )
+    .await;
     assert_eq!(r.status, 200);
-    let r = call(&app, "POST", "/v1/messages", &[("authorization", "Bearer mock-openai-key-1"), AV], HELLO).await;
+    let r = call(
+        &app,
+        "POST",
+        "/v1/messages",
+        &[("authorization", "Bearer mock-openai-key-1"), AV],
+        HELLO,
+    )
+    .await;
     check_error(&r, 401, "authentication_error", "invalid x-api-key");
     let r = call(&app, "POST", "/v1/messages", &[AK], HELLO).await;
     check_error(&r, 400, "invalid_request_error", "anthropic-version");
-    let r = call(&app, "POST", "/v1/messages", &[AK, ("anthropic-version", "latest")], HELLO).await;
+    let r = call(
+        &app,
+        "POST",
+        "/v1/messages",
+        &[AK, ("anthropic-version", "latest")],
+        HELLO,
+    )
+    .await;
     check_error(&r, 400, "invalid_request_error", "anthropic-version");
-    let r = call(&app, "POST", "/v1/messages", &[AK, ("anthropic-version", "2022-13-01")], HELLO).await;
+    let r = call(
+        &app,
+        "POST",
+        "/v1/messages",
+        &[AK, ("anthropic-version", "2022-13-01")],
+        HELLO,
+    )
+    .await;
     check_error(&r, 400, "invalid_request_error", "anthropic-version");
-    let r = call(&app, "POST", "/v1/messages", &[AK, ("anthropic-version", "2026-10-21")], HELLO).await;
+    let r = call(
+        &app,
+        "POST",
+        "/v1/messages",
+        &[AK, ("anthropic-version", "2026-10-21")],
+        HELLO,
+    )
+    .await;
     assert_eq!(r.status, 200);
-    let r = call(&app, "POST", "/v1/messages", &[("x-api-key", "mock-anthropic-key-401"), AV], HELLO).await;
+    let r = call(
+        &app,
+        "POST",
+        "/v1/messages",
+        &[("x-api-key", "mock-anthropic-key-401"), AV],
+        HELLO,
+    )
+    .await;
     check_error(&r, 401, "authentication_error", "");
-    let r = call(&app, "POST", "/v1/messages", &[("x-api-key", "mock-anthropic-key-429"), AV], HELLO).await;
+    let r = call(
+        &app,
+        "POST",
+        "/v1/messages",
+        &[("x-api-key", "mock-anthropic-key-429"), AV],
+        HELLO,
+    )
+    .await;
     check_error(&r, 429, "rate_limit_error", "");
     assert!(r.header("retry-after").is_some());
-    assert_eq!(call(&app, "POST", "/v1/messages", &[("x-api-key", "mock-anthropic-key-2"), AV], HELLO).await.status, 200);
+    assert_eq!(
+        call(
+            &app,
+            "POST",
+            "/v1/messages",
+            &[("x-api-key", "mock-anthropic-key-2"), AV],
+            HELLO
+        )
+        .await
+        .status,
+        200
+    );
 }
 
 #[tokio::test]
@@ -160,6 +246,10 @@ async fn faults_use_anthropic_shape() {
     assert!(r.aborted);
     assert!(!r.sse_events().contains(&"message_stop".to_string()));
     let r = anthropic(&app, HELLO, &[("x-mock-response-bytes", "10320")]).await;
-    assert_eq!(r.json()["content"][0]["text"].as_str().unwrap().len(), 400, "max_tokens 100 caps at 400 chars");
+    assert_eq!(
+        r.json()["content"][0]["text"].as_str().unwrap().len(),
+        400,
+        "max_tokens 100 caps at 400 chars"
+    );
     assert_eq!(r.json()["stop_reason"], "max_tokens");
 }

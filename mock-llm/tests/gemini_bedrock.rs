@@ -10,7 +10,10 @@ const GEN: &str = "/v1beta/models/gemini-2.0-flash:generateContent";
 const HELLO: &str = r#"{"contents":[{"role":"user","parts":[{"text":"hello there world"}]}]}"#;
 
 fn gstatus(r: &Resp) -> String {
-    r.json()["error"]["status"].as_str().unwrap_or("").to_string()
+    r.json()["error"]["status"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
 }
 
 #[tokio::test]
@@ -18,33 +21,100 @@ async fn gemini_rules() {
     let app = app();
     let r = call(&app, "POST", GEN, &[GK], HELLO).await;
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(r.json()["candidates"][0]["content"]["parts"][0]["text"], "mock response to: hello there world");
+    assert_eq!(
+        r.json()["candidates"][0]["content"]["parts"][0]["text"],
+        "mock response to: hello there world"
+    );
     let cases: &[(&str, &str, u16, &str)] = &[
         (GEN, "{}", 400, "contents is not specified"),
         (GEN, "[1]", 400, "Invalid JSON payload"),
-        (GEN, r#"{"contents":[{"parts":[{"text":"x"}]}],"bogus":1}"#, 400, "Unknown name \"bogus\""),
-        (GEN, r#"{"contents":[{"role":"assistant","parts":[{"text":"x"}]}]}"#, 400, "valid role"),
-        (GEN, r#"{"contents":[{"role":"user","parts":[]}]}"#, 400, "must not be empty"),
-        (GEN, r#"{"contents":[{"role":"user","parts":[{"functionResponse":{"name":"f","response":{}}}]}]}"#, 400, "function response turn"),
-        (GEN, r#"{"contents":[{"role":"model","parts":[{"functionCall":{"name":"f","args":{}}}]}]}"#, 400, "function call turn"),
-        ("/v1beta/models/gemini-9:generateContent", HELLO, 404, "models/gemini-9 is not found"),
-        ("/v1beta/models/text-embedding-004:generateContent", HELLO, 404, "not supported for generateContent"),
-        ("/v1beta/models/gemini-2.0-flash:embedContent", r#"{"content":{"parts":[{"text":"x"}]}}"#, 404, "not supported for embedContent"),
+        (
+            GEN,
+            r#"{"contents":[{"parts":[{"text":"x"}]}],"bogus":1}"#,
+            400,
+            "Unknown name \"bogus\"",
+        ),
+        (
+            GEN,
+            r#"{"contents":[{"role":"assistant","parts":[{"text":"x"}]}]}"#,
+            400,
+            "valid role",
+        ),
+        (
+            GEN,
+            r#"{"contents":[{"role":"user","parts":[]}]}"#,
+            400,
+            "must not be empty",
+        ),
+        (
+            GEN,
+            r#"{"contents":[{"role":"user","parts":[{"functionResponse":{"name":"f","response":{}}}]}]}"#,
+            400,
+            "function response turn",
+        ),
+        (
+            GEN,
+            r#"{"contents":[{"role":"model","parts":[{"functionCall":{"name":"f","args":{}}}]}]}"#,
+            400,
+            "function call turn",
+        ),
+        (
+            "/v1beta/models/gemini-9:generateContent",
+            HELLO,
+            404,
+            "models/gemini-9 is not found",
+        ),
+        (
+            "/v1beta/models/text-embedding-004:generateContent",
+            HELLO,
+            404,
+            "not supported for generateContent",
+        ),
+        (
+            "/v1beta/models/gemini-2.0-flash:embedContent",
+            r#"{"content":{"parts":[{"text":"x"}]}}"#,
+            404,
+            "not supported for embedContent",
+        ),
     ];
     for (path, body, status, needle) in cases {
         let r = call(&app, "POST", path, &[GK], body).await;
         assert_eq!(r.status, *status, "{path} {body} -> {}", r.text());
-        assert!(r.json()["error"]["message"].as_str().unwrap().contains(needle), "{}", r.text());
+        assert!(
+            r.json()["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(needle),
+            "{}",
+            r.text()
+        );
         assert_eq!(r.json()["error"]["code"], *status);
     }
     let r = call(&app, "POST", GEN, &[], HELLO).await;
-    assert_eq!((r.status, gstatus(&r)), (403, "PERMISSION_DENIED".to_string()));
+    assert_eq!(
+        (r.status, gstatus(&r)),
+        (403, "PERMISSION_DENIED".to_string())
+    );
     let r = call(&app, "POST", &format!("{GEN}?key=nope"), &[], HELLO).await;
-    assert_eq!((r.status, gstatus(&r)), (400, "INVALID_ARGUMENT".to_string()));
-    let r = call(&app, "POST", GEN, &[("x-goog-api-key", "mock-gemini-key-429")], HELLO).await;
-    assert_eq!((r.status, gstatus(&r)), (429, "RESOURCE_EXHAUSTED".to_string()));
+    assert_eq!(
+        (r.status, gstatus(&r)),
+        (400, "INVALID_ARGUMENT".to_string())
+    );
+    let r = call(
+        &app,
+        "POST",
+        GEN,
+        &[("x-goog-api-key", "mock-gemini-key-429")],
+        HELLO,
+    )
+    .await;
+    assert_eq!(
+        (r.status, gstatus(&r)),
+        (429, "RESOURCE_EXHAUSTED".to_string())
+    );
     // max output tokens: MAX_TOKENS finish.
-    let body = r#"{"contents":[{"parts":[{"text":"hello"}]}],"generationConfig":{"maxOutputTokens":2}}"#;
+    let body =
+        r#"{"contents":[{"parts":[{"text":"hello"}]}],"generationConfig":{"maxOutputTokens":2}}"#;
     let v = call(&app, "POST", GEN, &[GK], body).await.json();
     assert_eq!(v["candidates"][0]["finishReason"], "MAX_TOKENS");
     assert_eq!(v["usageMetadata"]["candidatesTokenCount"], 2);
@@ -55,7 +125,10 @@ const PATH: &str = "/model/anthropic.claude-3-haiku-20240307-v1%3A0";
 
 fn amz_now() -> String {
     // YYYYMMDDTHHMMSSZ from the Unix time (civil-from-days).
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
     let (days, secs) = (t.div_euclid(86400), t.rem_euclid(86400));
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
@@ -66,17 +139,36 @@ fn amz_now() -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z", secs / 3600, secs % 3600 / 60, secs % 60)
+    format!(
+        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
+        secs / 3600,
+        secs % 3600 / 60,
+        secs % 60
+    )
 }
 
 /// Headers of a request signed with the crate's signer (botocore signs in
 /// the Python suite; this checks the verifier against its own signer).
 fn signed(path: &str, body: &str, secret: &str) -> Vec<(String, String)> {
     let date = amz_now();
-    let headers = vec![("host".to_string(), "mock".to_string()), ("x-amz-date".to_string(), date.clone())];
+    let headers = vec![
+        ("host".to_string(), "mock".to_string()),
+        ("x-amz-date".to_string(), date.clone()),
+    ];
     let h = headers.clone();
-    let lookup = move |n: &str| -> Vec<String> { h.iter().filter(|(k, _)| k == n).map(|(_, v)| v.clone()).collect() };
-    let req = sigv4::SignedRequest { method: "POST", raw_path: path, query: None, header: &lookup, body: body.as_bytes() };
+    let lookup = move |n: &str| -> Vec<String> {
+        h.iter()
+            .filter(|(k, _)| k == n)
+            .map(|(_, v)| v.clone())
+            .collect()
+    };
+    let req = sigv4::SignedRequest {
+        method: "POST",
+        raw_path: path,
+        query: None,
+        header: &lookup,
+        body: body.as_bytes(),
+    };
     let a = sigv4::AuthHeader {
         access_key_id: "AKIDMOCKBEDROCK1".into(),
         date: date[..8].to_string(),
@@ -108,22 +200,39 @@ async fn bedrock_converse_and_stream() {
     let body = r#"{"messages":[{"role":"user","content":[{"text":"hello there world"}]}]}"#;
     let r = bedrock(&app, "converse", body, "mock-bedrock-secret-1").await;
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(r.json()["output"]["message"]["content"][0]["text"], "mock response to: hello there world");
+    assert_eq!(
+        r.json()["output"]["message"]["content"][0]["text"],
+        "mock response to: hello there world"
+    );
     let r = bedrock(&app, "converse", body, "wrong").await;
     assert_eq!(r.status, 403);
-    assert!(r.header("x-amzn-errortype").unwrap().starts_with("InvalidSignatureException"));
+    assert!(r
+        .header("x-amzn-errortype")
+        .unwrap()
+        .starts_with("InvalidSignatureException"));
     let r = call(&app, "POST", &format!("{PATH}/converse"), &[], body).await;
     assert_eq!(r.status, 403);
-    assert!(r.header("x-amzn-errortype").unwrap().starts_with("MissingAuthenticationTokenException"));
+    assert!(r
+        .header("x-amzn-errortype")
+        .unwrap()
+        .starts_with("MissingAuthenticationTokenException"));
 
     let r = bedrock(&app, "converse-stream", body, "mock-bedrock-secret-1").await;
-    assert_eq!(r.header("content-type"), Some("application/vnd.amazon.eventstream"));
+    assert_eq!(
+        r.header("content-type"),
+        Some("application/vnd.amazon.eventstream")
+    );
     let mut buf = &r.body[..];
     let mut kinds = Vec::new();
     let mut text = String::new();
     while !buf.is_empty() {
         let (h, payload, n) = eventstream::decode(buf).unwrap();
-        let kind = h.iter().find(|(k, _)| k == ":event-type").unwrap().1.clone();
+        let kind = h
+            .iter()
+            .find(|(k, _)| k == ":event-type")
+            .unwrap()
+            .1
+            .clone();
         let v: Value = serde_json::from_slice(&payload).unwrap();
         if kind == "contentBlockDelta" {
             text.push_str(v["delta"]["text"].as_str().unwrap());
@@ -132,7 +241,10 @@ async fn bedrock_converse_and_stream() {
         buf = &buf[n..];
     }
     assert_eq!(kinds[0], "messageStart");
-    assert_eq!(&kinds[kinds.len() - 3..], &["contentBlockStop", "messageStop", "metadata"]);
+    assert_eq!(
+        &kinds[kinds.len() - 3..],
+        &["contentBlockStop", "messageStop", "metadata"]
+    );
     assert_eq!(text, "mock response to: hello there world");
 }
 
@@ -154,12 +266,28 @@ async fn bedrock_rules() {
     for (body, needle) in &cases {
         let r = bedrock(&app, "converse", body, "mock-bedrock-secret-1").await;
         assert_eq!(r.status, 400, "{body} -> {}", r.text());
-        assert!(r.header("x-amzn-errortype").unwrap().starts_with("ValidationException"));
-        assert!(r.json()["message"].as_str().unwrap().contains(needle), "{body} -> {}", r.text());
+        assert!(r
+            .header("x-amzn-errortype")
+            .unwrap()
+            .starts_with("ValidationException"));
+        assert!(
+            r.json()["message"].as_str().unwrap().contains(needle),
+            "{body} -> {}",
+            r.text()
+        );
     }
     let r = bedrock(&app, "converse", "{oops", "mock-bedrock-secret-1").await;
-    assert!(r.header("x-amzn-errortype").unwrap().starts_with("SerializationException"));
-    let r = bedrock(&app, "converse", &json!({"messages":[{"role":"user","content":[{"text":"x"}]}]}).to_string(), "mock-bedrock-secret-1").await;
+    assert!(r
+        .header("x-amzn-errortype")
+        .unwrap()
+        .starts_with("SerializationException"));
+    let r = bedrock(
+        &app,
+        "converse",
+        &json!({"messages":[{"role":"user","content":[{"text":"x"}]}]}).to_string(),
+        "mock-bedrock-secret-1",
+    )
+    .await;
     assert_eq!(r.status, 200);
     // The model id arrives percent-encoded in the path and is reported decoded.
     let st = call(&app, "GET", "/_mock/stats", &[], "").await.json();

@@ -4,7 +4,8 @@ mod common;
 use common::*;
 use serde_json::{json, Value};
 
-const HELLO: &str = r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello there world"}]}"#;
+const HELLO: &str =
+    r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello there world"}]}"#;
 
 #[tokio::test]
 async fn chat_non_stream_is_deterministic_with_usage() {
@@ -14,10 +15,16 @@ async fn chat_non_stream_is_deterministic_with_usage() {
     let v = r.json();
     assert_eq!(v["object"], "chat.completion");
     assert_eq!(v["model"], "gpt-4o-mini");
-    assert_eq!(v["choices"][0]["message"]["content"], "mock response to: hello there world");
+    assert_eq!(
+        v["choices"][0]["message"]["content"],
+        "mock response to: hello there world"
+    );
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
     // 17 prompt chars -> 5 tokens; 35 answer chars -> 9 tokens.
-    assert_eq!(v["usage"], json!({"prompt_tokens":5,"completion_tokens":9,"total_tokens":14}));
+    assert_eq!(
+        v["usage"],
+        json!({"prompt_tokens":5,"completion_tokens":9,"total_tokens":14})
+    );
 }
 
 #[tokio::test]
@@ -26,21 +33,35 @@ async fn chat_stream_ends_with_done_and_usage_chunk_only_when_asked() {
     let body = r#"{"model":"gpt-4o-mini","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hello there world"}]}"#;
     let r = openai(&app, body, &[]).await;
     assert_eq!(r.status, 200);
-    assert!(r.header("content-type").unwrap().starts_with("text/event-stream"));
+    assert!(r
+        .header("content-type")
+        .unwrap()
+        .starts_with("text/event-stream"));
     assert!(r.text().ends_with("data: [DONE]\n\n"));
     let chunks = r.sse_data();
     let text: String = chunks
         .iter()
-        .filter_map(|c| c["choices"].get(0).and_then(|c| c["delta"]["content"].as_str()).map(str::to_string))
+        .filter_map(|c| {
+            c["choices"]
+                .get(0)
+                .and_then(|c| c["delta"]["content"].as_str())
+                .map(str::to_string)
+        })
         .collect();
     assert_eq!(text, "mock response to: hello there world");
     let last = chunks.last().unwrap();
     assert_eq!(last["choices"], json!([]));
     assert_eq!(last["usage"]["total_tokens"], 14);
-    assert!(chunks[..chunks.len() - 1].iter().all(|c| c["usage"].is_null()));
-    assert_eq!(chunks[chunks.len() - 2]["choices"][0]["finish_reason"], "stop");
+    assert!(chunks[..chunks.len() - 1]
+        .iter()
+        .all(|c| c["usage"].is_null()));
+    assert_eq!(
+        chunks[chunks.len() - 2]["choices"][0]["finish_reason"],
+        "stop"
+    );
 
-    let body = r#"{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    let body =
+        r#"{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
     let r = openai(&app, body, &[]).await;
     assert!(r.sse_data().iter().all(|c| c.get("usage").is_none()));
     assert!(r.text().ends_with("data: [DONE]\n\n"));
@@ -52,18 +73,49 @@ async fn auth_is_required_and_checked() {
     let r = call(&app, "POST", "/v1/chat/completions", &[], HELLO).await;
     assert_eq!(r.status, 401);
     assert_eq!(r.json()["error"]["type"], "invalid_request_error");
-    let r = call(&app, "POST", "/v1/chat/completions", &[("authorization", "Bearer nope-nope-nope")], HELLO).await;
+    let r = call(
+        &app,
+        "POST",
+        "/v1/chat/completions",
+        &[("authorization", "Bearer nope-nope-nope")],
+        HELLO,
+    )
+    .await;
     assert_eq!(r.status, 401);
     assert_eq!(r.json()["error"]["code"], "invalid_api_key");
-    assert!(!r.text().contains("nope-nope-nope"), "the key must be masked");
-    let r = call(&app, "POST", "/v1/chat/completions", &[("authorization", "Bearer mock-openai-key-401")], HELLO).await;
+    assert!(
+        !r.text().contains("nope-nope-nope"),
+        "the key must be masked"
+    );
+    let r = call(
+        &app,
+        "POST",
+        "/v1/chat/completions",
+        &[("authorization", "Bearer mock-openai-key-401")],
+        HELLO,
+    )
+    .await;
     assert_eq!(r.status, 401);
-    let r = call(&app, "POST", "/v1/chat/completions", &[("authorization", "Bearer mock-openai-key-429")], HELLO).await;
+    let r = call(
+        &app,
+        "POST",
+        "/v1/chat/completions",
+        &[("authorization", "Bearer mock-openai-key-429")],
+        HELLO,
+    )
+    .await;
     assert_eq!(r.status, 429);
     assert_eq!(r.header("retry-after"), Some("1"));
     assert_eq!(r.json()["error"]["code"], "rate_limit_exceeded");
     // A key of another provider is not accepted.
-    let r = call(&app, "POST", "/v1/chat/completions", &[("authorization", "Bearer mock-mistral-key-1")], HELLO).await;
+    let r = call(
+        &app,
+        "POST",
+        "/v1/chat/completions",
+        &[("authorization", "Bearer mock-mistral-key-1")],
+        HELLO,
+    )
+    .await;
     assert_eq!(r.status, 401);
 }
 
@@ -76,23 +128,70 @@ async fn request_rules() {
     let app = app();
     let cases: &[(&str, u16, &str)] = &[
         ("{not json", 400, "parse the JSON"),
-        (r#"{"messages":[{"role":"user","content":"x"}]}"#, 400, "you must provide a model parameter"),
-        (r#"{"model":"gpt-5-nope","messages":[{"role":"user","content":"x"}]}"#, 404, "does not exist"),
-        (r#"{"model":"gpt-4o-mini"}"#, 400, "Missing required parameter: 'messages'"),
-        (r#"{"model":"gpt-4o-mini","messages":[]}"#, 400, "empty array"),
-        (r#"{"model":"gpt-4o-mini","messages":[{"role":"robot","content":"x"}]}"#, 400, "Invalid value: 'robot'"),
-        (r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"},{"role":"tool","tool_call_id":"call_1","content":"r"}]}"#, 400, "must be a response to a preceeding message with 'tool_calls'"),
-        (r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"user","content":"y"}]}"#, 400, "did not have response messages: call_1"),
-        (r#"{"model":"gpt-4o-mini","stream_options":{"include_usage":true},"messages":[{"role":"user","content":"x"}]}"#, 400, "only allowed when 'stream' is enabled"),
-        (r#"{"model":"gpt-4o-mini","tool_choice":"required","messages":[{"role":"user","content":"x"}]}"#, 400, "only allowed when 'tools' are specified"),
-        (r#"{"model":"gpt-4o-mini","max_tokens":0,"messages":[{"role":"user","content":"x"}]}"#, 400, "max_tokens"),
-        (r#"{"model":"text-embedding-3-small","messages":[{"role":"user","content":"x"}]}"#, 404, "not a chat model"),
+        (
+            r#"{"messages":[{"role":"user","content":"x"}]}"#,
+            400,
+            "you must provide a model parameter",
+        ),
+        (
+            r#"{"model":"gpt-5-nope","messages":[{"role":"user","content":"x"}]}"#,
+            404,
+            "does not exist",
+        ),
+        (
+            r#"{"model":"gpt-4o-mini"}"#,
+            400,
+            "Missing required parameter: 'messages'",
+        ),
+        (
+            r#"{"model":"gpt-4o-mini","messages":[]}"#,
+            400,
+            "empty array",
+        ),
+        (
+            r#"{"model":"gpt-4o-mini","messages":[{"role":"robot","content":"x"}]}"#,
+            400,
+            "Invalid value: 'robot'",
+        ),
+        (
+            r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"},{"role":"tool","tool_call_id":"call_1","content":"r"}]}"#,
+            400,
+            "must be a response to a preceeding message with 'tool_calls'",
+        ),
+        (
+            r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"user","content":"y"}]}"#,
+            400,
+            "did not have response messages: call_1",
+        ),
+        (
+            r#"{"model":"gpt-4o-mini","stream_options":{"include_usage":true},"messages":[{"role":"user","content":"x"}]}"#,
+            400,
+            "only allowed when 'stream' is enabled",
+        ),
+        (
+            r#"{"model":"gpt-4o-mini","tool_choice":"required","messages":[{"role":"user","content":"x"}]}"#,
+            400,
+            "only allowed when 'tools' are specified",
+        ),
+        (
+            r#"{"model":"gpt-4o-mini","max_tokens":0,"messages":[{"role":"user","content":"x"}]}"#,
+            400,
+            "max_tokens",
+        ),
+        (
+            r#"{"model":"text-embedding-3-small","messages":[{"role":"user","content":"x"}]}"#,
+            404,
+            "not a chat model",
+        ),
     ];
     for (body, status, needle) in cases {
         let r = openai(&app, body, &[]).await;
         assert_eq!(r.status, *status, "{body} -> {}", r.text());
         let e = err_of(&r);
-        assert!(e["message"].as_str().unwrap().contains(needle), "{body} -> {e}");
+        assert!(
+            e["message"].as_str().unwrap().contains(needle),
+            "{body} -> {e}"
+        );
         assert!(e.get("type").is_some() && e.get("param").is_some() && e.get("code").is_some());
     }
     // A valid tool round trip is accepted.
@@ -105,17 +204,22 @@ const TOOLS: &str = r#""tools":[{"type":"function","function":{"name":"get_weath
 #[tokio::test]
 async fn tool_calls_forced_by_request_or_header() {
     let app = app();
-    let body = format!(r#"{{"model":"gpt-4o","messages":[{{"role":"user","content":"weather?"}}],{TOOLS},"tool_choice":{{"type":"function","function":{{"name":"get_weather"}}}}}}"#);
+    let body = format!(
+        r#"{{"model":"gpt-4o","messages":[{{"role":"user","content":"weather?"}}],{TOOLS},"tool_choice":{{"type":"function","function":{{"name":"get_weather"}}}}}}"#
+    );
     let r = openai(&app, &body, &[]).await;
     let v = r.json();
     assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
     let call = &v["choices"][0]["message"]["tool_calls"][0];
     assert_eq!(call["function"]["name"], "get_weather");
-    let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+    let args: Value =
+        serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
     assert_eq!(args, json!({"city":"mock","unit":"c"}));
     assert!(call["id"].as_str().unwrap().starts_with("call_"));
 
-    let auto = format!(r#"{{"model":"gpt-4o","messages":[{{"role":"user","content":"weather?"}}],{TOOLS}}}"#);
+    let auto = format!(
+        r#"{{"model":"gpt-4o","messages":[{{"role":"user","content":"weather?"}}],{TOOLS}}}"#
+    );
     let r = openai(&app, &auto, &[]).await;
     assert_eq!(r.json()["choices"][0]["finish_reason"], "stop");
     let r = openai(&app, &auto, &[("x-mock-tool-call", "get_weather")]).await;
@@ -124,14 +228,23 @@ async fn tool_calls_forced_by_request_or_header() {
     assert_eq!(r.status, 400);
 
     // Streamed tool call: argument fragments concatenate to valid JSON.
-    let s = format!(r#"{{"model":"gpt-4o","stream":true,"messages":[{{"role":"user","content":"weather?"}}],{TOOLS},"tool_choice":"required"}}"#);
+    let s = format!(
+        r#"{{"model":"gpt-4o","stream":true,"messages":[{{"role":"user","content":"weather?"}}],{TOOLS},"tool_choice":"required"}}"#
+    );
     let r = openai(&app, &s, &[]).await;
     let args: String = r
         .sse_data()
         .iter()
-        .filter_map(|c| c["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"].as_str().map(str::to_string))
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"]
+                .as_str()
+                .map(str::to_string)
+        })
         .collect();
-    assert_eq!(serde_json::from_str::<Value>(&args).unwrap(), json!({"city":"mock","unit":"c"}));
+    assert_eq!(
+        serde_json::from_str::<Value>(&args).unwrap(),
+        json!({"city":"mock","unit":"c"})
+    );
 }
 
 #[tokio::test]
@@ -157,7 +270,12 @@ async fn fault_headers() {
         assert_eq!(r.status, s);
         assert!(r.json()["error"]["message"].is_string());
     }
-    assert_eq!(openai(&app, HELLO, &[("x-mock-error", "reset")]).await.status, 0);
+    assert_eq!(
+        openai(&app, HELLO, &[("x-mock-error", "reset")])
+            .await
+            .status,
+        0
+    );
     let r = openai(&app, HELLO, &[("x-mock-error", "abort-mid-stream")]).await;
     assert!(r.aborted);
     assert!(serde_json::from_slice::<Value>(&r.body).is_err());
@@ -177,25 +295,54 @@ async fn latency_and_stream_timing_headers() {
     let s = r#"{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hello there world"}]}"#;
     let t = std::time::Instant::now();
     // 3 content chunks: ttft 50 + 2 * itl 30 + final chunk 30 = 140 ms at least.
-    openai(&app, s, &[("x-mock-ttft-ms", "50"), ("x-mock-itl-ms", "30")]).await;
+    openai(
+        &app,
+        s,
+        &[("x-mock-ttft-ms", "50"), ("x-mock-itl-ms", "30")],
+    )
+    .await;
     assert!(t.elapsed().as_millis() >= 140, "{:?}", t.elapsed());
 }
 
 #[tokio::test]
 async fn embeddings_float_and_base64() {
     let app = app();
-    let r = call(&app, "POST", "/v1/embeddings", &[OA], r#"{"model":"text-embedding-3-small","input":["abcd","abcdefgh"],"dimensions":8}"#).await;
+    let r = call(
+        &app,
+        "POST",
+        "/v1/embeddings",
+        &[OA],
+        r#"{"model":"text-embedding-3-small","input":["abcd","abcdefgh"],"dimensions":8}"#,
+    )
+    .await;
     assert_eq!(r.status, 200, "{}", r.text());
     let v = r.json();
     assert_eq!(v["data"].as_array().unwrap().len(), 2);
     assert_eq!(v["data"][1]["embedding"].as_array().unwrap().len(), 8);
     assert_eq!(v["usage"]["prompt_tokens"], 3);
     let r = call(&app, "POST", "/v1/embeddings", &[OA], r#"{"model":"text-embedding-3-small","input":"abcd","dimensions":8,"encoding_format":"base64"}"#).await;
-    let s = r.json()["data"][0]["embedding"].as_str().unwrap().to_string();
+    let s = r.json()["data"][0]["embedding"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert_eq!(s.len(), 44); // 32 bytes in base64
-    let r = call(&app, "POST", "/v1/embeddings", &[OA], r#"{"model":"text-embedding-3-small"}"#).await;
+    let r = call(
+        &app,
+        "POST",
+        "/v1/embeddings",
+        &[OA],
+        r#"{"model":"text-embedding-3-small"}"#,
+    )
+    .await;
     assert_eq!(r.status, 400);
-    let r = call(&app, "POST", "/v1/embeddings", &[OA], r#"{"model":"gpt-4o","input":"x"}"#).await;
+    let r = call(
+        &app,
+        "POST",
+        "/v1/embeddings",
+        &[OA],
+        r#"{"model":"gpt-4o","input":"x"}"#,
+    )
+    .await;
     assert_eq!(r.status, 400);
 }
 
@@ -203,21 +350,49 @@ async fn embeddings_float_and_base64() {
 async fn models_and_compatible_prefix() {
     let app = app();
     let r = call(&app, "GET", "/v1/models", &[OA], "").await;
-    let ids: Vec<String> = r.json()["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap().to_string()).collect();
-    assert!(ids.contains(&"gpt-4o-mini".to_string()) && ids.contains(&"text-embedding-3-small".to_string()));
+    let ids: Vec<String> = r.json()["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        ids.contains(&"gpt-4o-mini".to_string())
+            && ids.contains(&"text-embedding-3-small".to_string())
+    );
     let mk = ("authorization", "Bearer mock-mistral-key-1");
     let body = r#"{"model":"mistral-small-latest","messages":[{"role":"user","content":"hi"}]}"#;
     let r = call(&app, "POST", "/mistral/v1/chat/completions", &[mk], body).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["model"], "mistral-small-latest");
     // Keys and models are per provider.
-    assert_eq!(call(&app, "POST", "/mistral/v1/chat/completions", &[OA], body).await.status, 401);
-    assert_eq!(call(&app, "POST", "/v1/chat/completions", &[mk], body).await.status, 401);
+    assert_eq!(
+        call(&app, "POST", "/mistral/v1/chat/completions", &[OA], body)
+            .await
+            .status,
+        401
+    );
+    assert_eq!(
+        call(&app, "POST", "/v1/chat/completions", &[mk], body)
+            .await
+            .status,
+        401
+    );
     assert_eq!(openai(&app, body, &[]).await.status, 404);
     let r = call(&app, "GET", "/mistral/v1/models", &[mk], "").await;
     assert_eq!(r.json()["data"][0]["id"], "mistral-small-latest");
-    assert_eq!(call(&app, "POST", "/nope/v1/chat/completions", &[mk], body).await.status, 404);
-    assert_eq!(call(&app, "GET", "/v1/chat/completions", &[OA], "").await.status, 405);
+    assert_eq!(
+        call(&app, "POST", "/nope/v1/chat/completions", &[mk], body)
+            .await
+            .status,
+        404
+    );
+    assert_eq!(
+        call(&app, "GET", "/v1/chat/completions", &[OA], "")
+            .await
+            .status,
+        405
+    );
 }
 
 #[tokio::test]
@@ -228,11 +403,28 @@ async fn azure_rules() {
     let ok = "/openai/deployments/gpt-4o-mini/chat/completions?api-version=2024-10-21";
     let r = call(&app, "POST", ok, &[k], body).await;
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(r.json()["choices"][0]["message"]["content"], "mock response to: hello there world");
-    let r = call(&app, "POST", "/openai/deployments/gpt-4o-mini/chat/completions", &[k], body).await;
+    assert_eq!(
+        r.json()["choices"][0]["message"]["content"],
+        "mock response to: hello there world"
+    );
+    let r = call(
+        &app,
+        "POST",
+        "/openai/deployments/gpt-4o-mini/chat/completions",
+        &[k],
+        body,
+    )
+    .await;
     assert_eq!(r.status, 404);
     assert_eq!(r.json()["error"]["message"], "Resource not found");
-    let r = call(&app, "POST", "/openai/deployments/nope/chat/completions?api-version=2024-10-21", &[k], body).await;
+    let r = call(
+        &app,
+        "POST",
+        "/openai/deployments/nope/chat/completions?api-version=2024-10-21",
+        &[k],
+        body,
+    )
+    .await;
     assert_eq!(r.json()["error"]["code"], "DeploymentNotFound");
     let r = call(&app, "POST", ok, &[("api-key", "wrong")], body).await;
     assert_eq!(r.status, 401);
@@ -241,6 +433,13 @@ async fn azure_rules() {
     let r = call(&app, "POST", ok, &[("api-key", "mock-azure-key-429")], body).await;
     assert_eq!(r.status, 429);
     assert!(r.header("retry-after").is_some());
-    let r = call(&app, "POST", "/openai/deployments/text-embedding-3-small/embeddings?api-version=2024-10-21", &[k], r#"{"input":"hi","dimensions":4}"#).await;
+    let r = call(
+        &app,
+        "POST",
+        "/openai/deployments/text-embedding-3-small/embeddings?api-version=2024-10-21",
+        &[k],
+        r#"{"input":"hi","dimensions":4}"#,
+    )
+    .await;
     assert_eq!(r.status, 200, "{}", r.text());
 }

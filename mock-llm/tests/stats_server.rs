@@ -12,21 +12,59 @@ async fn stats_count_and_redact() {
     let hello = r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}"#;
     openai(&app, hello, &[]).await;
     openai(&app, hello, &[]).await;
-    call(&app, "POST", "/v1/chat/completions", &[("authorization", "Bearer mock-openai-key-2")], hello).await;
-    call(&app, "POST", "/v1/chat/completions", &[("authorization", "Bearer tg-virtual-secret-1234")], hello).await;
-    call(&app, "POST", "/v1beta/models/gemini-2.0-flash:generateContent?key=mock-gemini-key-1", &[], "{}").await;
+    call(
+        &app,
+        "POST",
+        "/v1/chat/completions",
+        &[("authorization", "Bearer mock-openai-key-2")],
+        hello,
+    )
+    .await;
+    call(
+        &app,
+        "POST",
+        "/v1/chat/completions",
+        &[("authorization", "Bearer tg-virtual-secret-1234")],
+        hello,
+    )
+    .await;
+    call(
+        &app,
+        "POST",
+        "/v1beta/models/gemini-2.0-flash:generateContent?key=mock-gemini-key-1",
+        &[],
+        "{}",
+    )
+    .await;
     let s = call(&app, "GET", "/_mock/stats", &[], "").await;
     let text = s.text();
-    for secret in ["mock-openai-key-1", "mock-openai-key-2", "tg-virtual-secret-1234", "mock-gemini-key-1"] {
+    for secret in [
+        "mock-openai-key-1",
+        "mock-openai-key-2",
+        "tg-virtual-secret-1234",
+        "mock-gemini-key-1",
+    ] {
         assert!(!text.contains(secret), "{secret} leaked into stats");
     }
     let v = s.json();
     assert_eq!(v["total"], 5);
     assert_eq!(v["by_key"]["openai-1"], 2);
     assert_eq!(v["by_key"]["openai-2"], 1);
-    let unknown = v["by_key"].as_object().unwrap().keys().find(|k| k.starts_with("unknown:")).unwrap().clone();
+    let unknown = v["by_key"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .find(|k| k.starts_with("unknown:"))
+        .unwrap()
+        .clone();
     assert_eq!(unknown.len(), "unknown:".len() + 12);
-    let c = v["counts"].as_array().unwrap().iter().find(|c| c["key_id"] == "openai-1").unwrap().clone();
+    let c = v["counts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["key_id"] == "openai-1")
+        .unwrap()
+        .clone();
     assert_eq!(c["model"], "gpt-4o-mini");
     assert_eq!(c["status"], 200);
     assert_eq!(c["count"], 2);
@@ -35,7 +73,10 @@ async fn stats_count_and_redact() {
     assert_eq!(recent[0]["headers"]["authorization"], "<redacted>");
     assert_eq!(recent[0]["body"]["model"], "gpt-4o-mini");
     assert_eq!(recent[0]["key_id"], "openai-1");
-    assert!(recent[4]["path"].as_str().unwrap().ends_with("key=<redacted>"));
+    assert!(recent[4]["path"]
+        .as_str()
+        .unwrap()
+        .ends_with("key=<redacted>"));
     let r = call(&app, "POST", "/_mock/reset", &[], "").await;
     assert_eq!(r.status, 200);
     let v = call(&app, "GET", "/_mock/stats", &[], "").await.json();
@@ -50,22 +91,34 @@ fn invalid_configs_are_rejected() {
     let base = std::fs::read_to_string(config_path()).unwrap();
     assert!(Config::from_yaml(&base).is_ok());
     let typo = base.replace("recent_requests:", "recent_request:");
-    assert!(Config::from_yaml(&typo).unwrap_err().contains("unknown field"));
+    assert!(Config::from_yaml(&typo)
+        .unwrap_err()
+        .contains("unknown field"));
     let rate = base.replace("\"429\": 0,", "\"429\": 1.5,");
-    assert!(Config::from_yaml(&rate).unwrap_err().contains("error_rates.429"));
+    assert!(Config::from_yaml(&rate)
+        .unwrap_err()
+        .contains("error_rates.429"));
     let nokey = "providers:\n  o:\n    kind: openai\n    keys: [{name: a}]\n    models: [m]\n";
-    assert!(Config::from_yaml(nokey).unwrap_err().contains("missing key"));
+    assert!(Config::from_yaml(nokey)
+        .unwrap_err()
+        .contains("missing key"));
     let dup = "providers:\n  a: {kind: openai, keys: [], models: []}\n  b: {kind: openai, keys: [], models: []}\n";
-    assert!(Config::from_yaml(dup).unwrap_err().contains("already uses path_prefix"));
+    assert!(Config::from_yaml(dup)
+        .unwrap_err()
+        .contains("already uses path_prefix"));
 }
 
 #[test]
 fn latency_distributions() {
-    let yaml = |d: &str| format!("behavior: {{latency: {{dist: {d}, mean_ms: 100, sd_ms: 30}}}}\nproviders: {{}}\n");
+    let yaml = |d: &str| {
+        format!("behavior: {{latency: {{dist: {d}, mean_ms: 100, sd_ms: 30}}}}\nproviders: {{}}\n")
+    };
     for d in ["fixed", "normal", "lognormal"] {
         let cfg = Config::from_yaml(&yaml(d)).unwrap();
         let app = mock_llm::app::App::new(&cfg);
-        let xs: Vec<f64> = (0..20000).map(|_| app.sample_latency(&cfg.behavior) as f64).collect();
+        let xs: Vec<f64> = (0..20000)
+            .map(|_| app.sample_latency(&cfg.behavior) as f64)
+            .collect();
         let mean = xs.iter().sum::<f64>() / xs.len() as f64;
         let sd = (xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / xs.len() as f64).sqrt();
         assert!((mean - 100.0).abs() < 3.0, "{d}: mean {mean}");
@@ -82,11 +135,21 @@ fn error_rates_apply() {
     let yaml = "behavior: {error_rates: {\"503\": 0.5}}\nproviders:\n  o: {kind: openai, keys: [{name: a, key: k}], models: [m]}\n";
     let cfg = Config::from_yaml(yaml).unwrap();
     let app = mock_llm::app::App::new(&cfg);
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let n503 = rt.block_on(async {
         let mut n = 0;
         for _ in 0..1000 {
-            let r = call(&app, "POST", "/v1/chat/completions", &[("authorization", "Bearer k")], r#"{"model":"m","messages":[{"role":"user","content":"x"}]}"#).await;
+            let r = call(
+                &app,
+                "POST",
+                "/v1/chat/completions",
+                &[("authorization", "Bearer k")],
+                r#"{"model":"m","messages":[{"role":"user","content":"x"}]}"#,
+            )
+            .await;
             assert!(r.status == 200 || r.status == 503);
             n += (r.status == 503) as u32;
         }
@@ -105,12 +168,22 @@ async fn raw(addr: std::net::SocketAddr, req: &str) -> std::io::Result<String> {
 
 #[tokio::test]
 async fn over_a_socket_with_reset_and_body_limit() {
-    let cfg = Config::from_yaml(&std::fs::read_to_string(config_path()).unwrap().replace("max_body_bytes: 33554432", "max_body_bytes: 1000")).unwrap();
+    let cfg = Config::from_yaml(
+        &std::fs::read_to_string(config_path())
+            .unwrap()
+            .replace("max_body_bytes: 33554432", "max_body_bytes: 1000"),
+    )
+    .unwrap();
     let app = Arc::new(mock_llm::app::App::new(&cfg));
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     let srv = tokio::spawn(mock_llm::server::serve(l, app));
-    let out = raw(addr, "GET /_mock/health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await.unwrap();
+    let out = raw(
+        addr,
+        "GET /_mock/health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    )
+    .await
+    .unwrap();
     assert!(out.starts_with("HTTP/1.1 200"), "{out}");
     assert!(out.ends_with(r#"{"status":"ok"}"#));
     let body = r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}"#;

@@ -129,3 +129,14 @@ def test_stats_name_the_access_key(mock):
     assert rec["key_id"] == "bedrock-1" and rec["model"] == MODEL
     assert rec["headers"]["authorization"] == "<redacted>"
     assert "mock-bedrock-secret-1" not in json.dumps(mock.stats())
+
+
+def test_invoke_titan_embeddings(mock):
+    c = client(mock)
+    r = c.invoke_model(modelId="amazon.titan-embed-text-v2:0", body=json.dumps({"inputText": "abcdefgh", "dimensions": 256}),
+                       contentType="application/json", accept="application/json")
+    out = json.loads(r["body"].read())
+    assert len(out["embedding"]) == 256 and out["inputTextTokenCount"] == 2
+    with pytest.raises(ClientError) as e:
+        c.invoke_model(modelId="amazon.titan-embed-text-v2:0", body=json.dumps({"text": "x"}))
+    assert e.value.response["Error"]["Code"] == "ValidationException"

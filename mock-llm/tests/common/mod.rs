@@ -53,7 +53,13 @@ impl Resp {
     }
 }
 
-pub async fn call(app: &App, method: &str, uri: &str, headers: &[(&str, &str)], body: &str) -> Resp {
+pub async fn call(
+    app: &App,
+    method: &str,
+    uri: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Resp {
     let mut b = Request::builder().method(method).uri(uri);
     for (k, v) in headers {
         b = b.header(*k, *v);
@@ -61,7 +67,12 @@ pub async fn call(app: &App, method: &str, uri: &str, headers: &[(&str, &str)], 
     let (parts, ()) = b.body(()).unwrap().into_parts();
     let reply: Reply = app.handle(parts, Bytes::from(body.to_string())).await;
     match reply.ready().await {
-        None => Resp { status: 0, headers: Default::default(), body: Bytes::new(), aborted: true },
+        None => Resp {
+            status: 0,
+            headers: Default::default(),
+            body: Bytes::new(),
+            aborted: true,
+        },
         Some(r) => {
             let (p, mut body) = r.into_parts();
             let mut buf = Vec::new();
@@ -79,7 +90,12 @@ pub async fn call(app: &App, method: &str, uri: &str, headers: &[(&str, &str)], 
                     }
                 }
             }
-            Resp { status: p.status.as_u16(), headers: p.headers, body: Bytes::from(buf), aborted }
+            Resp {
+                status: p.status.as_u16(),
+                headers: p.headers,
+                body: Bytes::from(buf),
+                aborted,
+            }
         }
     }
 }
