@@ -9,6 +9,7 @@ from __future__ import annotations
 import concurrent.futures
 import re
 
+import openai
 import pytest
 
 from helpers import HI, assert_openai_error, post
@@ -74,11 +75,14 @@ def test_authz_down_is_503_and_nothing_passes(make_stack, demo_key):
     assert_openai_error(body, "authz_unavailable")
 
 
-def test_body_over_the_limit_is_413(stack, demo_key):
-    big = b'{"model":"openai/gpt-4o-mini","messages":[{"role":"user","content":"' + b"x" * (17 << 20) + b'"}]}'
-    status, _, body = post(f"{stack.base_url}/chat/completions", big, auth(demo_key), timeout=30)
-    assert status == 413, body
-    assert_openai_error(body)
+@pytest.mark.parametrize("mib", [9, 17], ids=["over-filter-limit", "over-envoy-buffer"])
+def test_body_over_the_limit_is_413(stack, demo_key, mib):
+    client = openai.OpenAI(base_url=stack.base_url, api_key=demo_key, max_retries=0, timeout=30)
+    with pytest.raises(openai.APIStatusError) as exc:
+        client.chat.completions.create(model="openai/gpt-4o-mini",
+                                       messages=[{"role": "user", "content": "x" * (mib << 20)}])
+    assert exc.value.status_code == 413
+    assert_openai_error({"error": exc.value.body}, "request_too_large")  # the client unwraps "error"
 
 
 @pytest.mark.parametrize("path", ["/", "/v2/chat", "/healthz"])
