@@ -31,12 +31,18 @@ pub const HDR_MODELS: &str = "x-tollgate-models";
 pub const HDR_CLUSTER: &str = "x-tollgate-cluster";
 pub const HDR_PROVIDER: &str = "x-tollgate-provider";
 const COOLDOWN_PREFIX: &str = "tollgate.cooldown.";
+/// An over-limit body is read and discarded up to this many times the limit
+/// before the 413 is sent regardless.
+pub const DRAIN_FACTOR: u64 = 8;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     /// Not ours (or not started).
     Idle,
     AwaitBody,
+    /// Body over the limit: discard it as it arrives, answer 413 at its end
+    /// (an HTTP/1 client still uploading would otherwise see a reset).
+    Draining,
     Routed,
     /// We answered locally.
     Replied,
@@ -75,6 +81,9 @@ pub struct Flow {
     upstream_status: u16,
     stream_finished: bool,
     logged: bool,
+    drained: u64,
+    /// The response is Envoy's own local reply (left untouched).
+    envoy_reply: bool,
 }
 
 /// Metric-safe fragment: model names may contain '.', '/', ':'.
@@ -106,6 +115,8 @@ impl Flow {
             upstream_status: 0,
             stream_finished: false,
             logged: false,
+            drained: 0,
+            envoy_reply: false,
         }
     }
 
@@ -140,7 +151,11 @@ impl Flow {
         if let Some(cl) = h.request_header("content-length") {
             if let Ok(n) = cl.trim().parse::<u64>() {
                 if n > self.rt.max_body_bytes {
-                    return self.reply(h, &ApiError::too_large(self.rt.max_body_bytes));
+                    if end_of_stream {
+                        return self.reply(h, &ApiError::too_large(self.rt.max_body_bytes));
+                    }
+                    self.phase = Phase::Draining;
+                    return Action::Pause;
                 }
             }
         }
@@ -200,6 +215,9 @@ impl Flow {
         body_size: usize,
         end_of_stream: bool,
     ) -> Action {
+        if self.phase == Phase::Draining {
+            return self.drain(h, body_size, end_of_stream);
+        }
         if self.phase != Phase::AwaitBody {
             return if self.phase == Phase::Replied {
                 Action::Pause
@@ -208,7 +226,8 @@ impl Flow {
             };
         }
         if body_size as u64 > self.rt.max_body_bytes {
-            return self.reply(h, &ApiError::too_large(self.rt.max_body_bytes));
+            self.phase = Phase::Draining;
+            return self.drain(h, body_size, end_of_stream);
         }
         if !end_of_stream {
             return Action::Pause;
@@ -218,6 +237,17 @@ impl Flow {
             Ok(()) => Action::Continue,
             Err(e) => self.reply(h, &e),
         }
+    }
+
+    /// Discard what was buffered; answer 413 at the end of the body, or at
+    /// once past [`DRAIN_FACTOR`] × the limit.
+    fn drain(&mut self, h: &mut dyn Host, body_size: usize, end_of_stream: bool) -> Action {
+        self.drained = self.drained.saturating_add(body_size as u64);
+        if end_of_stream || self.drained > self.rt.max_body_bytes.saturating_mul(DRAIN_FACTOR) {
+            return self.reply(h, &ApiError::too_large(self.rt.max_body_bytes));
+        }
+        h.set_request_body(body_size, b"");
+        Action::Pause
     }
 
     fn cooling(&self, h: &dyn Host, key_id: &str, now: u64) -> bool {
@@ -367,8 +397,15 @@ impl Flow {
             .response_header(":status")
             .and_then(|s| s.parse().ok())
             .unwrap_or(0);
-        self.upstream_status = status;
         let now = h.now_ms();
+        if !h.response_from_upstream() {
+            // Envoy's own reply (connect failure, timeout, overflow…): its
+            // body is already OpenAI-shaped by local_reply_config.
+            self.envoy_reply = true;
+            self.resp = RespMode::None;
+            return Action::Continue;
+        }
+        self.upstream_status = status;
         h.set_response_header(HDR_PROVIDER, Some(&provider.name));
         let latency = now.saturating_sub(route.sent_ms);
         if let Some(n) = self.route_metric("upstream_latency_ms") {
@@ -505,6 +542,7 @@ impl Flow {
         }
         let status = self.upstream_status;
         let class = match status {
+            _ if self.envoy_reply => Some("gateway"),
             0 => Some("no_response"),
             429 => Some("rate_limited"),
             400..=499 => Some("upstream_4xx"),

@@ -27,6 +27,10 @@ pub trait Host {
     fn set_response_header(&mut self, name: &str, value: Option<&str>) -> bool;
     fn response_body(&self, size: usize) -> Option<Vec<u8>>;
     fn set_response_body(&mut self, size: usize, body: &[u8]) -> bool;
+    /// Did the response come from the upstream (Envoy's
+    /// `response.code_details == "via_upstream"`), rather than being a local
+    /// reply of Envoy's (connect failure, timeout, overflow)?
+    fn response_from_upstream(&self) -> bool;
     fn send_local_reply(&mut self, status: u16, headers: &[(&str, &str)], body: &[u8]);
     /// Foreign function `clear_route_cache`.
     fn clear_route_cache(&mut self) -> bool;
@@ -59,6 +63,8 @@ pub mod fake {
         pub resp_headers: Vec<(String, String)>,
         pub resp_body: Vec<u8>,
         pub local_reply: Option<LocalReply>,
+        /// Simulates an Envoy local reply on the response path.
+        pub envoy_local_response: bool,
         pub route_cleared: bool,
         pub now: u64,
         pub random: Vec<u32>,
@@ -115,6 +121,9 @@ pub mod fake {
         fn set_response_body(&mut self, _size: usize, body: &[u8]) -> bool {
             self.resp_body = body.to_vec();
             true
+        }
+        fn response_from_upstream(&self) -> bool {
+            !self.envoy_local_response
         }
         fn send_local_reply(&mut self, status: u16, headers: &[(&str, &str)], body: &[u8]) {
             self.local_reply = Some((

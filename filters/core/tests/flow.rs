@@ -354,17 +354,37 @@ fn no_body_and_too_large() {
     h.req_headers.push(("content-length".into(), "5000".into()));
     let mut f = flow();
     assert_eq!(f.on_request_headers(&mut h, false), Action::Pause);
+    // The body is read and discarded, then 413 (no reset mid-upload).
+    assert!(h.local_reply.is_none());
+    h.req_body = vec![b'x'; 3000];
+    assert_eq!(f.on_request_body(&mut h, 3000, false), Action::Pause);
+    assert!(h.req_body.is_empty(), "drained");
+    assert!(h.local_reply.is_none());
+    f.on_request_body(&mut h, 2000, true);
     assert_eq!(reply(&h).1["error"]["code"], "request_too_large");
     assert_eq!(reply(&h).0, 413);
 
-    // Chunked body over the limit: refused while buffering.
+    // Past DRAIN_FACTOR × the limit the 413 goes out at once.
+    let mut h = host("POST", "/v1/chat/completions", b"");
+    h.req_headers.retain(|(k, _)| k != "content-length");
+    h.req_headers
+        .push(("content-length".into(), "999999999".into()));
+    let mut f = flow();
+    f.on_request_headers(&mut h, false);
+    f.on_request_body(&mut h, 4096 * 9, false);
+    assert_eq!(reply(&h).0, 413);
+
+    // Chunked body over the limit: noticed while buffering, drained, 413.
     let mut h = host("POST", "/v1/chat/completions", &[b' '; 5000]);
     h.req_headers.retain(|(k, _)| k != "content-length");
     let mut f = flow();
     assert_eq!(f.on_request_headers(&mut h, false), Action::Pause);
     assert_eq!(f.on_request_body(&mut h, 1000, false), Action::Pause);
     assert!(h.local_reply.is_none());
-    f.on_request_body(&mut h, 5000, false);
+    assert_eq!(f.on_request_body(&mut h, 5000, false), Action::Pause);
+    assert!(h.req_body.is_empty());
+    assert!(h.local_reply.is_none());
+    f.on_request_body(&mut h, 10, true);
     assert_eq!(reply(&h).0, 413);
 }
 
@@ -502,6 +522,25 @@ fn cooldown_after_429_and_401_is_shared_and_expires() {
     for l in h4.logs.borrow().iter().chain(h.logs.borrow().iter()) {
         assert!(!l.contains("sk-"), "key value in log: {l}");
     }
+}
+
+#[test]
+fn envoy_local_replies_pass_through_untouched() {
+    let mut h = host("POST", "/v1/chat/completions", &chat("smart"));
+    let (mut f, _) = request(&mut h, true);
+    h.envoy_local_response = true;
+    let body = br#"{"error":{"message":"Tollgate is at capacity","type":"server_error","code":"gateway_overloaded"}}"#;
+    respond(&mut f, &mut h, 503, "application/json", body);
+    assert_eq!(h.resp_body, body.to_vec());
+    assert_eq!(h.resp_header(":status").as_deref(), Some("503"));
+    assert!(
+        h.shared.borrow().is_empty(),
+        "no key cooldown for Envoy's own replies"
+    );
+    assert_eq!(
+        h.metrics["tollgate.anthropic.claude-sonnet-4-5.errors.gateway"],
+        1
+    );
 }
 
 #[test]

@@ -89,6 +89,12 @@ extern "C" {
     ) -> Status;
     fn proxy_increment_metric(metric_id: u32, offset: i64) -> Status;
     fn proxy_record_metric(metric_id: u32, value: u64) -> Status;
+    fn proxy_get_property(
+        path_data: *const u8,
+        path_size: usize,
+        return_value_data: *mut *mut u8,
+        return_value_size: *mut usize,
+    ) -> Status;
     fn proxy_get_current_time_nanoseconds(return_time: *mut u64) -> Status;
 }
 
@@ -225,6 +231,21 @@ impl Host for WasmHost {
     }
     fn set_response_body(&mut self, size: usize, body: &[u8]) -> bool {
         set_buffer(BufferType::HttpResponseBody, 0, size, body)
+    }
+    fn response_from_upstream(&self) -> bool {
+        // Property path parts are NUL-separated.
+        let path = b"response\0code_details";
+        let mut data = null_mut();
+        let mut len = 0;
+        // SAFETY: valid path slice and out-pointers.
+        match unsafe { proxy_get_property(path.as_ptr(), path.len(), &mut data, &mut len) } {
+            Status::Ok => match owned(data, len) {
+                Some(v) => v == b"via_upstream",
+                None => true,
+            },
+            // Unknown: assume a provider answered (translate as usual).
+            _ => true,
+        }
     }
     fn send_local_reply(&mut self, status: u16, headers: &[(&str, &str)], body: &[u8]) {
         let h = serialize_map(headers);
