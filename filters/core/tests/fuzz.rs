@@ -6,6 +6,8 @@
 //! fails the test. Iterations: TG_FUZZ_ITERS (default 4000), seed:
 //! TG_FUZZ_SEED (default fixed, so failures reproduce).
 
+#![allow(clippy::manual_is_multiple_of)]
+
 mod common;
 
 use std::sync::Arc;
@@ -194,13 +196,15 @@ fn fuzz_requests_never_panic() {
         }
         // And the whole flow.
         for path in ["/v1/chat/completions", "/v1/embeddings"] {
-            let mut h = FakeHost::default();
-            h.req_headers = vec![
-                (":method".into(), "POST".into()),
-                (":path".into(), path.into()),
-                ("x-tollgate-models".into(), "*".into()),
-            ];
-            h.req_body = bytes.clone();
+            let mut h = FakeHost {
+                req_headers: vec![
+                    (":method".into(), "POST".into()),
+                    (":path".into(), path.into()),
+                    ("x-tollgate-models".into(), "*".into()),
+                ],
+                req_body: bytes.clone(),
+                ..FakeHost::default()
+            };
             let mut f = Flow::new(Arc::clone(&rt));
             f.on_request_headers(&mut h, false);
             f.on_request_body(&mut h, bytes.len(), true);
