@@ -28,6 +28,7 @@ import datetime as dt
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import threading
@@ -117,7 +118,9 @@ def scenarios(mock_key: str) -> list[Scenario]:
         Scenario("envoy", "Envoy plain router → mock-llm", ("mock", "envoy"), plain, "gpt-4o-mini"),
         Scenario("wasm", "Envoy + Wasm filter, OpenAI→Anthropic translation and key choice",
                  ("redis", "mock", "authz", "envoy"), without_filters(base, "envoy.filters.http.ext_authz"),
-                 "anthropic/claude-sonnet-4-5"),
+                 "anthropic/claude-sonnet-4-5",
+                 # What ext_authz would have set for the demo key.
+                 headers={"x-tollgate-tenant": "demo", "x-tollgate-key-id": "demo-key", "x-tollgate-models": "*"}),
         Scenario("authz", "Envoy + ext_authz (virtual key, Redis buckets), no Wasm",
                  ("redis", "mock", "authz", "envoy"),
                  fixed_route_to_mock(without_filters(base, "envoy.filters.http.wasm"), mock_key),
@@ -249,10 +252,11 @@ def start_stack(sc: Scenario, workdir: Path, mock_config: Path | None = None) ->
 def machine() -> dict:
     mem = next(l for l in Path("/proc/meminfo").read_text().splitlines() if l.startswith("MemTotal"))
     envoy_v = subprocess.run([tool("envoy"), "--version"], capture_output=True, text=True).stdout.strip()
+    envoy_version = re.search(r"/(\d+\.\d+\.\d+)/", envoy_v)
     fortio_v = subprocess.run([tool("fortio"), "version"], capture_output=True, text=True).stdout.strip()
     return {"cores": os.cpu_count(), "memory": f"{int(mem.split()[1]) // 1024 ** 2} GiB",
             "kernel": platform.release(), "python": platform.python_version(),
-            "envoy": envoy_v.split("/")[2] if envoy_v.count("/") >= 2 else envoy_v,
+            "envoy": envoy_version.group(1) if envoy_version else envoy_v,
             "fortio": fortio_v, "cpu": _cpu_model()}
 
 
