@@ -293,10 +293,8 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
                         return (bad(ctx, &format!("messages.{i}.content.{j}.type: Input tag '{ty}' found using 'type' does not match any of the expected tags")), m);
                     }
                     match ty {
-                        "text" => {
-                            if b.get("text").and_then(Value::as_str).is_none() {
-                                return (bad(ctx, &format!("messages.{i}.content.{j}.text: Field required")), m);
-                            }
+                        "text" if b.get("text").and_then(Value::as_str).is_none() => {
+                            return (bad(ctx, &format!("messages.{i}.content.{j}.text: Field required")), m);
                         }
                         "tool_use" => {
                             if role != "assistant" {

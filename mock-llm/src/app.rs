@@ -481,7 +481,7 @@ impl App {
             })
             .collect();
         // Longest prefix first, so `/mistral/v1/...` is not taken by "".
-        providers.sort_by(|a, b| b.prefix.len().cmp(&a.prefix.len()));
+        providers.sort_by_key(|p| std::cmp::Reverse(p.prefix.len()));
         App {
             providers,
             stats: Stats::new(cfg.recent_requests),

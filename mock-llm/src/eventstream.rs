@@ -86,7 +86,10 @@ pub fn exception(exception_type: &str, payload: &[u8]) -> Bytes {
 }
 
 /// Decode one message: (headers, payload, bytes used). For tests and tools.
-pub fn decode(buf: &[u8]) -> Result<(Vec<(String, String)>, Vec<u8>, usize), String> {
+/// A decoded message: headers, payload, bytes consumed.
+pub type Decoded = (Vec<(String, String)>, Vec<u8>, usize);
+
+pub fn decode(buf: &[u8]) -> Result<Decoded, String> {
     if buf.len() < 16 {
         return Err("short prelude".into());
     }

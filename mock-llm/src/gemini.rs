@@ -247,7 +247,7 @@ pub async fn generate(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
             if let Err(r) = unknown_fields(p, &known) {
                 return (r, m);
             }
-            if !p.as_object().is_some_and(|o| !o.is_empty()) {
+            if p.as_object().is_none_or(|o| o.is_empty()) {
                 return (invalid(&format!("* GenerateContentRequest.contents[{i}].parts[{j}].data: required oneof field 'data' must have one initialized field")), m);
             }
         }
@@ -432,7 +432,7 @@ pub async fn generate(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
 
 fn embed_one(req: &Value, idx: Option<usize>, path_model: &str) -> Result<(String, usize), Reply> {
     let pre = idx.map(|i| format!("requests[{i}].")).unwrap_or_default();
-    if let Err(r) = unknown_fields(
+    unknown_fields(
         req,
         &[
             "model",
@@ -443,9 +443,7 @@ fn embed_one(req: &Value, idx: Option<usize>, path_model: &str) -> Result<(Strin
             "outputDimensionality",
             "output_dimensionality",
         ],
-    ) {
-        return Err(r);
-    }
+    )?;
     if let Some(m) = req.get("model").and_then(Value::as_str) {
         if m.strip_prefix("models/").unwrap_or(m) != path_model {
             return Err(invalid(&format!("* BatchEmbedContentsRequest.{pre}model: model in the request ({m}) does not match the model in the URL (models/{path_model}).")));

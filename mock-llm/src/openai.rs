@@ -352,7 +352,7 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
                 } else if content.is_null() {
                     return (
                         invalid(
-                            &format!("Invalid value for 'content': expected a string, got null."),
+                            "Invalid value for 'content': expected a string, got null.",
                             Some(&format!("messages.[{i}].content")),
                             None,
                         ),
