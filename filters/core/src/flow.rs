@@ -77,7 +77,7 @@ pub struct Flow {
     route: Option<Route>,
     resp: RespMode,
     usage: Option<Usage>,
-    first_byte: bool,
+    first_token: bool,
     upstream_status: u16,
     stream_finished: bool,
     logged: bool,
@@ -111,7 +111,7 @@ impl Flow {
             route: None,
             resp: RespMode::None,
             usage: None,
-            first_byte: false,
+            first_token: false,
             upstream_status: 0,
             stream_finished: false,
             logged: false,
@@ -479,8 +479,8 @@ impl Flow {
                     self.stream_finished = true;
                 }
                 self.usage = t.usage();
-                if !self.first_byte && !out.is_empty() {
-                    self.first_byte = true;
+                if !self.first_token && t.first_token_seen() {
+                    self.first_token = true;
                     let ttft = h.now_ms().saturating_sub(route.sent_ms);
                     if let Some(n) = self.route_metric("ttft_ms") {
                         h.metric(MetricKind::Histogram, &n, ttft);

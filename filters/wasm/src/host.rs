@@ -6,7 +6,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ptr::{null, null_mut};
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use proxy_wasm::types::{BufferType, LogLevel, MapType, MetricType, Status};
 use tollgate_core::host::{Host, Level, MetricKind};
@@ -278,15 +278,9 @@ impl Host for WasmHost {
         st == Status::Ok
     }
     fn now_ms(&self) -> u64 {
-        let n = now_nanos();
-        if n > 0 {
-            n / 1_000_000
-        } else {
-            std::time::SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d: Duration| d.as_millis() as u64)
-                .unwrap_or(0)
-        }
+        // proxy_get_current_time_nanoseconds is always there in Envoy; no
+        // std::time fallback (it panics on wasm32-unknown-unknown).
+        now_nanos() / 1_000_000
     }
     fn random_u32(&mut self) -> u32 {
         RNG.with(|r| {

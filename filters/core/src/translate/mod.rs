@@ -110,6 +110,8 @@ pub trait StreamTranslator {
     fn finish(&mut self, out: &mut Vec<u8>);
     /// Usage seen so far (final once `finish` ran).
     fn usage(&self) -> Option<Usage>;
+    /// Has a content or tool-call token been emitted yet (for TTFT)?
+    fn first_token_seen(&self) -> bool;
 }
 
 pub fn for_kind(kind: Kind) -> &'static dyn Translator {

@@ -704,6 +704,7 @@ pub struct AnthropicStream {
     saw_usage: bool,
     finish: Option<&'static str>,
     done: bool,
+    first_token: bool,
 }
 
 impl AnthropicStream {
@@ -719,6 +720,7 @@ impl AnthropicStream {
             saw_usage: false,
             finish: None,
             done: false,
+            first_token: false,
         }
     }
 
@@ -734,6 +736,11 @@ impl AnthropicStream {
     }
 
     fn chunk(&mut self, out: &mut Vec<u8>, delta: &str, finish: Option<&str>) {
+        if !self.first_token
+            && (delta.starts_with("{\"content\"") || delta.starts_with("{\"tool_calls\""))
+        {
+            self.first_token = true;
+        }
         if self.prefix.is_empty() {
             self.set_prefix("", "");
         }
@@ -939,5 +946,9 @@ impl StreamTranslator for AnthropicStream {
 
     fn usage(&self) -> Option<Usage> {
         self.saw_usage.then_some(self.usage)
+    }
+
+    fn first_token_seen(&self) -> bool {
+        self.first_token
     }
 }

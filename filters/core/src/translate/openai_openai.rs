@@ -105,6 +105,7 @@ impl Translator for OpenAiOpenAi {
             strip_usage: !ctx.include_usage,
             usage: None,
             failed: false,
+            first_token: false,
         })
     }
 }
@@ -148,6 +149,7 @@ struct OpenAiStream {
     strip_usage: bool,
     usage: Option<Usage>,
     failed: bool,
+    first_token: bool,
 }
 
 impl OpenAiStream {
@@ -156,6 +158,12 @@ impl OpenAiStream {
             return;
         }
         let data = ev.data.as_str();
+        if !self.first_token
+            && ((data.contains("\"content\":\"") && !data.contains("\"content\":\"\""))
+                || data.contains("\"tool_calls\""))
+        {
+            self.first_token = true;
+        }
         // Only chunks that carry usage need parsing.
         if data != "[DONE]" && data.contains("\"usage\"") {
             if let Ok(v) = serde_json::from_str::<Value>(data) {
@@ -217,6 +225,10 @@ impl StreamTranslator for OpenAiStream {
 
     fn usage(&self) -> Option<Usage> {
         self.usage
+    }
+
+    fn first_token_seen(&self) -> bool {
+        self.first_token
     }
 }
 
