@@ -128,6 +128,58 @@ fn block_text(b: &Value, out: &mut String) {
     }
 }
 
+/// Top-level request fields of the Messages API; anything else is refused
+/// ("Extra inputs are not permitted"), which catches OpenAI-only fields
+/// (`n`, `response_format`, `stream_options`, …) forwarded by mistake.
+const REQUEST_FIELDS: &[&str] = &[
+    "model",
+    "messages",
+    "max_tokens",
+    "system",
+    "metadata",
+    "stop_sequences",
+    "stream",
+    "temperature",
+    "top_p",
+    "top_k",
+    "tools",
+    "tool_choice",
+    "thinking",
+    "service_tier",
+    "container",
+    "mcp_servers",
+    "context_management",
+    "output_format",
+    "output_config",
+    "inference_geo",
+];
+
+const IMAGE_TYPES: &[&str] = &["image/jpeg", "image/png", "image/gif", "image/webp"];
+
+/// An image block's `source`: base64 with a supported media type, or a URL.
+fn image_source_error(b: &Value) -> Option<String> {
+    let src = b.get("source")?;
+    match src.get("type").and_then(Value::as_str) {
+        Some("base64") => {
+            let mt = src.get("media_type").and_then(Value::as_str).unwrap_or("");
+            if !IMAGE_TYPES.contains(&mt) {
+                return Some(format!("source.media_type: Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp' (got '{mt}')"));
+            }
+            if src.get("data").and_then(Value::as_str).is_none_or(str::is_empty) {
+                return Some("source.data: Field required".to_string());
+            }
+            None
+        }
+        Some("url") => src
+            .get("url")
+            .and_then(Value::as_str)
+            .filter(|u| u.starts_with("https://") || u.starts_with("http://"))
+            .map_or(Some("source.url: Field required".to_string()), |_| None),
+        Some("file") => None,
+        _ => Some("source.type: Input tag found using 'type' does not match any of the expected tags: 'base64', 'url', 'file'".to_string()),
+    }
+}
+
 const BLOCK_TYPES: &[&str] = &[
     "text",
     "image",
@@ -202,6 +254,48 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
     }
     if msgs.is_empty() {
         return (bad(ctx, "messages: at least one message is required"), m);
+    }
+    if let Some(k) = req
+        .as_object()
+        .and_then(|o| o.keys().find(|k| !REQUEST_FIELDS.contains(&k.as_str())))
+    {
+        return (bad(ctx, &format!("{k}: Extra inputs are not permitted")), m);
+    }
+    if let Some(limit) = ctx.provider.max_output_tokens {
+        if max_tokens > limit {
+            return (
+                bad(ctx, &format!("max_tokens: {max_tokens} > {limit}, which is the maximum allowed number of output tokens for {model}")),
+                m,
+            );
+        }
+    }
+    for (p, hi) in [("temperature", 1.0), ("top_p", 1.0)] {
+        if !app::in_range(req.get(p), 0.0, hi) {
+            return (bad(ctx, &format!("{p}: range: 0..{hi}")), m);
+        }
+    }
+    if !req
+        .get("top_k")
+        .is_none_or(|v| v.is_null() || v.as_u64().is_some())
+    {
+        return (
+            bad(
+                ctx,
+                "top_k: Input should be a valid integer greater than or equal to 0",
+            ),
+            m,
+        );
+    }
+    if let Some(s) = req.get("stop_sequences").filter(|v| !v.is_null()) {
+        if !s.as_array().is_some_and(|a| a.iter().all(Value::is_string)) {
+            return (
+                bad(
+                    ctx,
+                    "stop_sequences: Input should be a valid list of strings",
+                ),
+                m,
+            );
+        }
     }
     let stream = match req.get("stream") {
         None | Some(Value::Null) => false,
@@ -295,6 +389,14 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
                     match ty {
                         "text" if b.get("text").and_then(Value::as_str).is_none() => {
                             return (bad(ctx, &format!("messages.{i}.content.{j}.text: Field required")), m);
+                        }
+                        "image" if b.get("source").is_none() => {
+                            return (bad(ctx, &format!("messages.{i}.content.{j}.image.source: Field required")), m);
+                        }
+                        "image" => {
+                            if let Some(e) = image_source_error(b) {
+                                return (bad(ctx, &format!("messages.{i}.content.{j}.image.{e}")), m);
+                            }
                         }
                         "tool_use" => {
                             if role != "assistant" {

@@ -64,6 +64,7 @@ pub struct ProviderRt {
     pub keys: Vec<KeyRt>,
     pub models: Vec<String>,
     pub region: String,
+    pub max_output_tokens: Option<u64>,
     pub behavior: Behavior,
 }
 
@@ -477,6 +478,7 @@ impl App {
                     .collect(),
                 models: p.models.clone(),
                 region: p.region.clone().unwrap_or_default(),
+                max_output_tokens: p.max_output_tokens,
                 behavior: p.behavior.clone().unwrap_or_else(|| cfg.behavior.clone()),
             })
             .collect();
@@ -795,6 +797,15 @@ fn plain_json(status: u16, body: String) -> Response<MockBody> {
 pub fn json_escape(s: &str) -> String {
     let v = serde_json::to_string(s).unwrap_or_default();
     v.trim_matches('"').to_string()
+}
+
+/// A sampling parameter, when present and not null, must be a number
+/// within `lo..=hi`.
+pub fn in_range(v: Option<&Value>, lo: f64, hi: f64) -> bool {
+    match v {
+        None | Some(Value::Null) => true,
+        Some(x) => x.as_f64().is_some_and(|f| (lo..=hi).contains(&f)),
+    }
 }
 
 /// Current Unix time, seconds.

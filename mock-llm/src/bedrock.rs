@@ -336,6 +336,14 @@ pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
             }
         }
     }
+    for p in ["temperature", "topP"] {
+        if !app::in_range(req.pointer(&format!("/inferenceConfig/{p}")), 0.0, 1.0) {
+            return (
+                validation(ctx, &format!("1 validation error detected: Value at 'inferenceConfig.{p}' failed to satisfy constraint: Member must have value less than or equal to 1 and greater than or equal to 0")),
+                m,
+            );
+        }
+    }
     let max_tokens = req
         .pointer("/inferenceConfig/maxTokens")
         .and_then(Value::as_u64);

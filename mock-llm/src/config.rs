@@ -78,6 +78,10 @@ pub struct Provider {
     pub keys: Vec<KeyConfig>,
     /// Known model ids (Azure: deployment names).
     pub models: Vec<String>,
+    /// Largest output token limit a request may ask for (OpenAI
+    /// `max_tokens`/`max_completion_tokens`, Anthropic `max_tokens`).
+    #[serde(default)]
+    pub max_output_tokens: Option<u64>,
     /// Bedrock only: the SigV4 region that signatures must be scoped to.
     #[serde(default)]
     pub region: Option<String>,

@@ -333,6 +333,13 @@ pub async fn generate(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
             other => return (invalid(&format!("Invalid value at 'tool_config.function_calling_config.mode' (type.googleapis.com/google.ai.generativelanguage.v1beta.FunctionCallingConfig.Mode), \"{other}\"")), m),
         }
     }
+    if let Some(gc) = get(&req, "generationConfig", "generation_config") {
+        for (camel, snake, hi) in [("temperature", "temperature", 2.0), ("topP", "top_p", 1.0)] {
+            if !app::in_range(get(gc, camel, snake), 0.0, hi) {
+                return (invalid(&format!("* GenerateContentRequest.generation_config.{snake}: must be within [0, {hi}]")), m);
+            }
+        }
+    }
     let max_tokens = get(&req, "generationConfig", "generation_config")
         .and_then(|g| get(g, "maxOutputTokens", "max_output_tokens"))
         .and_then(Value::as_u64);

@@ -188,6 +188,53 @@ fn content_text(c: &Value, out: &mut String) {
     }
 }
 
+/// Chat Completions request fields (OpenAI), plus the common extensions of
+/// OpenAI-compatible servers; anything else is "Unrecognized request
+/// argument supplied", as OpenAI answers.
+const CHAT_FIELDS: &[&str] = &[
+    "model",
+    "messages",
+    "audio",
+    "frequency_penalty",
+    "function_call",
+    "functions",
+    "logit_bias",
+    "logprobs",
+    "max_completion_tokens",
+    "max_tokens",
+    "metadata",
+    "modalities",
+    "n",
+    "parallel_tool_calls",
+    "prediction",
+    "presence_penalty",
+    "prompt_cache_key",
+    "reasoning_effort",
+    "response_format",
+    "safety_identifier",
+    "seed",
+    "service_tier",
+    "stop",
+    "store",
+    "stream",
+    "stream_options",
+    "temperature",
+    "tool_choice",
+    "tools",
+    "top_logprobs",
+    "top_p",
+    "user",
+    "verbosity",
+    "web_search_options",
+    // OpenAI-compatible servers (Mistral, vLLM, Groq, Ollama, ...).
+    "safe_prompt",
+    "random_seed",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "prompt_mode",
+];
+
 const ROLES: &[&str] = &[
     "system",
     "developer",
@@ -256,6 +303,33 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
             m,
         );
     }
+    if let Some(k) = req
+        .as_object()
+        .and_then(|o| o.keys().find(|k| !CHAT_FIELDS.contains(&k.as_str())))
+    {
+        return (
+            invalid(
+                &format!("Unrecognized request argument supplied: {k}"),
+                None,
+                None,
+            ),
+            m,
+        );
+    }
+    for (p, hi) in [
+        ("temperature", 2.0),
+        ("top_p", 1.0),
+        ("frequency_penalty", 2.0),
+        ("presence_penalty", 2.0),
+    ] {
+        let lo = if p.ends_with("penalty") { -2.0 } else { 0.0 };
+        if !app::in_range(req.get(p), lo, hi) {
+            return (
+                invalid(&format!("Invalid '{p}': decimal above maximum value or below minimum value. Expected a value within [{lo}, {hi}]."), Some(p), Some("invalid_value")),
+                m,
+            );
+        }
+    }
     let stream = match req.get("stream") {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,
@@ -293,7 +367,17 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
         match req.get(p) {
             None | Some(Value::Null) => {}
             Some(v) => match v.as_u64() {
-                Some(n) if n >= 1 => max_tokens = Some(n),
+                Some(n) if n >= 1 => {
+                    if let Some(limit) = ctx.provider.max_output_tokens {
+                        if n > limit {
+                            return (
+                                invalid(&format!("{p} is too large: {n}. This model supports at most {limit} completion tokens, whereas you provided {n}."), Some(p), Some("invalid_value")),
+                                m,
+                            );
+                        }
+                    }
+                    max_tokens = Some(n)
+                }
                 _ => {
                     return (
                         invalid(

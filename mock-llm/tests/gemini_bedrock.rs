@@ -112,6 +112,8 @@ async fn gemini_rules() {
         (r.status, gstatus(&r)),
         (429, "RESOURCE_EXHAUSTED".to_string())
     );
+    let hot = r#"{"contents":[{"parts":[{"text":"x"}]}],"generationConfig":{"temperature":2.5}}"#;
+    assert_eq!(call(&app, "POST", GEN, &[GK], hot).await.status, 400);
     // max output tokens: MAX_TOKENS finish.
     let body =
         r#"{"contents":[{"parts":[{"text":"hello"}]}],"generationConfig":{"maxOutputTokens":2}}"#;
@@ -262,6 +264,7 @@ async fn bedrock_rules() {
         (format!(r#"{{"messages":[{{"role":"user","content":[{{"toolResult":{{"toolUseId":"t","content":[]}}}}]}}],{tc}}}"#), "does not match any toolUse"),
         (format!(r#"{{"messages":[{{"role":"user","content":[{{"text":"a"}}]}},{{"role":"assistant","content":[{{"toolUse":{{"toolUseId":"t1","name":"f","input":{{}}}}}}]}},{{"role":"user","content":[{{"text":"b"}}]}}],{tc}}}"#), "Expected toolResult blocks"),
         (r#"{"messages":[{"role":"user","content":[{"text":"a"}]}],"inferenceConfig":{"maxTokens":0}}"#.into(), "maxTokens"),
+        (r#"{"messages":[{"role":"user","content":[{"text":"a"}]}],"inferenceConfig":{"temperature":1.5}}"#.into(), "inferenceConfig.temperature"),
     ];
     for (body, needle) in &cases {
         let r = bedrock(&app, "converse", body, "mock-bedrock-secret-1").await;

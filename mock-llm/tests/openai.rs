@@ -183,6 +183,26 @@ async fn request_rules() {
             404,
             "not a chat model",
         ),
+        (
+            r#"{"model":"gpt-4o-mini","max_output_tokens":5,"messages":[{"role":"user","content":"x"}]}"#,
+            400,
+            "Unrecognized request argument supplied: max_output_tokens",
+        ),
+        (
+            r#"{"model":"gpt-4o-mini","system":"s","messages":[{"role":"user","content":"x"}]}"#,
+            400,
+            "Unrecognized request argument supplied: system",
+        ),
+        (
+            r#"{"model":"gpt-4o-mini","temperature":2.5,"messages":[{"role":"user","content":"x"}]}"#,
+            400,
+            "Invalid 'temperature'",
+        ),
+        (
+            r#"{"model":"gpt-4o-mini","max_tokens":16385,"messages":[{"role":"user","content":"x"}]}"#,
+            400,
+            "max_tokens is too large",
+        ),
     ];
     for (body, status, needle) in cases {
         let r = openai(&app, body, &[]).await;
@@ -196,6 +216,8 @@ async fn request_rules() {
     }
     // A valid tool round trip is accepted.
     let ok = r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"call_1","content":"r"}]}"#;
+    assert_eq!(openai(&app, ok, &[]).await.status, 200);
+    let ok = r#"{"model":"gpt-4o-mini","temperature":2,"top_p":1,"n":1,"seed":3,"user":"u","max_completion_tokens":16384,"messages":[{"role":"developer","content":"d"},{"role":"user","content":"x"}]}"#;
     assert_eq!(openai(&app, ok, &[]).await.status, 200);
 }
 
