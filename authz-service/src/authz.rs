@@ -476,6 +476,7 @@ impl<S: Store> Authorizer<S> {
             StoreError::Timeout => "timeout",
             StoreError::Unavailable(_) => "unavailable",
             StoreError::Protocol(_) => "protocol",
+            StoreError::Overloaded => "overloaded",
         };
         self.metrics
             .redis_errors

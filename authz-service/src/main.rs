@@ -14,7 +14,8 @@ tollgate-authz: Envoy ext_authz service for Tollgate virtual keys and rate limit
 
 USAGE:
   tollgate-authz serve --policy FILE [--grpc-listen ADDR] [--http-listen ADDR]
-                       [--redis-url URL] [--redis-timeout-ms MS] [--reload-interval-ms MS]
+                       [--redis-url URL] [--redis-timeout-ms MS] [--redis-max-in-flight N]
+                       [--reload-interval-ms MS]
   tollgate-authz keygen --tenant TENANT --id KEY_ID
   tollgate-authz --validate FILE        (also: tollgate-authz validate FILE)
   tollgate-authz --help | --version
@@ -26,6 +27,8 @@ serve defaults:
                                    or redis+cluster://h1:p1,h2:p2, or memory:// (per-process buckets)
   --redis-timeout-ms 10            deadline for one Redis call; past it the tenant's
                                    redis_failure policy applies (fail-open by default)
+  --redis-max-in-flight 256        most Redis calls at once; past it the failure policy
+                                   applies at once instead of queueing behind a slow Redis
   --reload-interval-ms 1000        how often the policy file is checked for changes
                                    (SIGHUP reloads at once)
 
@@ -151,6 +154,7 @@ fn serve_cmd(args: &[String]) -> Result<ExitCode, String> {
             "--http-listen",
             "--redis-url",
             "--redis-timeout-ms",
+            "--redis-max-in-flight",
             "--reload-interval-ms",
         ],
     )? {
@@ -160,6 +164,12 @@ fn serve_cmd(args: &[String]) -> Result<ExitCode, String> {
             "--http-listen" => cfg.http_listen = parse_addr(v)?,
             "--redis-url" => cfg.redis_url = v.to_string(),
             "--redis-timeout-ms" => cfg.redis_timeout = parse_ms(v)?,
+            "--redis-max-in-flight" => {
+                cfg.redis_max_in_flight =
+                    v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                        format!("bad --redis-max-in-flight {v:?}: need a positive integer")
+                    })?
+            }
             _ => cfg.reload_interval = parse_ms(v)?.max(Duration::from_millis(50)),
         }
     }

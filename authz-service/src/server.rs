@@ -26,6 +26,8 @@ pub struct ServeConfig {
     /// `memory://` keeps buckets in this process only.
     pub redis_url: String,
     pub redis_timeout: Duration,
+    /// Most Redis calls in flight; past it the failure mode applies at once.
+    pub redis_max_in_flight: usize,
     pub reload_interval: Duration,
 }
 
@@ -37,6 +39,7 @@ impl ServeConfig {
             http_listen: SocketAddr::from(([127, 0, 0, 1], 9101)),
             redis_url: "redis://127.0.0.1:6390".to_string(),
             redis_timeout: Duration::from_millis(10),
+            redis_max_in_flight: 256,
             reload_interval: Duration::from_secs(1),
         }
     }
@@ -88,6 +91,7 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, String> {
     } else {
         let mut rc = RedisStoreConfig::new(cfg.redis_url.clone());
         rc.timeout = cfg.redis_timeout;
+        rc.max_in_flight = cfg.redis_max_in_flight;
         let s = RedisStore::new(&rc).map_err(|e| e.to_string())?;
         // SCRIPT LOAD once up front; EVALSHA reloads on NOSCRIPT anyway.
         if let Err(e) = s.load_script().await {

@@ -261,13 +261,22 @@ async fn check_over_grpc_with_redis() {
     // Redis holds the debit, with a TTL.
     // Stored: the time the bucket is full again, in µs on Redis's clock:
     // level -50 of 100/min is 150 tokens = 90 s away.
-    let full: i64 = redis.cli(&["GET", "tg:{test-tpm}:tm:k:tpm-key"]).parse().unwrap();
+    let full: i64 = redis
+        .cli(&["GET", "tg:{test-tpm}:tm:k:tpm-key"])
+        .parse()
+        .unwrap();
     let time = redis.cli(&["TIME"]);
     let mut parts = time.lines().map(|l| l.trim().parse::<i64>().unwrap());
     let now_us = parts.next().unwrap() * 1_000_000 + parts.next().unwrap();
     let ahead = full - now_us;
-    assert!(ahead > 89_000_000 && ahead <= 90_000_000, "full in {ahead} us");
-    assert_eq!(redis.cli(&["OBJECT", "ENCODING", "tg:{test-tpm}:tm:k:tpm-key"]), "int");
+    assert!(
+        ahead > 89_000_000 && ahead <= 90_000_000,
+        "full in {ahead} us"
+    );
+    assert_eq!(
+        redis.cli(&["OBJECT", "ENCODING", "tg:{test-tpm}:tm:k:tpm-key"]),
+        "int"
+    );
     let ttl: i64 = redis
         .cli(&["PTTL", "tg:{test-tpm}:tm:k:tpm-key"])
         .parse()

@@ -271,3 +271,31 @@ async fn redis_cluster_store_behaviour() {
         .denied
         .is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_store_bounds_calls_in_flight() {
+    let redis = RedisServer::start();
+    let mut cfg = RedisStoreConfig::new(redis.url());
+    cfg.timeout = Duration::from_millis(50);
+    cfg.max_in_flight = 1;
+    let store = RedisStore::new(&cfg).unwrap();
+    store.load_script().await.unwrap();
+    let ops = [op("busy", "k:a", 5, MIN, 1)];
+    // Redis stalls for 600 ms.
+    assert_eq!(redis.cli(&["CLIENT", "PAUSE", "600", "ALL"]), "OK");
+    assert_eq!(
+        store.check_and_take(&ops).await,
+        Err(tollgate_authz::storage::StoreError::Timeout)
+    );
+    // The timed-out call still occupies the only slot until Redis answers.
+    assert_eq!(
+        store.check_and_take(&ops).await,
+        Err(tollgate_authz::storage::StoreError::Overloaded)
+    );
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let o = store.check_and_take(&ops).await.unwrap();
+    assert_eq!(o.denied, None);
+    // The stalled call ran once Redis resumed (it was sent): 5 - 2 = 3 left,
+    // plus under a second of refill at 5/min.
+    assert!(o.levels[0] >= 3.0 && o.levels[0] < 3.1, "level {}", o.levels[0]);
+}

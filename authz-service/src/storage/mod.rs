@@ -43,6 +43,8 @@ pub enum StoreError {
     Unavailable(String),
     #[error("storage answered unexpectedly: {0}")]
     Protocol(String),
+    #[error("too many storage calls in flight")]
+    Overloaded,
 }
 
 /// Where buckets live. All buckets of one call are decided atomically.

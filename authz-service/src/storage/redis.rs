@@ -17,7 +17,7 @@ use redis::aio::ConnectionManager;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
-use tokio::sync::OnceCell;
+use tokio::sync::{OnceCell, Semaphore};
 
 use super::{BucketOp, Outcome, Store, StoreError};
 
@@ -34,6 +34,9 @@ pub struct RedisStoreConfig {
     pub timeout: Duration,
     /// How long to skip Redis after a connection-level error.
     pub breaker: Duration,
+    /// Most Redis calls in flight at once; past it a call fails at once
+    /// (`StoreError::Overloaded`) instead of queueing behind a slow Redis.
+    pub max_in_flight: usize,
 }
 
 impl RedisStoreConfig {
@@ -42,13 +45,50 @@ impl RedisStoreConfig {
             url: url.into(),
             timeout: Duration::from_millis(10),
             breaker: Duration::from_millis(250),
+            max_in_flight: 256,
         }
     }
 }
 
+#[derive(Clone)]
 enum Conn {
     Single(ConnectionManager),
     Cluster(Arc<OnceCell<ClusterConnection>>),
+}
+
+impl Conn {
+    async fn query(&self, cmd: &redis::Cmd) -> Result<Value, RedisError> {
+        match self {
+            Conn::Single(cm) => {
+                let mut c = cm.clone();
+                cmd.query_async(&mut c).await
+            }
+            Conn::Cluster(cell) => match cell.get() {
+                Some(c) => {
+                    let mut c = c.clone();
+                    cmd.query_async(&mut c).await
+                }
+                None => Err(RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::NotConnected,
+                    "redis cluster not connected yet",
+                ))),
+            },
+        }
+    }
+
+    /// EVALSHA; on NOSCRIPT (Redis restarted, SCRIPT FLUSH) load the script
+    /// again and retry once.
+    async fn evalsha(&self, cmd: &redis::Cmd) -> Result<Value, RedisError> {
+        match self.query(cmd).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                let mut load = redis::cmd("SCRIPT");
+                load.arg("LOAD").arg(BUCKET_LUA);
+                self.query(&load).await?;
+                self.query(cmd).await
+            }
+            r => r,
+        }
+    }
 }
 
 pub struct RedisStore {
@@ -59,6 +99,9 @@ pub struct RedisStore {
     started: Instant,
     /// Milliseconds since `started` until which Redis is skipped.
     down_until: AtomicU64,
+    /// Bounds calls in flight; a permit is held until Redis answers, even
+    /// after the caller gave up at its deadline.
+    in_flight: Arc<Semaphore>,
 }
 
 fn to_store_error(e: &RedisError) -> StoreError {
@@ -122,6 +165,7 @@ impl RedisStore {
             breaker: cfg.breaker,
             started: Instant::now(),
             down_until: AtomicU64::new(0),
+            in_flight: Arc::new(Semaphore::new(cfg.max_in_flight.max(1))),
         })
     }
 
@@ -130,30 +174,11 @@ impl RedisStore {
         &self.sha
     }
 
-    async fn query(&self, cmd: &redis::Cmd) -> Result<Value, RedisError> {
-        match &self.conn {
-            Conn::Single(cm) => {
-                let mut c = cm.clone();
-                cmd.query_async(&mut c).await
-            }
-            Conn::Cluster(cell) => match cell.get() {
-                Some(c) => {
-                    let mut c = c.clone();
-                    cmd.query_async(&mut c).await
-                }
-                None => Err(RedisError::from(std::io::Error::new(
-                    std::io::ErrorKind::NotConnected,
-                    "redis cluster not connected yet",
-                ))),
-            },
-        }
-    }
-
     /// SCRIPT LOAD (on every node of a cluster).
     pub async fn load_script(&self) -> Result<(), StoreError> {
         let mut cmd = redis::cmd("SCRIPT");
         cmd.arg("LOAD").arg(BUCKET_LUA);
-        let fut = self.query(&cmd);
+        let fut = self.conn.query(&cmd);
         match tokio::time::timeout(Duration::from_secs(2), fut).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(to_store_error(&e)),
@@ -161,7 +186,7 @@ impl RedisStore {
         }
     }
 
-    async fn evalsha(&self, ops: &[BucketOp], mode: &str) -> Result<Value, RedisError> {
+    fn command(&self, ops: &[BucketOp], mode: &str) -> redis::Cmd {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(&self.sha).arg(ops.len());
         for op in ops {
@@ -173,16 +198,7 @@ impl RedisStore {
                 .arg(op.spec.window_ms)
                 .arg(op.take);
         }
-        match self.query(&cmd).await {
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                // Redis restarted or SCRIPT FLUSH: load again, retry once.
-                let mut load = redis::cmd("SCRIPT");
-                load.arg("LOAD").arg(BUCKET_LUA);
-                self.query(&load).await?;
-                self.query(&cmd).await
-            }
-            r => r,
-        }
+        cmd
     }
 
     fn now_ms(&self) -> u64 {
@@ -201,9 +217,29 @@ impl RedisStore {
                 "redis marked down after an error; retrying shortly".into(),
             ));
         }
-        let value = match tokio::time::timeout(self.timeout, self.evalsha(ops, mode)).await {
+        let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
+            return Err(StoreError::Overloaded);
+        };
+        let cmd = self.command(ops, mode);
+        let conn = self.conn.clone();
+        // The call runs in its own task holding the permit, so a caller that
+        // gives up at its deadline still counts until Redis has answered.
+        let call = tokio::spawn(async move {
+            let r = conn.evalsha(&cmd).await;
+            drop(permit);
+            r
+        });
+        let value = match tokio::time::timeout(self.timeout, call).await {
             Err(_) => return Err(StoreError::Timeout),
-            Ok(Err(e)) => {
+            Ok(Err(join)) => {
+                return Err(StoreError::Protocol(format!(
+                    "redis call task failed: {join}"
+                )))
+            }
+            Ok(Ok(r)) => r,
+        };
+        let value = match value {
+            Err(e) => {
                 let err = to_store_error(&e);
                 if matches!(err, StoreError::Unavailable(_)) {
                     let until = self.now_ms() + self.breaker.as_millis() as u64;
@@ -211,7 +247,7 @@ impl RedisStore {
                 }
                 return Err(err);
             }
-            Ok(Ok(v)) => v,
+            Ok(v) => v,
         };
         parse_outcome(value, ops.len())
     }
