@@ -328,7 +328,7 @@ impl Flow {
         if let Some(host) = &provider.host {
             ok &= h.set_request_header(":authority", Some(host));
         }
-        for (name, value) in tr.auth_headers(provider, key) {
+        for (name, value) in tr.auth_headers(provider, key, &up, now)? {
             ok &= h.set_request_header(name, Some(&value));
         }
         ok &= h.set_request_header("content-type", Some("application/json"));
@@ -432,7 +432,7 @@ impl Flow {
             h.set_response_header("content-length", None);
             h.set_response_header("content-type", Some("application/json"));
             self.resp = RespMode::Error(status);
-        } else if route.stream && ctype.contains("text/event-stream") {
+        } else if route.stream && tr.is_stream(&ctype) {
             let ctx = ResponseCtx {
                 endpoint: route.endpoint,
                 stream: true,
@@ -441,8 +441,11 @@ impl Flow {
             };
             self.resp = RespMode::Stream(tr.stream(&ctx));
             h.set_response_header("content-length", None);
+            if !tr.passthrough() {
+                h.set_response_header("content-type", Some("text/event-stream"));
+            }
         } else {
-            if tr.kind() != crate::config::Kind::Openai {
+            if !tr.passthrough() {
                 h.set_response_header("content-length", None);
                 h.set_response_header("content-type", Some("application/json"));
             }

@@ -93,8 +93,24 @@ pub trait Translator: Sync {
     /// Client body (already parsed, an object with a string `model`) →
     /// upstream request.
     fn request(&self, ctx: &RequestCtx<'_>, body: &Value) -> Result<UpstreamRequest, ApiError>;
-    /// Headers carrying the provider credential (and version headers).
-    fn auth_headers(&self, provider: &Provider, key: &Key) -> Vec<(&'static str, String)>;
+    /// Headers carrying the provider credential (and version headers). Gets
+    /// the translated request and the time so that signing schemes (SigV4)
+    /// fit the same interface.
+    fn auth_headers(
+        &self,
+        provider: &Provider,
+        key: &Key,
+        req: &UpstreamRequest,
+        now_ms: u64,
+    ) -> Result<Vec<(&'static str, String)>, ApiError>;
+    /// Is a 2xx answer with this content type the stream to translate?
+    fn is_stream(&self, content_type: &str) -> bool {
+        content_type.contains("text/event-stream")
+    }
+    /// Are successful bodies passed through untouched (only read for usage)?
+    fn passthrough(&self) -> bool {
+        false
+    }
     /// Successful non-streaming upstream body → OpenAI body.
     fn response(&self, ctx: &ResponseCtx, body: &[u8]) -> Result<Translated, ApiError>;
     /// Upstream error (status ≥ 400) → OpenAI error.

@@ -558,11 +558,17 @@ impl Translator for OpenAiAnthropic {
         })
     }
 
-    fn auth_headers(&self, provider: &Provider, key: &Key) -> Vec<(&'static str, String)> {
-        vec![
+    fn auth_headers(
+        &self,
+        provider: &Provider,
+        key: &Key,
+        _req: &UpstreamRequest,
+        _now_ms: u64,
+    ) -> Result<Vec<(&'static str, String)>, ApiError> {
+        Ok(vec![
             ("x-api-key", key.value.clone()),
             ("anthropic-version", provider.version.clone()),
-        ]
+        ])
     }
 
     fn response(&self, ctx: &ResponseCtx, body: &[u8]) -> Result<Translated, ApiError> {

@@ -84,8 +84,18 @@ impl Translator for OpenAiOpenAi {
         })
     }
 
-    fn auth_headers(&self, _provider: &Provider, key: &Key) -> Vec<(&'static str, String)> {
-        vec![("authorization", format!("Bearer {}", key.value))]
+    fn auth_headers(
+        &self,
+        _provider: &Provider,
+        key: &Key,
+        _req: &UpstreamRequest,
+        _now_ms: u64,
+    ) -> Result<Vec<(&'static str, String)>, ApiError> {
+        Ok(vec![("authorization", format!("Bearer {}", key.value))])
+    }
+
+    fn passthrough(&self) -> bool {
+        true
     }
 
     fn response(&self, _ctx: &ResponseCtx, body: &[u8]) -> Result<Translated, ApiError> {
