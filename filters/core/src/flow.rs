@@ -31,6 +31,14 @@ pub const HDR_MODELS: &str = "x-tollgate-models";
 pub const HDR_CLUSTER: &str = "x-tollgate-cluster";
 pub const HDR_PROVIDER: &str = "x-tollgate-provider";
 const COOLDOWN_PREFIX: &str = "tollgate.cooldown.";
+const PROVIDER_RATELIMIT_HEADERS: [&str; 6] = [
+    "x-ratelimit-limit-requests",
+    "x-ratelimit-remaining-requests",
+    "x-ratelimit-reset-requests",
+    "x-ratelimit-limit-tokens",
+    "x-ratelimit-remaining-tokens",
+    "x-ratelimit-reset-tokens",
+];
 /// An over-limit body is read and discarded up to this many times the limit
 /// before the 413 is sent regardless.
 pub const DRAIN_FACTOR: u64 = 8;
@@ -407,6 +415,11 @@ impl Flow {
         }
         self.upstream_status = status;
         h.set_response_header(HDR_PROVIDER, Some(&provider.name));
+        // The provider's rate-limit headers describe the gateway's provider
+        // key, not the client's virtual key (authz-service sets those).
+        for name in PROVIDER_RATELIMIT_HEADERS {
+            h.set_response_header(name, None);
+        }
         let latency = now.saturating_sub(route.sent_ms);
         if let Some(n) = self.route_metric("upstream_latency_ms") {
             h.metric(MetricKind::Histogram, &n, latency);

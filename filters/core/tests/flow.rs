@@ -46,12 +46,15 @@ fn request(h: &mut FakeHost, body_eos: bool) -> (Flow, bool) {
     (f, a == Action::Continue && h.local_reply.is_none())
 }
 
+/// Upstream answer; headers already in `h.resp_headers` are kept as extras.
 fn respond(f: &mut Flow, h: &mut FakeHost, status: u16, ctype: &str, body: &[u8]) {
+    let extra = std::mem::take(&mut h.resp_headers);
     h.resp_headers = vec![
         (":status".into(), status.to_string()),
         ("content-type".into(), ctype.into()),
         ("content-length".into(), body.len().to_string()),
     ];
+    h.resp_headers.extend(extra);
     h.resp_body = body.to_vec();
     assert_eq!(f.on_response_headers(h, false), Action::Continue);
     let n = h.resp_body.len();
@@ -466,6 +469,11 @@ fn cooldown_after_429_and_401_is_shared_and_expires() {
         br#"{"error":{"message":"Rate limit reached","type":"requests"}}"#,
     );
     assert_eq!(h.resp_header(":status").as_deref(), Some("429"));
+    assert_eq!(
+        h.resp_header("x-ratelimit-remaining-requests"),
+        None,
+        "provider key limits are not the client's"
+    );
     let e: Value = serde_json::from_slice(&h.resp_body).unwrap();
     assert_eq!(e["error"]["code"], "rate_limit_exceeded");
     assert_eq!(e["error"]["message"], "Rate limit reached");
