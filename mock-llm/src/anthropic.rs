@@ -604,7 +604,13 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
         &json!({"type": "message_stop"}),
     ));
     (
-        ctx.stream("text/event-stream; charset=utf-8", frames, 3, &hdrs),
+        ctx.stream(
+            "text/event-stream; charset=utf-8",
+            frames,
+            3,
+            &hdrs,
+            app::sse_event("error", &json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})),
+        ),
         m,
     )
 }

@@ -97,6 +97,7 @@ pub enum Fault {
     E529,
     Reset,
     AbortMidStream,
+    ErrorEvent,
 }
 
 impl Fault {
@@ -108,6 +109,7 @@ impl Fault {
             "529" => Fault::E529,
             "reset" => Fault::Reset,
             "abort-mid-stream" => Fault::AbortMidStream,
+            "error-event" => Fault::ErrorEvent,
             _ => return None,
         })
     }
@@ -122,6 +124,8 @@ pub struct Ctx<'a> {
     pub ov: Overrides,
     /// Fault to apply to the successful answer (abort mid-stream).
     pub abort: bool,
+    /// Streams: end half-way with the provider's in-stream error event.
+    pub error_event: bool,
     pub request_id: String,
 }
 
@@ -187,14 +191,22 @@ impl Ctx<'_> {
     /// A streaming answer: `frames[0]` is sent at once, the first content
     /// frame after TTFT, later content frames after ITL each. `content_at`
     /// gives the index of the first content frame. When an abort was
-    /// requested the connection is cut half-way through the frames.
+    /// requested the connection is cut half-way through the frames; when an
+    /// error event was, the stream ends half-way with `error_frame` (the
+    /// provider's native in-stream error).
     pub fn stream(
         &self,
         content_type: &'static str,
-        frames: Vec<Bytes>,
+        mut frames: Vec<Bytes>,
         content_at: usize,
         extra: &[(&'static str, String)],
+        error_frame: Bytes,
     ) -> Reply {
+        if self.error_event {
+            let keep = (frames.len() / 2).max(content_at + 1).min(frames.len());
+            frames.truncate(keep);
+            frames.push(error_frame);
+        }
         let ttft = self.ttft_ms();
         let itl = self.itl_ms();
         let n = frames.len();
@@ -607,6 +619,7 @@ impl App {
             body,
             ov,
             abort: false,
+            error_event: false,
             request_id,
         };
         let ep_model = match &ep {
@@ -660,6 +673,7 @@ impl App {
         match fault {
             None => {}
             Some(Fault::AbortMidStream) => ctx.abort = true,
+            Some(Fault::ErrorEvent) => ctx.error_event = true,
             Some(Fault::Reset) => return (Reply::Reset, key_id, ep_model),
             Some(f) => {
                 let k = match f {

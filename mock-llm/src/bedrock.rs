@@ -426,6 +426,12 @@ pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
             frames,
             content_at,
             &hdrs,
+            eventstream::exception(
+                "modelStreamErrorException",
+                json!({"message": "The model stream failed.", "originalStatusCode": 500, "originalMessage": "mock-llm: injected error event"})
+                    .to_string()
+                    .as_bytes(),
+            ),
         ),
         m,
     )

@@ -417,21 +417,30 @@ pub async fn generate(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
             s.extend_from_slice(b"\r\n\r\n");
             frames.push(Bytes::from(s));
         }
-        (ctx.stream("text/event-stream", frames, 0, &[]), m)
+        let err = json!({"error": {"code": 503, "message": "The model is overloaded. Please try again later.", "status": "UNAVAILABLE"}});
+        let err = Bytes::from(format!("data: {err}\r\n\r\n"));
+        (ctx.stream("text/event-stream", frames, 0, &[], err), m)
     } else {
         // A JSON array delivered incrementally.
         frames.push(Bytes::from_static(b"["));
-        let n = docs.len();
         for (i, d) in docs.iter().enumerate() {
-            let mut s = serde_json::to_vec(d).unwrap_or_default();
-            if i + 1 < n {
+            let mut s = Vec::with_capacity(256);
+            if i > 0 {
                 s.extend_from_slice(b",\r\n");
             }
+            let _ = serde_json::to_writer(&mut s, d);
             frames.push(Bytes::from(s));
         }
         frames.push(Bytes::from_static(b"]"));
         (
-            ctx.stream("application/json; charset=UTF-8", frames, 1, &[]),
+            ctx.stream(
+                "application/json; charset=UTF-8",
+                frames,
+                1,
+                &[],
+                Bytes::from_static(br#",
+{"error":{"code":503,"message":"The model is overloaded. Please try again later.","status":"UNAVAILABLE"}}]"#),
+            ),
             m,
         )
     }

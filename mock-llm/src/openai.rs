@@ -629,7 +629,13 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
     }
     frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
     (
-        ctx.stream("text/event-stream; charset=utf-8", frames, 1, &hdrs),
+        ctx.stream(
+            "text/event-stream; charset=utf-8",
+            frames,
+            1,
+            &hdrs,
+            app::sse_data(&json!({"error": {"message": "The server had an error while processing your request. Sorry about that!", "type": "server_error", "param": null, "code": null}})),
+        ),
         m,
     )
 }

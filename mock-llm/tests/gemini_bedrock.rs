@@ -296,3 +296,68 @@ async fn bedrock_rules() {
     let st = call(&app, "GET", "/_mock/stats", &[], "").await.json();
     assert!(st["by_model"][MODEL].as_u64().unwrap() >= 1, "{st}");
 }
+
+#[tokio::test]
+async fn error_event_ends_each_stream_with_the_native_error() {
+    let app = app();
+    let ee = ("x-mock-error", "error-event");
+    // OpenAI: an error object as the last data, no [DONE].
+    let s = r#"{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hello there world"}]}"#;
+    let r = openai(&app, s, &[ee, ("x-mock-response-bytes", "200")]).await;
+    assert_eq!(r.status, 200);
+    assert!(!r.aborted && !r.text().contains("[DONE]"));
+    let data = r.sse_data();
+    assert_eq!(data.last().unwrap()["error"]["type"], "server_error");
+    assert!(data.len() > 3, "content came before the error");
+    // Anthropic: `event: error` with overloaded_error, no message_stop.
+    let s = r#"{"model":"claude-haiku-4-5","max_tokens":500,"stream":true,"messages":[{"role":"user","content":"hello"}]}"#;
+    let r = anthropic(&app, s, &[ee, ("x-mock-response-bytes", "200")]).await;
+    let ev = r.sse_events();
+    assert_eq!(ev.last().unwrap(), "error");
+    assert!(
+        ev.contains(&"content_block_delta".to_string())
+            && !ev.contains(&"message_stop".to_string())
+    );
+    assert_eq!(
+        r.sse_data().last().unwrap()["error"]["type"],
+        "overloaded_error"
+    );
+    // Gemini SSE and JSON array.
+    let p = "/v1beta/models/gemini-2.0-flash:streamGenerateContent";
+    let r = call(
+        &app,
+        "POST",
+        &format!("{p}?alt=sse"),
+        &[GK, ee, ("x-mock-response-bytes", "200")],
+        HELLO,
+    )
+    .await;
+    let last: Value =
+        serde_json::from_str(r.text().trim_end().rsplit("data: ").next().unwrap()).unwrap();
+    assert_eq!(last["error"]["status"], "UNAVAILABLE");
+    let r = call(&app, "POST", p, &[GK, ee], HELLO).await;
+    let arr: Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(
+        arr.as_array().unwrap().last().unwrap()["error"]["code"],
+        503
+    );
+    // Bedrock: an exception message ends the event stream.
+    let body = r#"{"messages":[{"role":"user","content":[{"text":"hello there world"}]}]}"#;
+    let path = format!("{PATH}/converse-stream");
+    let mut h = signed(&path, body, "mock-bedrock-secret-1");
+    h.push(("x-mock-error".into(), "error-event".into()));
+    let hr: Vec<(&str, &str)> = h.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let r = call(&app, "POST", &path, &hr, body).await;
+    let mut buf = &r.body[..];
+    let mut last = Vec::new();
+    while !buf.is_empty() {
+        let (hs, _, n) = eventstream::decode(buf).unwrap();
+        last = hs;
+        buf = &buf[n..];
+    }
+    assert!(last.contains(&(":message-type".to_string(), "exception".to_string())));
+    assert!(last.contains(&(
+        ":exception-type".to_string(),
+        "modelStreamErrorException".to_string()
+    )));
+}

@@ -116,3 +116,11 @@ def test_x_api_key_header_and_bearer_both_identify_the_key(mock):
     del headers["anthropic-version"]
     status, _, err = mock.request("POST", "/v1/messages", body, headers)
     assert status == 400 and b"anthropic-version" in err
+
+
+def test_error_event_mid_stream_raises(mock):
+    with pytest.raises(anthropic.APIStatusError, match="Overloaded"):
+        with client(mock).messages.stream(model="claude-haiku-4-5", max_tokens=500, messages=HELLO,
+                                          extra_headers={"x-mock-error": "error-event"}) as s:
+            for _ in s.text_stream:
+                pass

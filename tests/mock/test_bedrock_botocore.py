@@ -140,3 +140,17 @@ def test_invoke_titan_embeddings(mock):
     with pytest.raises(ClientError) as e:
         c.invoke_model(modelId="amazon.titan-embed-text-v2:0", body=json.dumps({"text": "x"}))
     assert e.value.response["Error"]["Code"] == "ValidationException"
+
+
+def test_error_event_mid_stream_raises(mock):
+    from botocore.exceptions import EventStreamError
+    c = client(mock)
+    c.meta.events.register("before-sign.bedrock-runtime.ConverseStream",
+                           lambda request, **_: request.headers.__setitem__("x-mock-error", "error-event"))
+    r = c.converse_stream(modelId=MODEL, messages=HELLO)
+    seen = []
+    with pytest.raises(EventStreamError) as e:
+        for ev in r["stream"]:
+            seen.append(next(iter(ev)))
+    assert e.value.response["Error"]["Code"] == "modelStreamErrorException"
+    assert seen[0] == "messageStart" and "contentBlockDelta" in seen

@@ -133,3 +133,15 @@ def test_stats_name_the_key_and_redact_it(mock):
     assert rec["headers"]["authorization"] == "<redacted>"
     assert rec["body"]["messages"][0]["content"] == "count me"
     assert "mock-openai-key-2" not in json.dumps(s)
+
+
+def test_error_event_mid_stream_raises(mock):
+    got = ""
+    with pytest.raises(openai.APIError, match="server had an error"):
+        for chunk in client(mock).chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": "hello there world"}], stream=True,
+            extra_headers={"x-mock-error": "error-event", "x-mock-response-bytes": "300"},
+        ):
+            if chunk.choices:
+                got += chunk.choices[0].delta.content or ""
+    assert got.startswith("mock response to: hello")
