@@ -712,6 +712,7 @@ impl App {
             (r.e529, Fault::E529),
             (r.reset, Fault::Reset),
             (r.abort_mid_stream, Fault::AbortMidStream),
+            (r.error_event, Fault::ErrorEvent),
         ] {
             if rate > 0.0 && self.uniform() < rate {
                 return Some(f);

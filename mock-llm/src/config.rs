@@ -205,6 +205,8 @@ pub struct ErrorRates {
     pub reset: f64,
     #[serde(default)]
     pub abort_mid_stream: f64,
+    #[serde(default)]
+    pub error_event: f64,
 }
 
 impl Config {
@@ -272,6 +274,7 @@ impl Behavior {
             ("529", r.e529),
             ("reset", r.reset),
             ("abort_mid_stream", r.abort_mid_stream),
+            ("error_event", r.error_event),
         ] {
             if !(0.0..=1.0).contains(&v) {
                 return Err(format!("error_rates.{n} must be within 0..=1"));
