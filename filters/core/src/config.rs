@@ -90,6 +90,11 @@ struct RawProvider {
     /// Anthropic: default `max_tokens` for models without their own.
     #[serde(default)]
     max_tokens: Option<u32>,
+    /// OpenAI kind: add `stream_options.include_usage` to streamed requests
+    /// (false for compatible APIs that refuse the field; usage is then read
+    /// from whatever chunk carries it).
+    #[serde(default)]
+    stream_usage: Option<bool>,
     models: RawModels,
     keys: Vec<RawKey>,
 }
@@ -154,6 +159,8 @@ pub struct Provider {
     pub version: String,
     pub models: BTreeMap<String, ModelCfg>,
     pub keys: Vec<Key>,
+    /// OpenAI kind: ask for usage in streams.
+    pub stream_usage: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -262,6 +269,9 @@ impl Runtime {
                 if p.max_tokens.is_some() {
                     return err(format!("{at}.max_tokens: only valid for kind anthropic"));
                 }
+            }
+            if p.kind != Kind::Openai && p.stream_usage.is_some() {
+                return err(format!("{at}.stream_usage: only valid for kind openai"));
             }
             if p.max_tokens == Some(0) {
                 return err(format!("{at}.max_tokens: must be greater than 0"));
@@ -388,6 +398,7 @@ impl Runtime {
                 version,
                 models,
                 keys,
+                stream_usage: p.stream_usage.unwrap_or(true),
             });
         }
         let mut rt = Runtime {

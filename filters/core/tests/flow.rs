@@ -162,6 +162,29 @@ fn compatible_provider_uses_its_base_path() {
 }
 
 #[test]
+fn stream_usage_injected_unless_disabled() {
+    let body = |m: &str| {
+        serde_json::to_vec(
+            &json!({"model": m, "stream": true, "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .unwrap()
+    };
+    let mut h = host("POST", "/v1/chat/completions", &body("fast"));
+    request(&mut h, true);
+    let sent: Value = serde_json::from_slice(&h.req_body).unwrap();
+    assert_eq!(sent["stream_options"], json!({"include_usage": true}));
+    // mistral has "stream_usage": false in the test config.
+    let mut h = host(
+        "POST",
+        "/v1/chat/completions",
+        &body("mistral/mistral-small-latest"),
+    );
+    request(&mut h, true);
+    let sent: Value = serde_json::from_slice(&h.req_body).unwrap();
+    assert!(sent.get("stream_options").is_none());
+}
+
+#[test]
 fn embeddings_route() {
     let body = br#"{"model":"openai/text-embedding-3-small","input":["a","b"]}"#;
     let mut h = host("POST", "/v1/embeddings", body);

@@ -13,7 +13,7 @@ pub const CONFIG: &str = r#"{
       "models": {"claude-sonnet-4-5": {"max_tokens": 8192}, "claude-haiku-4-5": {}},
       "max_tokens": 2048,
       "keys": [{"id": "anthropic-1", "value": "ak-one"}, {"id": "anthropic-2", "value_env": "TG_TEST_ANTHROPIC_KEY"}]},
-    "mistral": {"kind": "openai", "cluster": "mistral", "base_path": "/mistral/v1",
+    "mistral": {"kind": "openai", "cluster": "mistral", "base_path": "/mistral/v1", "stream_usage": false,
       "models": ["mistral-small-latest"], "keys": [{"id": "mistral-1", "value": "mk-one"}]}
   },
   "aliases": {"fast": "openai/gpt-4o-mini", "smart": "anthropic/claude-sonnet-4-5"},
