@@ -38,6 +38,8 @@ TOKIO_WORKER_THREADS=${AUTHZ_THREADS:-2} "$TARGET/release/tollgate-authz" serve 
 AUTHZ_PID=$!
 for _ in $(seq 50); do curl -sf "127.0.0.1:$HP/healthz" >/dev/null && break; sleep 0.1; done
 
+# utime+stime of the service, in clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$AUTHZ_PID/stat"; }
 scrape() { curl -s "127.0.0.1:$HP/metrics" | grep -E '^tollgate_authz_(check_duration_seconds_bucket|fail_open_total)'; }
 
 drive() { # $1 rate, $2 key
@@ -47,7 +49,8 @@ drive() { # $1 rate, $2 key
     "$GHZ" --insecure --protoset "$protoset" --call envoy.service.auth.v3.Authorization.Check \
       -d "{\"attributes\":{\"request\":{\"http\":{\"headers\":{\"authorization\":\"Bearer $2\"}}}}}" \
       --rps "$1" -n "$(($1 * DURATION))" -c 64 --connections 4 "127.0.0.1:$GP" \
-      | grep -E 'Requests/sec:|50 % in|90 % in|99 % in|\[' | tr -s ' \t' ' ' | paste -sd' '
+      | grep -E 'Requests/sec:|50 % in|90 % in|99 % in|\[(OK|Unavailable|Canceled|DeadlineExceeded|Internal)\]' \
+      | tr -s ' \t' ' ' | paste -sd' '
   else
     "$TARGET/release/examples/check_load" "127.0.0.1:$GP" "$1" "$DURATION" "$2" 4
   fi
@@ -56,17 +59,22 @@ drive() { # $1 rate, $2 key
 for RPS in "${RATES[@]}"; do
   for SCEN in baseline demo; do
     KEY=tg-unknown-key; [ "$SCEN" = demo ] && KEY=tg-demo-key
-    BEFORE=$(scrape)
+    BEFORE=$(scrape); CPU0=$(cpu_ticks)
     echo "== $RPS checks/s, ${DURATION}s, $SCEN ($KEY), driver $DRIVER"
     echo "   client: $(drive "$RPS" "$KEY")"
-    AFTER=$(scrape)
+    AFTER=$(scrape); CPU1=$(cpu_ticks)
     DIFF=$(join <(echo "$BEFORE" | grep _bucket | sed -E 's/.*le="([^"]+)"\} /\1 /' | sort) \
                 <(echo "$AFTER"  | grep _bucket | sed -E 's/.*le="([^"]+)"\} /\1 /' | sort) \
            | awk '{print $1, $3-$2}' | sort -g)
     P50=$(echo "$DIFF" | awk '$1=="+Inf"{t=$2} {a[NR]=$1; c[NR]=$2} END {for (i=1;i<=NR;i++) if (c[i] >= 0.5*t) {print a[i]; exit}}')
     P99=$(echo "$DIFF" | awk '$1=="+Inf"{t=$2} {a[NR]=$1; c[NR]=$2} END {for (i=1;i<=NR;i++) if (c[i] >= 0.99*t) {print a[i]; exit}}')
     U100=$(echo "$DIFF" | awk '$1=="+Inf"{t=$2} $1=="0.0001"{u=$2} END {printf "%.1f", 100*u/t}')
+    TICK=$(getconf CLK_TCK)
+    echo "   service CPU: $(awk -v a="$CPU0" -v b="$CPU1" -v t="$TICK" -v n="$((RPS * DURATION))" 'BEGIN {printf "%.1f us per check", (b-a)/t*1e6/n}')"
     echo "   server Check histogram: p50 <= ${P50}s, p99 <= ${P99}s, ${U100}% within 100us; fail-open total $(echo "$AFTER" | awk '/^tollgate_authz_fail_open_total/{print $2}')"
+    if [ "$SCEN" = demo ]; then
+      echo "   redis: $(redis-cli -p "$RP" info commandstats | grep -E '^cmdstat_evalsha' | tr -d '\r'), $(redis-cli -p "$RP" info cpu | grep -E '^used_cpu_(user|sys):' | tr -d '\r' | paste -sd' ')"
+    fi
     [ -n "${SHOW_HIST:-}" ] && echo "$DIFF" | awk '{printf "     le %s: %s\n", $1, $2}'
   done
 done
