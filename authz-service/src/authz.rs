@@ -73,10 +73,32 @@ pub enum UsageError {
     Store(StoreError),
 }
 
-/// An OpenAI-format error body.
+/// An OpenAI-format error body, fields in OpenAI's order:
+/// `{"error":{"message":..,"type":..,"param":null,"code":..}}`.
 pub fn error_body(message: &str, kind: &str, code: &str) -> String {
-    serde_json::json!({"error": {"message": message, "type": kind, "param": null, "code": code}})
-        .to_string()
+    #[derive(serde::Serialize)]
+    struct Inner<'a> {
+        message: &'a str,
+        #[serde(rename = "type")]
+        kind: &'a str,
+        param: Option<&'a str>,
+        code: &'a str,
+    }
+    #[derive(serde::Serialize)]
+    struct Body<'a> {
+        error: Inner<'a>,
+    }
+    let body = Body {
+        error: Inner {
+            message,
+            kind,
+            param: None,
+            code,
+        },
+    };
+    serde_json::to_string(&body).unwrap_or_else(|_| {
+        r#"{"error":{"message":"internal error","type":"server_error","param":null,"code":null}}"#.to_string()
+    })
 }
 
 /// Which scope a bucket belongs to (for the 429 message).
@@ -570,6 +592,14 @@ mod tests {
         );
         assert_eq!(presented_key(&input(None, None)), Err(MISSING_KEY));
         assert_eq!(presented_key(&input(Some(""), Some("tg-c"))), Ok("tg-c"));
+    }
+
+    #[test]
+    fn error_body_keeps_openai_field_order() {
+        assert_eq!(
+            error_body("m \"q\"", "t", "c"),
+            r#"{"error":{"message":"m \"q\"","type":"t","param":null,"code":"c"}}"#
+        );
     }
 
     #[test]

@@ -297,5 +297,9 @@ async fn redis_store_bounds_calls_in_flight() {
     assert_eq!(o.denied, None);
     // The stalled call ran once Redis resumed (it was sent): 5 - 2 = 3 left,
     // plus under a second of refill at 5/min.
-    assert!(o.levels[0] >= 3.0 && o.levels[0] < 3.1, "level {}", o.levels[0]);
+    assert!(
+        o.levels[0] >= 3.0 && o.levels[0] < 3.1,
+        "level {}",
+        o.levels[0]
+    );
 }
