@@ -148,7 +148,10 @@ impl Flow {
             if method != "GET" {
                 return self.reply(h, &ApiError::method_not_allowed(&method, path));
             }
-            return self.models_reply(h, path.strip_prefix("/v1/models/"));
+            let one = path
+                .strip_prefix("/v1/models/")
+                .map(|id| id.replace("%2F", "/").replace("%2f", "/"));
+            return self.models_reply(h, one.as_deref());
         }
         let Some(ep) = Endpoint::from_path(path) else {
             return self.reply(h, &ApiError::unknown_url(&method, path));

@@ -470,6 +470,11 @@ fn models_list_and_one_model() {
     let mut h = host("GET", "/v1/models/smart", b"");
     flow().on_request_headers(&mut h, true);
     assert_eq!(reply(&h).1["id"], "smart");
+    for path in ["/v1/models/openai/gpt-4o", "/v1/models/openai%2Fgpt-4o"] {
+        let mut h = host("GET", path, b"");
+        flow().on_request_headers(&mut h, true);
+        assert_eq!(reply(&h).1["id"], "openai/gpt-4o", "{path}");
+    }
     let mut h = host("GET", "/v1/models/nope", b"");
     flow().on_request_headers(&mut h, true);
     assert_eq!(reply(&h).0, 404);
