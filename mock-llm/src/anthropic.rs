@@ -15,7 +15,6 @@ use crate::app::{
     self, json_response, plan, unknown_key_id, AuthFail, Ctx, ErrKind, GenInput, KeyRt, Output,
     Reply,
 };
-use bytes::Bytes;
 use serde_json::{json, Value};
 
 type Outcome = (Reply, Option<String>);
@@ -539,8 +538,7 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
         });
         return (ctx.json_ok(&v, &hdrs).await, m);
     }
-    let mut frames: Vec<Bytes> = Vec::new();
-    frames.push(app::sse_event(
+    let start = app::sse_event(
         "message_start",
         &json!({
             "type": "message_start",
@@ -549,65 +547,53 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
                 "usage": {"input_tokens": p.prompt_tokens, "output_tokens": 1,
                           "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}},
         }),
-    ));
-    let (start_block, pieces, delta_kind): (Value, Vec<String>, &str) = match &p.output {
+    );
+    let (start_block, content, delta) = match p.output {
         Output::Text(t) => (
             json!({"type": "text", "text": ""}),
-            crate::text::chunks(t, ctx.chunk_chars())
-                .into_iter()
-                .map(str::to_string)
-                .collect(),
-            "text_delta",
+            t,
+            json!({"type": "text_delta", "text": app::PIECE}),
         ),
-        Output::Tool { id, name, args } => {
-            let a = args.to_string();
-            (
-                json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
-                crate::text::chunks(&a, ctx.chunk_chars())
-                    .into_iter()
-                    .map(str::to_string)
-                    .collect(),
-                "input_json_delta",
-            )
-        }
+        Output::Tool { id, name, args } => (
+            json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
+            args.to_string(),
+            json!({"type": "input_json_delta", "partial_json": app::PIECE}),
+        ),
     };
-    frames.push(app::sse_event(
-        "content_block_start",
-        &json!({"type": "content_block_start", "index": 0, "content_block": start_block}),
+    let head = vec![
+        start,
+        app::sse_event(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": 0, "content_block": start_block}),
+        ),
+        app::sse_event("ping", &json!({"type": "ping"})),
+    ];
+    let tpl = app::Template::new(&app::sse_event(
+        "content_block_delta",
+        &json!({"type": "content_block_delta", "index": 0, "delta": delta}),
     ));
-    frames.push(app::sse_event("ping", &json!({"type": "ping"})));
-    for piece in pieces {
-        let delta = if delta_kind == "text_delta" {
-            json!({"type": "text_delta", "text": piece})
-        } else {
-            json!({"type": "input_json_delta", "partial_json": piece})
-        };
-        frames.push(app::sse_event(
-            "content_block_delta",
-            &json!({"type": "content_block_delta", "index": 0, "delta": delta}),
-        ));
-    }
-    frames.push(app::sse_event(
-        "content_block_stop",
-        &json!({"type": "content_block_stop", "index": 0}),
-    ));
-    frames.push(app::sse_event(
-        "message_delta",
-        &json!({
-            "type": "message_delta",
-            "delta": {"stop_reason": stop, "stop_sequence": null},
-            "usage": {"output_tokens": p.completion_tokens},
-        }),
-    ));
-    frames.push(app::sse_event(
-        "message_stop",
-        &json!({"type": "message_stop"}),
-    ));
+    let tail = vec![
+        app::sse_event(
+            "content_block_stop",
+            &json!({"type": "content_block_stop", "index": 0}),
+        ),
+        app::sse_event(
+            "message_delta",
+            &json!({
+                "type": "message_delta",
+                "delta": {"stop_reason": stop, "stop_sequence": null},
+                "usage": {"output_tokens": p.completion_tokens},
+            }),
+        ),
+        app::sse_event("message_stop", &json!({"type": "message_stop"})),
+    ];
     (
         ctx.stream(
             "text/event-stream; charset=utf-8",
-            frames,
-            3,
+            head,
+            content,
+            Box::new(move |_, piece, _| tpl.render(piece)),
+            tail,
             &hdrs,
             app::sse_event("error", &json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})),
         ),

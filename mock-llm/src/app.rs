@@ -2,7 +2,7 @@
 //! shared generation plan. It takes a request whose body is already read,
 //! so tests call [`App::handle`] directly without a socket.
 
-use crate::body::{self, MockBody, Timed};
+use crate::body::{self, MockBody};
 use crate::config::{Behavior, Config, Dist, KeyBehavior, Kind};
 use crate::stats::{Recent, Stats};
 use crate::text;
@@ -188,48 +188,41 @@ impl Ctx<'_> {
         }
     }
 
-    /// A streaming answer: `frames[0]` is sent at once, the first content
-    /// frame after TTFT, later content frames after ITL each. `content_at`
-    /// gives the index of the first content frame. When an abort was
-    /// requested the connection is cut half-way through the frames; when an
-    /// error event was, the stream ends half-way with `error_frame` (the
-    /// provider's native in-stream error).
+    /// A streaming answer: `head` frames at once, then `content` in pieces
+    /// of `stream_chunk_chars` rendered by `render` (the first after TTFT,
+    /// the others after ITL), then `tail` (its first frame after ITL). An
+    /// abort cuts the connection half-way through the content; an error
+    /// event ends the stream there with `error_frame`, the provider's
+    /// native in-stream error.
+    #[allow(clippy::too_many_arguments)]
     pub fn stream(
         &self,
         content_type: &'static str,
-        mut frames: Vec<Bytes>,
-        content_at: usize,
+        head: Vec<Bytes>,
+        content: String,
+        render: body::Render,
+        tail: Vec<Bytes>,
         extra: &[(&'static str, String)],
         error_frame: Bytes,
     ) -> Reply {
-        if self.error_event {
-            let keep = (frames.len() / 2).max(content_at + 1).min(frames.len());
-            frames.truncate(keep);
-            frames.push(error_frame);
-        }
-        let ttft = self.ttft_ms();
-        let itl = self.itl_ms();
-        let n = frames.len();
-        let timed: Vec<Timed> = frames
-            .into_iter()
-            .enumerate()
-            .map(|(i, data)| Timed {
-                delay_ms: if i == content_at {
-                    ttft
-                } else if i > content_at {
-                    itl
-                } else {
-                    0
-                },
-                data,
-            })
-            .collect();
-        let abort_at = if self.abort {
-            Some((n / 2).max(1))
+        let cut = if self.abort {
+            Some(body::Cut::Abort)
+        } else if self.error_event {
+            Some(body::Cut::Error(error_frame))
         } else {
             None
         };
-        let mut r = Response::new(body::spawn_stream(timed, abort_at));
+        let spec = body::StreamSpec {
+            head,
+            content,
+            chunk_chars: self.chunk_chars(),
+            render,
+            tail,
+            ttft_ms: self.ttft_ms(),
+            itl_ms: self.itl_ms(),
+            cut,
+        };
+        let mut r = Response::new(body::spawn_spec(spec));
         let h = r.headers_mut();
         h.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
         h.insert("cache-control", HeaderValue::from_static("no-cache"));
@@ -239,6 +232,46 @@ impl Ctx<'_> {
             }
         }
         Reply::Response(r)
+    }
+}
+
+/// Marker replaced by each content piece in a frame template.
+pub const PIECE: &str = "@@mock-llm-piece@@";
+
+/// A frame serialized once with [`PIECE`] in place of the content; each
+/// piece is rendered by splicing in its JSON string encoding.
+#[derive(Clone)]
+pub struct Template {
+    pre: Bytes,
+    post: Bytes,
+}
+
+impl Template {
+    /// `frame` must contain the JSON string `"@@mock-llm-piece@@"` once.
+    pub fn new(frame: &[u8]) -> Template {
+        let mark = format!("\"{PIECE}\"");
+        let at = frame
+            .windows(mark.len())
+            .position(|w| w == mark.as_bytes())
+            .unwrap_or(frame.len());
+        let end = (at + mark.len()).min(frame.len());
+        Template {
+            pre: Bytes::copy_from_slice(&frame[..at]),
+            post: Bytes::copy_from_slice(&frame[end..]),
+        }
+    }
+
+    pub fn render(&self, piece: &str) -> Bytes {
+        let mut out = Vec::with_capacity(self.pre.len() + self.post.len() + piece.len() + 8);
+        out.extend_from_slice(&self.pre);
+        let _ = serde_json::to_writer(&mut out, piece);
+        out.extend_from_slice(&self.post);
+        Bytes::from(out)
+    }
+
+    /// The rendered JSON document without framing (for binary framings).
+    pub fn render_vec(&self, piece: &str) -> Vec<u8> {
+        self.render(piece).to_vec()
     }
 }
 

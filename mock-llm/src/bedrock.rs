@@ -390,41 +390,36 @@ pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
         return (ctx.json_ok(&v, &hdrs).await, m);
     }
     let ev = |t: &str, v: Value| eventstream::event(t, v.to_string().as_bytes());
-    let mut frames: Vec<Bytes> = vec![ev("messageStart", json!({"role": "assistant"}))];
-    let content_at;
-    match &p.output {
-        Output::Text(t) => {
-            content_at = 1;
-            for piece in crate::text::chunks(t, ctx.chunk_chars()) {
-                frames.push(ev(
-                    "contentBlockDelta",
-                    json!({"contentBlockIndex": 0, "delta": {"text": piece}}),
-                ));
-            }
-        }
+    let mut head: Vec<Bytes> = vec![ev("messageStart", json!({"role": "assistant"}))];
+    let (content, delta) = match p.output {
+        Output::Text(t) => (
+            t,
+            json!({"contentBlockIndex": 0, "delta": {"text": app::PIECE}}),
+        ),
         Output::Tool { id, name, args } => {
-            frames.push(ev("contentBlockStart", json!({"contentBlockIndex": 0, "start": {"toolUse": {"toolUseId": id, "name": name}}})));
-            content_at = 2;
-            let a = args.to_string();
-            for piece in crate::text::chunks(&a, ctx.chunk_chars()) {
-                frames.push(ev(
-                    "contentBlockDelta",
-                    json!({"contentBlockIndex": 0, "delta": {"toolUse": {"input": piece}}}),
-                ));
-            }
+            head.push(ev("contentBlockStart", json!({"contentBlockIndex": 0, "start": {"toolUse": {"toolUseId": id, "name": name}}})));
+            (
+                args.to_string(),
+                json!({"contentBlockIndex": 0, "delta": {"toolUse": {"input": app::PIECE}}}),
+            )
         }
-    }
-    frames.push(ev("contentBlockStop", json!({"contentBlockIndex": 0})));
-    frames.push(ev("messageStop", json!({"stopReason": stop})));
-    frames.push(ev(
-        "metadata",
-        json!({"usage": usage, "metrics": {"latencyMs": 1}}),
-    ));
+    };
+    let tpl = app::Template::new(delta.to_string().as_bytes());
+    let tail = vec![
+        ev("contentBlockStop", json!({"contentBlockIndex": 0})),
+        ev("messageStop", json!({"stopReason": stop})),
+        ev(
+            "metadata",
+            json!({"usage": usage, "metrics": {"latencyMs": 1}}),
+        ),
+    ];
     (
         ctx.stream(
             "application/vnd.amazon.eventstream",
-            frames,
-            content_at,
+            head,
+            content,
+            Box::new(move |_, piece, _| eventstream::event("contentBlockDelta", &tpl.render_vec(piece))),
+            tail,
             &hdrs,
             eventstream::exception(
                 "modelStreamErrorException",

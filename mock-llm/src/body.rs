@@ -85,6 +85,126 @@ pub fn spawn_stream(frames: Vec<Timed>, abort_at: Option<usize>) -> MockBody {
     MockBody::Stream(rx)
 }
 
+/// Renders piece `i` of the generated content as a frame; the flag is true
+/// for the last piece.
+pub type Render = Box<dyn Fn(usize, &str, bool) -> Bytes + Send + Sync>;
+
+/// How a stream is cut short.
+pub enum Cut {
+    /// Fail the body: the connection is cut.
+    Abort,
+    /// Send this frame (the provider's in-stream error) and end.
+    Error(Bytes),
+}
+
+/// A stream whose content frames are rendered as they are sent, so a slow
+/// stream holds its text once rather than every frame.
+pub struct StreamSpec {
+    /// Frames sent at once.
+    pub head: Vec<Bytes>,
+    /// Generated content (text or tool arguments), sent in pieces.
+    pub content: String,
+    pub chunk_chars: usize,
+    pub render: Render,
+    /// Frames after the content.
+    pub tail: Vec<Bytes>,
+    /// Delay before the first frame after `head`.
+    pub ttft_ms: u64,
+    /// Delay before each later content frame, and before the first tail frame.
+    pub itl_ms: u64,
+    /// Cut half-way through the content pieces.
+    pub cut: Option<Cut>,
+}
+
+fn piece_bounds(text: &str, n: usize) -> Vec<usize> {
+    let mut b = Vec::with_capacity(text.len() / n.max(1) + 2);
+    b.push(0);
+    let mut count = 0;
+    for (i, _) in text.char_indices() {
+        if count == n.max(1) {
+            b.push(i);
+            count = 0;
+        }
+        count += 1;
+    }
+    if !text.is_empty() {
+        b.push(text.len());
+    }
+    b
+}
+
+async fn pause(ms: u64) {
+    if ms > 0 {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+}
+
+/// Spawn the task that sends a [`StreamSpec`].
+pub fn spawn_spec(spec: StreamSpec) -> MockBody {
+    let (tx, rx) = mpsc::channel::<Chunk>(8);
+    tokio::spawn(async move {
+        let StreamSpec {
+            head,
+            content,
+            chunk_chars,
+            render,
+            tail,
+            ttft_ms,
+            itl_ms,
+            cut,
+        } = spec;
+        for f in head {
+            if tx.send(Ok(f)).await.is_err() {
+                return;
+            }
+        }
+        let bounds = piece_bounds(&content, chunk_chars);
+        let n = bounds.len().saturating_sub(1);
+        let cut_at = cut.as_ref().map(|_| (n / 2).max(1).min(n));
+        let mut first = true;
+        for i in 0..=n {
+            if cut_at == Some(i) {
+                match cut {
+                    Some(Cut::Abort) => {
+                        let _ = tx
+                            .send(Err(std::io::Error::other("mock-llm: abort mid-stream")))
+                            .await;
+                    }
+                    Some(Cut::Error(f)) => {
+                        let _ = tx.send(Ok(f)).await;
+                    }
+                    None => {}
+                }
+                return;
+            }
+            if i == n {
+                break;
+            }
+            pause(if first { ttft_ms } else { itl_ms }).await;
+            first = false;
+            let piece = content.get(bounds[i]..bounds[i + 1]).unwrap_or("");
+            if tx.send(Ok(render(i, piece, i + 1 == n))).await.is_err() {
+                return;
+            }
+        }
+        for (j, f) in tail.into_iter().enumerate() {
+            pause(if first {
+                ttft_ms
+            } else if j == 0 {
+                itl_ms
+            } else {
+                0
+            })
+            .await;
+            first = false;
+            if tx.send(Ok(f)).await.is_err() {
+                return;
+            }
+        }
+    });
+    MockBody::Stream(rx)
+}
+
 /// A body that sends the first half of `data` then fails.
 pub fn truncated(data: Bytes) -> MockBody {
     let half = data.slice(..data.len() / 2);

@@ -383,63 +383,78 @@ pub async fn generate(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
         });
         return (ctx.json_ok(&v, &[]).await, m);
     }
-    let mut docs: Vec<Value> = Vec::new();
-    match &p.output {
-        Output::Text(t) => {
-            let pieces = crate::text::chunks(t, ctx.chunk_chars());
-            let n = pieces.len();
-            for (i, piece) in pieces.into_iter().enumerate() {
-                let last = i + 1 == n;
-                let mut d = json!({
-                    "candidates": [candidate(json!([{"text": piece}]), if last { Some(finish) } else { None })],
-                    "modelVersion": model, "responseId": response_id,
-                });
-                if last {
-                    d["usageMetadata"] = usage.clone();
-                } else {
-                    d["usageMetadata"] = json!({"promptTokenCount": p.prompt_tokens, "totalTokenCount": p.prompt_tokens});
-                }
-                docs.push(d);
-            }
-        }
-        Output::Tool { name, args, .. } => docs.push(json!({
-            "candidates": [candidate(json!([{"functionCall": {"name": name, "args": args}}]), Some(finish))],
-            "usageMetadata": usage, "modelVersion": model, "responseId": response_id,
-        })),
-    }
     let sse = ctx.query_param("alt").as_deref() == Some("sse");
-    let mut frames: Vec<Bytes> = Vec::with_capacity(docs.len() + 2);
-    if sse {
-        for d in &docs {
-            let mut s = Vec::with_capacity(256);
+    let frame = |d: &Value, lead: bool| -> Bytes {
+        let mut s = Vec::with_capacity(256);
+        if sse {
             s.extend_from_slice(b"data: ");
-            let _ = serde_json::to_writer(&mut s, d);
-            s.extend_from_slice(b"\r\n\r\n");
-            frames.push(Bytes::from(s));
+        } else if lead {
+            s.extend_from_slice(b",\r\n");
         }
-        let err = json!({"error": {"code": 503, "message": "The model is overloaded. Please try again later.", "status": "UNAVAILABLE"}});
+        let _ = serde_json::to_writer(&mut s, d);
+        if sse {
+            s.extend_from_slice(b"\r\n\r\n");
+        }
+        Bytes::from(s)
+    };
+    let mut head = Vec::new();
+    if !sse {
+        head.push(Bytes::from_static(b"["));
+    }
+    let (content, mut tail) = match p.output {
+        Output::Text(t) => (t, Vec::new()),
+        Output::Tool { name, args, .. } => {
+            let d = json!({
+                "candidates": [candidate(json!([{"functionCall": {"name": name, "args": args}}]), Some(finish))],
+                "usageMetadata": usage, "modelVersion": model, "responseId": response_id,
+            });
+            (String::new(), vec![frame(&d, false)])
+        }
+    };
+    let has_content = !content.is_empty();
+    let doc = |last: bool| {
+        let mut d = json!({
+            "candidates": [candidate(json!([{"text": app::PIECE}]), if last { Some(finish) } else { None })],
+            "modelVersion": model, "responseId": response_id,
+        });
+        d["usageMetadata"] = if last {
+            usage.clone()
+        } else {
+            json!({"promptTokenCount": p.prompt_tokens, "totalTokenCount": p.prompt_tokens})
+        };
+        d
+    };
+    let tpl = [
+        app::Template::new(&frame(&doc(false), false)),
+        app::Template::new(&frame(&doc(true), false)),
+        app::Template::new(&frame(&doc(false), true)),
+        app::Template::new(&frame(&doc(true), true)),
+    ];
+    let render: crate::body::Render = Box::new(move |i, piece, last| {
+        let k = usize::from(last) + if i > 0 { 2 } else { 0 };
+        tpl[k].render(piece)
+    });
+    let err = json!({"error": {"code": 503, "message": "The model is overloaded. Please try again later.", "status": "UNAVAILABLE"}});
+    if sse {
         let err = Bytes::from(format!("data: {err}\r\n\r\n"));
-        (ctx.stream("text/event-stream", frames, 0, &[], err), m)
+        (
+            ctx.stream("text/event-stream", head, content, render, tail, &[], err),
+            m,
+        )
     } else {
         // A JSON array delivered incrementally.
-        frames.push(Bytes::from_static(b"["));
-        for (i, d) in docs.iter().enumerate() {
-            let mut s = Vec::with_capacity(256);
-            if i > 0 {
-                s.extend_from_slice(b",\r\n");
-            }
-            let _ = serde_json::to_writer(&mut s, d);
-            frames.push(Bytes::from(s));
-        }
-        frames.push(Bytes::from_static(b"]"));
+        tail.push(Bytes::from_static(b"]"));
+        let lead = if has_content { ",\r\n" } else { "" };
+        let err = Bytes::from(format!("{lead}{err}]"));
         (
             ctx.stream(
                 "application/json; charset=UTF-8",
-                frames,
-                1,
+                head,
+                content,
+                render,
+                tail,
                 &[],
-                Bytes::from_static(br#",
-{"error":{"code":503,"message":"The model is overloaded. Please try again later.","status":"UNAVAILABLE"}}]"#),
+                err,
             ),
             m,
         )

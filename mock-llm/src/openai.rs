@@ -590,49 +590,48 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
         }
         app::sse_data(&c)
     };
-    let mut frames: Vec<Bytes> = Vec::new();
-    match &p.output {
-        Output::Text(t) => {
-            frames.push(chunk(
+    let (first, content, piece) = match p.output {
+        Output::Text(t) => (
+            chunk(
                 json!({"role": "assistant", "content": "", "refusal": null}),
                 Value::Null,
-            ));
-            for piece in crate::text::chunks(t, ctx.chunk_chars()) {
-                frames.push(chunk(json!({"content": piece}), Value::Null));
-            }
-        }
+            ),
+            t,
+            chunk(json!({"content": app::PIECE}), Value::Null),
+        ),
         Output::Tool {
             id: cid,
             name,
             args,
-        } => {
-            frames.push(chunk(
+        } => (
+            chunk(
                 json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0, "id": cid, "type": "function", "function": {"name": name, "arguments": ""}}]}),
                 Value::Null,
-            ));
-            let a = args.to_string();
-            for piece in crate::text::chunks(&a, ctx.chunk_chars()) {
-                frames.push(chunk(
-                    json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}),
-                    Value::Null,
-                ));
-            }
-        }
-    }
-    frames.push(chunk(json!({}), Value::String(finish.to_string())));
+            ),
+            args.to_string(),
+            chunk(
+                json!({"tool_calls": [{"index": 0, "function": {"arguments": app::PIECE}}]}),
+                Value::Null,
+            ),
+        ),
+    };
+    let tpl = app::Template::new(&piece);
+    let mut tail = vec![chunk(json!({}), Value::String(finish.to_string()))];
     if include_usage {
         let c = json!({
             "id": id, "object": "chat.completion.chunk", "created": created, "model": model,
             "system_fingerprint": "fp_mock", "choices": [], "usage": usage,
         });
-        frames.push(app::sse_data(&c));
+        tail.push(app::sse_data(&c));
     }
-    frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
+    tail.push(Bytes::from_static(b"data: [DONE]\n\n"));
     (
         ctx.stream(
             "text/event-stream; charset=utf-8",
-            frames,
-            1,
+            vec![first],
+            content,
+            Box::new(move |_, piece, _| tpl.render(piece)),
+            tail,
             &hdrs,
             app::sse_data(&json!({"error": {"message": "The server had an error while processing your request. Sorry about that!", "type": "server_error", "param": null, "code": null}})),
         ),

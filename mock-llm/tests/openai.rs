@@ -465,3 +465,43 @@ async fn azure_rules() {
     .await;
     assert_eq!(r.status, 200, "{}", r.text());
 }
+
+#[tokio::test]
+async fn streamed_pieces_are_escaped_like_the_whole_answer() {
+    let app = app();
+    let prompt = r#"say \"hi\"\n\tthen é→ü \\ done"#;
+    let body =
+        format!(r#"{{"model":"gpt-4o-mini","messages":[{{"role":"user","content":"{prompt}"}}]}}"#);
+    let whole = openai(&app, &body, &[("x-mock-response-bytes", "300")])
+        .await
+        .json()["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(whole.contains("\"hi\"") && whole.contains("é→ü"), "{whole}");
+    let sbody = body.replacen('{', r#"{"stream":true,"#, 1);
+    for chunk_size in ["1370", "300"] {
+        let r = openai(&app, &sbody, &[("x-mock-response-bytes", chunk_size)]).await;
+        let text: String = r
+            .sse_data()
+            .iter()
+            .filter_map(|c| {
+                c["choices"][0]["delta"]["content"]
+                    .as_str()
+                    .map(str::to_string)
+            })
+            .collect();
+        assert!(text.starts_with(&whole[..40]));
+    }
+    let r = openai(&app, &sbody, &[("x-mock-response-bytes", "300")]).await;
+    let text: String = r
+        .sse_data()
+        .iter()
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(text, whole);
+}
