@@ -31,6 +31,8 @@ pub const HDR_MODELS: &str = "x-tollgate-models";
 pub const HDR_CLUSTER: &str = "x-tollgate-cluster";
 pub const HDR_PROVIDER: &str = "x-tollgate-provider";
 const COOLDOWN_PREFIX: &str = "tollgate.cooldown.";
+/// Largest passthrough body copied to read its usage.
+const MAX_COPY: usize = 16 * 1024 * 1024;
 const PROVIDER_RATELIMIT_HEADERS: [&str; 6] = [
     "x-ratelimit-limit-requests",
     "x-ratelimit-remaining-requests",
@@ -68,6 +70,9 @@ struct Route {
 
 enum RespMode {
     None,
+    /// Pass the body through chunk by chunk, keeping a copy to read usage
+    /// at the end (`None` once over [`MAX_COPY`]).
+    Copy(Option<Vec<u8>>),
     /// Buffer the body; translate (or only read usage) at the end.
     Buffer,
     /// Buffer the error body and rewrite it as an OpenAI error.
@@ -394,7 +399,10 @@ impl Flow {
         Some(self.metric_name(p, model, what))
     }
 
-    pub fn on_response_headers(&mut self, h: &mut dyn Host, _end_of_stream: bool) -> Action {
+    /// Error and translated bodies hold the response headers until the body
+    /// is complete (status, content-type and content-length are final then);
+    /// streams and passthrough bodies go on at once.
+    pub fn on_response_headers(&mut self, h: &mut dyn Host, end_of_stream: bool) -> Action {
         if self.phase != Phase::Routed {
             return Action::Continue;
         }
@@ -445,7 +453,6 @@ impl Flow {
         if status >= 400 {
             let (mapped, _, _) = crate::translate::map_error_status(status);
             h.set_response_header(":status", Some(&mapped.to_string()));
-            h.set_response_header("content-length", None);
             h.set_response_header("content-type", Some("application/json"));
             self.resp = RespMode::Error(status);
         } else if route.stream && tr.is_stream(&ctype) {
@@ -460,14 +467,21 @@ impl Flow {
             if !tr.passthrough() {
                 h.set_response_header("content-type", Some("text/event-stream"));
             }
+            return Action::Continue;
+        } else if tr.passthrough() {
+            self.resp = RespMode::Copy(Some(Vec::new()));
+            return Action::Continue;
         } else {
-            if !tr.passthrough() {
-                h.set_response_header("content-length", None);
-                h.set_response_header("content-type", Some("application/json"));
-            }
+            h.set_response_header("content-type", Some("application/json"));
             self.resp = RespMode::Buffer;
         }
-        Action::Continue
+        if end_of_stream {
+            // No body will follow: nothing to rewrite.
+            h.set_response_header("content-length", None);
+            Action::Continue
+        } else {
+            Action::Pause
+        }
     }
 
     pub fn on_response_body(
@@ -489,6 +503,29 @@ impl Flow {
         let created = h.now_ms() / 1000;
         match &mut self.resp {
             RespMode::None => Action::Continue,
+            RespMode::Copy(copy) => {
+                if let Some(buf) = copy {
+                    if buf.len() + body_size > MAX_COPY {
+                        *copy = None;
+                    } else if let Some(chunk) = h.response_body(body_size) {
+                        buf.extend_from_slice(&chunk);
+                    }
+                }
+                if end_of_stream {
+                    if let Some(buf) = copy.take() {
+                        let ctx = ResponseCtx {
+                            endpoint: route.endpoint,
+                            stream: false,
+                            include_usage: false,
+                            created,
+                        };
+                        if let Ok(t) = tr.response(&ctx, &buf) {
+                            self.usage = t.usage;
+                        }
+                    }
+                }
+                Action::Continue
+            }
             RespMode::Stream(t) => {
                 let chunk = h.response_body(body_size).unwrap_or_default();
                 let mut out = Vec::with_capacity(chunk.len() + 64);
@@ -521,17 +558,19 @@ impl Flow {
                     include_usage: false,
                     created,
                 };
-                match tr.response(&ctx, &body) {
+                let out = match tr.response(&ctx, &body) {
                     Ok(t) => {
                         self.usage = t.usage;
-                        if let Some(b) = t.body {
-                            h.set_response_body(body_size, &b);
-                        }
+                        t.body
                     }
                     Err(e) => {
                         h.set_response_header(":status", Some(&e.status.to_string()));
-                        h.set_response_body(body_size, &e.body());
+                        Some(e.body())
                     }
+                };
+                if let Some(b) = out {
+                    h.set_response_header("content-length", Some(&b.len().to_string()));
+                    h.set_response_body(body_size, &b);
                 }
                 Action::Continue
             }
@@ -540,8 +579,9 @@ impl Flow {
                     return Action::Pause;
                 }
                 let body = h.response_body(body_size).unwrap_or_default();
-                let e = tr.error(*status, &body);
-                h.set_response_body(body_size, &e.body());
+                let b = tr.error(*status, &body).body();
+                h.set_response_header("content-length", Some(&b.len().to_string()));
+                h.set_response_body(body_size, &b);
                 Action::Continue
             }
         }

@@ -56,7 +56,11 @@ fn respond(f: &mut Flow, h: &mut FakeHost, status: u16, ctype: &str, body: &[u8]
     ];
     h.resp_headers.extend(extra);
     h.resp_body = body.to_vec();
-    assert_eq!(f.on_response_headers(h, false), Action::Continue);
+    let held = f.on_response_headers(h, false);
+    // Only translated and error bodies from the provider hold the headers.
+    let translated = h.resp_header("x-tollgate-provider").as_deref() == Some("anthropic");
+    let expect_hold = !h.envoy_local_response && (status >= 400 || translated);
+    assert_eq!(held == Action::Pause, expect_hold);
     let n = h.resp_body.len();
     f.on_response_body(h, n, true);
     f.on_log(h);
@@ -220,7 +224,10 @@ fn anthropic_round_trip() {
     assert_eq!(h.req_header("authorization"), None);
     let body = br#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"Hello"}],"stop_reason":"end_turn","usage":{"input_tokens":7,"output_tokens":2}}"#;
     respond(&mut f, &mut h, 200, "application/json", body);
-    assert_eq!(h.resp_header("content-length"), None);
+    assert_eq!(
+        h.resp_header("content-length"),
+        Some(h.resp_body.len().to_string())
+    );
     let out: Value = serde_json::from_slice(&h.resp_body).unwrap();
     assert_eq!(out["object"], "chat.completion");
     assert_eq!(out["choices"][0]["message"]["content"], "Hello");
