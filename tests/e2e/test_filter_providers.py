@@ -68,6 +68,9 @@ def test_models_list(client):
     assert {"openai/gpt-4o-mini", "anthropic/claude-sonnet-4-5", "mistral/mistral-small-latest",
             "fast", "smart"} <= ids
     assert client.models.retrieve("smart").id == "smart"
+    assert client.models.retrieve("openai/gpt-4o-mini").id == "openai/gpt-4o-mini"
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("openai/nope")
 
 
 def test_anthropic_stream_with_usage(client):
