@@ -115,6 +115,9 @@ impl Fault {
     }
 }
 
+/// Largest generated answer, bytes (`x-mock-response-bytes` is capped here).
+pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+
 /// Everything a provider module needs to answer one request.
 pub struct Ctx<'a> {
     pub app: &'a App,
@@ -807,12 +810,18 @@ pub fn native_error(ctx: &Ctx<'_>, k: ErrKind, msg: &str) -> Reply {
 
 fn read_overrides(parts: &Parts) -> Overrides {
     let h = |n: &str| parts.headers.get(n).and_then(|v| v.to_str().ok());
-    let num = |n: &str| h(n).and_then(|v| v.trim().parse::<u64>().ok());
+    // Capped so a typo cannot ask for a day-long wait or a terabyte answer.
+    let num = |n: &str| {
+        h(n).and_then(|v| v.trim().parse::<u64>().ok())
+            .map(|v| v.min(600_000))
+    };
     Overrides {
         latency_ms: num("x-mock-latency-ms"),
         ttft_ms: num("x-mock-ttft-ms"),
         itl_ms: num("x-mock-itl-ms"),
-        response_bytes: num("x-mock-response-bytes").map(|v| v as usize),
+        response_bytes: h("x-mock-response-bytes")
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .map(|v| v.min(MAX_RESPONSE_BYTES)),
         error: h("x-mock-error").and_then(Fault::parse),
         tool_call: h("x-mock-tool-call")
             .map(|s| s.trim().to_string())

@@ -283,6 +283,12 @@ impl Behavior {
         if self.latency.mean_ms < 0.0 || self.latency.sd_ms < 0.0 {
             return Err("latency mean_ms and sd_ms must be >= 0".to_string());
         }
+        if self.response_bytes > crate::app::MAX_RESPONSE_BYTES {
+            return Err(format!(
+                "response_bytes must be <= {}",
+                crate::app::MAX_RESPONSE_BYTES
+            ));
+        }
         if self.stream_chunk_chars == 0 {
             return Err("stream_chunk_chars must be > 0".to_string());
         }

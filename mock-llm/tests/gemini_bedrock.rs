@@ -361,3 +361,85 @@ async fn error_event_ends_each_stream_with_the_native_error() {
         "modelStreamErrorException".to_string()
     )));
 }
+
+/// Odd bodies on every endpoint get a 4xx JSON error, never a panic or hang.
+#[tokio::test]
+async fn odd_input_gets_native_errors() {
+    let app = app();
+    let bodies: Vec<String> = vec![
+        "".into(),
+        "null".into(),
+        "[]".into(),
+        "\"x\"".into(),
+        "\u{fffd}\u{0}".into(),
+        "{".repeat(200) + &"}".repeat(200),
+        r#"{"model":[],"messages":5,"contents":5,"content":5,"input":{},"requests":5}"#.into(),
+        r#"{"model":"gpt-4o-mini","messages":[5,null,{"role":5}],"max_tokens":"many"}"#.into(),
+        r#"{"model":"claude-haiku-4-5","max_tokens":-1,"messages":[{"role":"user","content":[{"type":5}]}]}"#.into(),
+        r#"{"model":"claude-haiku-4-5","max_tokens":5,"messages":[{"role":"user","content":{"a":1}}],"tools":5,"tool_choice":"any"}"#.into(),
+        r#"{"contents":[{"role":"user","parts":[{"functionCall":5}]}],"tools":[{"functionDeclarations":[{}]}]}"#.into(),
+        r#"{"messages":[{"role":"user","content":[{"toolUse":5}]}],"toolConfig":{"tools":[5]}}"#.into(),
+    ];
+    let plain: Vec<(&str, Vec<(&str, &str)>)> = vec![
+        ("/v1/chat/completions", vec![OA]),
+        ("/v1/embeddings", vec![OA]),
+        (
+            "/mistral/v1/chat/completions",
+            vec![("authorization", "Bearer mock-mistral-key-1")],
+        ),
+        ("/v1/messages", vec![AK, AV]),
+        (
+            "/openai/deployments/gpt-4o-mini/chat/completions?api-version=2024-10-21",
+            vec![("api-key", "mock-azure-key-1")],
+        ),
+        (
+            "/openai/deployments/text-embedding-3-small/embeddings?api-version=2024-10-21",
+            vec![("api-key", "mock-azure-key-1")],
+        ),
+        (GEN, vec![GK]),
+        (
+            "/v1beta/models/gemini-2.0-flash:streamGenerateContent?alt=sse",
+            vec![GK],
+        ),
+        ("/v1beta/models/text-embedding-004:embedContent", vec![GK]),
+        (
+            "/v1beta/models/text-embedding-004:batchEmbedContents",
+            vec![GK],
+        ),
+    ];
+    for b in &bodies {
+        for (path, h) in &plain {
+            let r = call(&app, "POST", path, h, b).await;
+            assert!(
+                (400..500).contains(&r.status),
+                "{path} {b:.40} -> {} {}",
+                r.status,
+                r.text()
+            );
+            let _ = r.json();
+        }
+        for op in ["converse", "converse-stream", "invoke"] {
+            let r = bedrock(&app, op, b, "mock-bedrock-secret-1").await;
+            assert!(
+                (400..500).contains(&r.status),
+                "{op} {b:.40} -> {} {}",
+                r.status,
+                r.text()
+            );
+            assert!(r.header("x-amzn-errortype").is_some());
+            let _ = r.json();
+        }
+    }
+    // A huge size override is capped instead of exhausting memory.
+    let r = openai(
+        &app,
+        r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"}]}"#,
+        &[("x-mock-response-bytes", "99999999999999")],
+    )
+    .await;
+    let len = r.json()["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .len();
+    assert_eq!(len, mock_llm::app::MAX_RESPONSE_BYTES);
+}
