@@ -210,3 +210,31 @@ def test_filter_stats_are_exported(stack, client):
     assert "tollgate.anthropic.claude-haiku-4-5.requests" in text
     assert "tollgate.anthropic.claude-haiku-4-5.prompt_tokens" in text
     assert "tollgate.anthropic.claude-haiku-4-5.upstream_latency_ms" in text
+
+
+def test_in_stream_provider_error_reaches_the_client(client):
+    stream = client.chat.completions.create(model="smart", messages=HI, stream=True,
+                                            extra_headers={"x-mock-error": "error-event"})
+    with pytest.raises(openai.APIError) as exc:
+        for _ in stream:
+            pass
+    assert "overloaded" in str(exc.value).lower() or "Overloaded" in str(exc.value.body)
+
+
+@pytest.mark.parametrize("model", ["smart", "openai/gpt-4o-mini"])
+@pytest.mark.parametrize("stream", [True, False])
+def test_connection_cut_mid_answer_fails_fast(client, model, stream):
+    """A provider that dies half-way never leaves the client hanging, and a
+    cut answer never looks complete."""
+    import time
+    t0 = time.monotonic()
+    try:
+        resp = client.chat.completions.create(model=model, messages=HI, stream=stream,
+                                              extra_headers={"x-mock-error": "abort-mid-stream"})
+        chunks = list(resp) if stream else None
+    except openai.APIError:
+        pass  # connection error, or an error event / status from the gateway
+    else:
+        assert stream, "a cut non-streaming answer must not be returned as a success"
+        assert not any(c.choices and c.choices[0].finish_reason for c in chunks)
+    assert time.monotonic() - t0 < 10
