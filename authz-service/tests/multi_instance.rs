@@ -20,13 +20,10 @@ async fn two_instances_share_one_limit() {
     let b = start_service(&path, &redis.url()).await;
 
     // 3N requests, half through each instance, all concurrently.
+    let (ca, cb) = (client(&a).await, client(&b).await);
     let mut tasks = Vec::new();
     for i in 0..(3 * N) {
-        let mut c = if i % 2 == 0 {
-            client(&a).await
-        } else {
-            client(&b).await
-        };
+        let mut c = if i % 2 == 0 { ca.clone() } else { cb.clone() };
         tasks.push(tokio::spawn(async move {
             http_status(&check_key(&mut c, "tg-shared").await.unwrap())
         }));
