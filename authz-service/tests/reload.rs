@@ -91,3 +91,63 @@ async fn sighup_reloads_at_once() {
     assert_eq!(http_status(&check_key(&mut c, "tg-a").await.unwrap()), 401);
     svc.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reloads_drop_no_requests() {
+    let (_dir, path) = temp_policy(&policy_with(&[("a", "tg-a")]));
+    let svc = common::start_service(&path, "memory://").await;
+    let c = client(&svc).await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for _ in 0..4 {
+        let (mut c, stop) = (c.clone(), stop.clone());
+        workers.push(tokio::spawn(async move {
+            let (mut ok, mut other) = (0u32, 0u32);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match check_key(&mut c, "tg-a").await.map(|r| http_status(&r)) {
+                    Ok(200) => ok += 1,
+                    _ => other += 1,
+                }
+            }
+            (ok, other)
+        }));
+    }
+    // Twenty reloads (a new key each time, key a always present), one refused.
+    for i in 0..20 {
+        let yaml = if i == 10 {
+            "version: 1\nbroken: [".to_string()
+        } else {
+            policy_with(&[("a", "tg-a"), ("b", &format!("tg-b{i}"))])
+        };
+        std::fs::write(&path, yaml).unwrap();
+        tokio::time::sleep(Duration::from_millis(80)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (mut ok, mut other) = (0, 0);
+    for w in workers {
+        let (o, x) = w.await.unwrap();
+        ok += o;
+        other += x;
+    }
+    assert!(ok > 100, "only {ok} checks ran");
+    assert_eq!(
+        other,
+        0,
+        "{other} of {} checks were not answered 200 during reloads",
+        ok + other
+    );
+    let m = svc.authorizer.metrics().render();
+    assert!(
+        metric(
+            &m,
+            r#"tollgate_authz_policy_reloads_total{result="applied"}"#
+        ) >= 10.0
+    );
+    assert!(
+        metric(
+            &m,
+            r#"tollgate_authz_policy_reloads_total{result="refused"}"#
+        ) >= 1.0
+    );
+    svc.shutdown().await;
+}
