@@ -207,9 +207,9 @@ def test_filter_stats_are_exported(stack, client):
     client.chat.completions.create(model="anthropic/claude-haiku-4-5", messages=HI)
     with urllib.request.urlopen(f"{stack.admin_url}/stats?filter=tollgate", timeout=5) as resp:
         text = resp.read().decode()
-    assert "tollgate.anthropic.claude-haiku-4-5.requests" in text
-    assert "tollgate.anthropic.claude-haiku-4-5.prompt_tokens" in text
-    assert "tollgate.anthropic.claude-haiku-4-5.upstream_latency_ms" in text
+    prefix = "tollgate.provider.anthropic.model.claude-haiku-4-5."
+    for name in ("requests", "prompt_tokens", "completion_tokens", "upstream_latency_ms"):
+        assert prefix + name in text, name
 
 
 def test_in_stream_provider_error_reaches_the_client(client):

@@ -385,7 +385,7 @@ impl Flow {
 
     fn metric_name(&self, provider: &Provider, model: &str, what: &str) -> String {
         format!(
-            "tollgate.{}.{}.{}",
+            "tollgate.provider.{}.model.{}.{}",
             metric_safe(&provider.name),
             metric_safe(model),
             what

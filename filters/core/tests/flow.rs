@@ -131,15 +131,15 @@ fn openai_request_is_rewritten() {
         serde_json::from_slice::<Value>(usage).unwrap(),
         json!({"tenant": "demo", "key_id": "demo-key", "model": "openai/gpt-4o-mini", "prompt_tokens": 4, "completion_tokens": 2})
     );
-    assert_eq!(h.metrics["tollgate.openai.gpt-4o-mini.requests"], 1);
-    assert_eq!(h.metrics["tollgate.openai.gpt-4o-mini.prompt_tokens"], 4);
+    assert_eq!(h.metrics["tollgate.provider.openai.model.gpt-4o-mini.requests"], 1);
+    assert_eq!(h.metrics["tollgate.provider.openai.model.gpt-4o-mini.prompt_tokens"], 4);
     assert_eq!(
-        h.metrics["tollgate.openai.gpt-4o-mini.completion_tokens"],
+        h.metrics["tollgate.provider.openai.model.gpt-4o-mini.completion_tokens"],
         2
     );
     assert!(h
         .metrics
-        .contains_key("tollgate.openai.gpt-4o-mini.upstream_latency_ms"));
+        .contains_key("tollgate.provider.openai.model.gpt-4o-mini.upstream_latency_ms"));
 }
 
 #[test]
@@ -272,7 +272,7 @@ fn anthropic_stream_through_flow() {
     );
     assert!(h
         .metrics
-        .contains_key("tollgate.anthropic.claude-sonnet-4-5.ttft_ms"));
+        .contains_key("tollgate.provider.anthropic.model.claude-sonnet-4-5.ttft_ms"));
 }
 
 #[test]
@@ -513,7 +513,7 @@ fn cooldown_after_429_and_401_is_shared_and_expires() {
     assert_eq!(e["error"]["code"], "rate_limit_exceeded");
     assert_eq!(e["error"]["message"], "Rate limit reached");
     assert!(h.posts.is_empty(), "no usage on errors");
-    assert_eq!(h.metrics["tollgate.openai.gpt-4o.errors.rate_limited"], 1);
+    assert_eq!(h.metrics["tollgate.provider.openai.model.gpt-4o.errors.rate_limited"], 1);
     let shared = h.shared.clone();
 
     // Next requests (same shared data, any worker) skip openai-1.
@@ -581,7 +581,7 @@ fn envoy_local_replies_pass_through_untouched() {
         "no key cooldown for Envoy's own replies"
     );
     assert_eq!(
-        h.metrics["tollgate.anthropic.claude-sonnet-4-5.errors.gateway"],
+        h.metrics["tollgate.provider.anthropic.model.claude-sonnet-4-5.errors.gateway"],
         1
     );
 }
@@ -601,7 +601,7 @@ fn anthropic_529_becomes_503() {
     let e: Value = serde_json::from_slice(&h.resp_body).unwrap();
     assert_eq!(e["error"]["message"], "Overloaded");
     assert_eq!(
-        h.metrics["tollgate.anthropic.claude-sonnet-4-5.errors.upstream_5xx"],
+        h.metrics["tollgate.provider.anthropic.model.claude-sonnet-4-5.errors.upstream_5xx"],
         1
     );
 }
