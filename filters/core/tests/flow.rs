@@ -131,8 +131,14 @@ fn openai_request_is_rewritten() {
         serde_json::from_slice::<Value>(usage).unwrap(),
         json!({"tenant": "demo", "key_id": "demo-key", "model": "openai/gpt-4o-mini", "prompt_tokens": 4, "completion_tokens": 2})
     );
-    assert_eq!(h.metrics["tollgate.provider.openai.model.gpt-4o-mini.requests"], 1);
-    assert_eq!(h.metrics["tollgate.provider.openai.model.gpt-4o-mini.prompt_tokens"], 4);
+    assert_eq!(
+        h.metrics["tollgate.provider.openai.model.gpt-4o-mini.requests"],
+        1
+    );
+    assert_eq!(
+        h.metrics["tollgate.provider.openai.model.gpt-4o-mini.prompt_tokens"],
+        4
+    );
     assert_eq!(
         h.metrics["tollgate.provider.openai.model.gpt-4o-mini.completion_tokens"],
         2
@@ -513,7 +519,10 @@ fn cooldown_after_429_and_401_is_shared_and_expires() {
     assert_eq!(e["error"]["code"], "rate_limit_exceeded");
     assert_eq!(e["error"]["message"], "Rate limit reached");
     assert!(h.posts.is_empty(), "no usage on errors");
-    assert_eq!(h.metrics["tollgate.provider.openai.model.gpt-4o.errors.rate_limited"], 1);
+    assert_eq!(
+        h.metrics["tollgate.provider.openai.model.gpt-4o.errors.rate_limited"],
+        1
+    );
     let shared = h.shared.clone();
 
     // Next requests (same shared data, any worker) skip openai-1.
