@@ -107,3 +107,22 @@ def test_usage_is_reported_and_debits_the_token_budget(stack):
         time.sleep(0.2)  # the report is fire-and-forget
     assert statuses[0] == 200
     assert statuses[-1] == 429, statuses
+
+
+def test_key_value_from_host_environment(make_stack, demo_key, tmp_path):
+    """`value_env` reads a variable Envoy passes to the VM (host_env_keys)."""
+    def edit(cfg):
+        cfg["providers"]["mistral"]["keys"] = [{"id": "mistral-env", "value_env": "TG_TEST_MISTRAL_KEY"}]
+    cfg = plugin_variant(tmp_path, edit)
+    text = cfg.read_text()
+    text, n = re.subn(r"(\n(\s+)runtime: envoy\.wasm\.runtime\.v8\n)",
+                      r"\1\2environment_variables: { host_env_keys: [TG_TEST_MISTRAL_KEY] }\n", text)
+    assert n == 1
+    cfg.write_text(text)
+    s = make_stack(envoy_config=cfg, env={"TG_TEST_MISTRAL_KEY": "mock-mistral-key-1"})
+    status, _, body = post(f"{s.base_url}/chat/completions", {"model": "mistral/mistral-small-latest", "messages": HI},
+                           {"authorization": f"Bearer {demo_key}"})
+    assert status == 200, body
+    assert mock_stats(s)["by_key"].get("mistral-1") == 1
+    # The value is never logged.
+    assert "mock-mistral-key-1" not in s.tail("envoy", 500)
