@@ -251,34 +251,23 @@ const INVALID_KEY: &str = "Incorrect API key provided. Check the virtual key iss
 const NOT_BEARER: &str =
     "The Authorization header must use the Bearer scheme (Authorization: Bearer YOUR_KEY).";
 
-/// Extract the presented virtual key. `Err` carries the 401 message.
+fn nonempty(v: &Option<String>) -> Option<&str> {
+    v.as_deref().map(str::trim).filter(|s| !s.is_empty())
+}
+
+/// Extract the presented virtual key: `Authorization: Bearer <key>` first,
+/// else `x-api-key`. `Err` carries the 401 message.
 fn presented_key(input: &CheckInput) -> Result<&str, &'static str> {
-    if let Some(auth) = input
-        .authorization
-        .as_deref()
-        .map(str::trim)
-        .filter(|a| !a.is_empty())
-    {
+    let mut auth_error = MISSING_KEY;
+    if let Some(auth) = nonempty(&input.authorization) {
         let (scheme, rest) = auth.split_once(' ').unwrap_or((auth, ""));
         if !scheme.eq_ignore_ascii_case("bearer") {
-            return Err(NOT_BEARER);
+            auth_error = NOT_BEARER;
+        } else if !rest.trim().is_empty() {
+            return Ok(rest.trim());
         }
-        let key = rest.trim();
-        return if key.is_empty() {
-            Err(MISSING_KEY)
-        } else {
-            Ok(key)
-        };
     }
-    match input
-        .api_key
-        .as_deref()
-        .map(str::trim)
-        .filter(|k| !k.is_empty())
-    {
-        Some(k) => Ok(k),
-        None => Err(MISSING_KEY),
-    }
+    nonempty(&input.api_key).ok_or(auth_error)
 }
 
 pub struct Authorizer<S: Store> {
@@ -585,6 +574,10 @@ mod tests {
         assert_eq!(
             presented_key(&input(Some("Basic eHg6eXk="), None)),
             Err(NOT_BEARER)
+        );
+        assert_eq!(
+            presented_key(&input(Some("Basic eHg6eXk="), Some("tg-d"))),
+            Ok("tg-d")
         );
         assert_eq!(
             presented_key(&input(Some("Bearer "), None)),
