@@ -29,6 +29,7 @@ pub const HDR_TENANT: &str = "x-tollgate-tenant";
 pub const HDR_KEY_ID: &str = "x-tollgate-key-id";
 pub const HDR_MODELS: &str = "x-tollgate-models";
 pub const HDR_CLUSTER: &str = "x-tollgate-cluster";
+pub const HDR_MODEL: &str = "x-tollgate-model";
 pub const HDR_PROVIDER: &str = "x-tollgate-provider";
 const COOLDOWN_PREFIX: &str = "tollgate.cooldown.";
 /// Largest passthrough body copied to read its usage.
@@ -87,6 +88,9 @@ pub struct Flow {
     tenant: Option<String>,
     key_id: Option<String>,
     allowed: Option<String>,
+    /// `x-tollgate-model`, the client's declaration that authz-service used
+    /// for per-model admission: must name the body's model.
+    declared_model: Option<String>,
     route: Option<Route>,
     resp: RespMode,
     usage: Option<Usage>,
@@ -121,6 +125,7 @@ impl Flow {
             tenant: None,
             key_id: None,
             allowed: None,
+            declared_model: None,
             route: None,
             resp: RespMode::None,
             usage: None,
@@ -189,6 +194,7 @@ impl Flow {
         self.endpoint = Some(ep);
         self.tenant = h.request_header(HDR_TENANT);
         self.key_id = h.request_header(HDR_KEY_ID);
+        self.declared_model = h.request_header(HDR_MODEL);
         self.phase = Phase::AwaitBody;
         Action::Pause
     }
@@ -292,6 +298,20 @@ impl Flow {
         if !model_allowed(allowed, &[&model, &resolved.canonical]) {
             return Err(ApiError::model_not_allowed(&model));
         }
+        if let Some(declared) = self.declared_model.as_deref() {
+            let declared = declared.trim();
+            if declared != model && declared != resolved.canonical {
+                return Err(ApiError {
+                    param: Some("model".into()),
+                    ..ApiError::new(
+                        400,
+                        crate::error::INVALID_REQUEST,
+                        "model_mismatch",
+                        format!("The x-tollgate-model header ('{declared}') does not name the request's model ('{model}')"),
+                    )
+                });
+            }
+        }
         let provider: &Provider = rt
             .provider(resolved.provider)
             .ok_or_else(|| ApiError::model_not_found(&model))?;
@@ -333,7 +353,7 @@ impl Flow {
             HDR_TENANT,
             HDR_KEY_ID,
             HDR_MODELS,
-            "x-tollgate-model",
+            HDR_MODEL,
             "accept-encoding",
             "transfer-encoding",
         ] {

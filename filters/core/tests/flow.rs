@@ -451,6 +451,27 @@ fn allow_list_enforced() {
 }
 
 #[test]
+fn declared_model_header_must_match_the_body() {
+    for (declared, ok) in [
+        ("fast", true),
+        ("openai/gpt-4o-mini", true),
+        ("openai/gpt-4o", false),
+        ("smart", false),
+    ] {
+        let mut h = host("POST", "/v1/chat/completions", &chat("fast"));
+        h.req_headers
+            .push(("x-tollgate-model".into(), declared.into()));
+        let (_, fwd) = request(&mut h, true);
+        assert_eq!(fwd, ok, "{declared}");
+        if ok {
+            assert_eq!(h.req_header("x-tollgate-model"), None, "not forwarded");
+        } else {
+            assert_eq!(reply(&h).1["error"]["code"], "model_mismatch");
+        }
+    }
+}
+
+#[test]
 fn models_list_and_one_model() {
     let mut h = host("GET", "/v1/models", b"");
     h.req_headers.retain(|(k, _)| k != "x-tollgate-models");
