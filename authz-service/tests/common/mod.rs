@@ -309,3 +309,60 @@ impl RedisCluster {
         format!("redis+cluster://{}", addrs.join(","))
     }
 }
+
+/// One HTTP/1.1 request on a fresh connection: (status, lowercase headers
+/// as (name, value) pairs in order, body).
+pub async fn http1(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, Vec<(String, String)>, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await.unwrap();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let hs = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    (status, hs, body.to_string())
+}
+
+/// Path of Envoy if the bootstrap installed it (`.venv/bin/envoy`,
+/// `.tools/bin/envoy`), `$ENVOY_BIN`, or on PATH.
+pub fn envoy_bin() -> Option<PathBuf> {
+    if let Ok(p) = std::env::var("ENVOY_BIN") {
+        return Some(PathBuf::from(p));
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for c in [root.join(".venv/bin/envoy"), root.join(".tools/bin/envoy")] {
+        if c.exists() {
+            return Some(c);
+        }
+    }
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("envoy"))
+            .find(|p| p.exists())
+    })
+}
