@@ -371,6 +371,7 @@ pub enum Endpoint {
     OpenaiChat,
     OpenaiEmbeddings,
     OpenaiModels,
+    OpenaiModel(String),
     AzureChat(String),
     AzureEmbeddings(String),
     AnthropicMessages,
@@ -386,9 +387,10 @@ pub enum Endpoint {
 impl Endpoint {
     fn kind(&self) -> Kind {
         match self {
-            Endpoint::OpenaiChat | Endpoint::OpenaiEmbeddings | Endpoint::OpenaiModels => {
-                Kind::Openai
-            }
+            Endpoint::OpenaiChat
+            | Endpoint::OpenaiEmbeddings
+            | Endpoint::OpenaiModels
+            | Endpoint::OpenaiModel(_) => Kind::Openai,
             Endpoint::AzureChat(_) | Endpoint::AzureEmbeddings(_) => Kind::Azure,
             Endpoint::AnthropicMessages => Kind::Anthropic,
             Endpoint::GeminiGenerate(_)
@@ -401,7 +403,7 @@ impl Endpoint {
         }
     }
     fn method(&self) -> Method {
-        if *self == Endpoint::OpenaiModels {
+        if matches!(self, Endpoint::OpenaiModels | Endpoint::OpenaiModel(_)) {
             Method::GET
         } else {
             Method::POST
@@ -429,19 +431,29 @@ pub fn parse_endpoint(path: &str) -> Option<Endpoint> {
             _ => None,
         };
     }
-    if let Some(rest) = path.strip_prefix("/v1beta/models/") {
-        let (model, method) = rest.rsplit_once(':')?;
-        if model.is_empty() || model.contains('/') {
-            return None;
+    // Gemini serves the same methods under /v1beta and /v1.
+    if let Some(rest) = path
+        .strip_prefix("/v1beta/models/")
+        .or_else(|| path.strip_prefix("/v1/models/"))
+    {
+        if let Some((model, method)) = rest.rsplit_once(':') {
+            if !model.is_empty() && !model.contains('/') {
+                let m = model.to_string();
+                match method {
+                    "generateContent" => return Some(Endpoint::GeminiGenerate(m)),
+                    "streamGenerateContent" => return Some(Endpoint::GeminiStream(m)),
+                    "embedContent" => return Some(Endpoint::GeminiEmbed(m)),
+                    "batchEmbedContents" => return Some(Endpoint::GeminiBatchEmbed(m)),
+                    _ => {}
+                }
+            }
         }
-        let m = model.to_string();
-        return match method {
-            "generateContent" => Some(Endpoint::GeminiGenerate(m)),
-            "streamGenerateContent" => Some(Endpoint::GeminiStream(m)),
-            "embedContent" => Some(Endpoint::GeminiEmbed(m)),
-            "batchEmbedContents" => Some(Endpoint::GeminiBatchEmbed(m)),
-            _ => None,
-        };
+    }
+    // OpenAI: retrieve one model (ids may contain ':', e.g. fine-tunes).
+    if let Some(id) = path.strip_prefix("/v1/models/") {
+        if !id.is_empty() && !id.contains('/') {
+            return Some(Endpoint::OpenaiModel(percent_decode(id)?));
+        }
     }
     if let Some(rest) = path.strip_prefix("/model/") {
         let (model, op) = rest.split_once('/')?;
@@ -725,6 +737,7 @@ impl App {
             Endpoint::OpenaiChat => openai::chat(&ctx, None).await,
             Endpoint::OpenaiEmbeddings => openai::embeddings(&ctx, None).await,
             Endpoint::OpenaiModels => openai::models(&ctx),
+            Endpoint::OpenaiModel(id) => openai::model(&ctx, id),
             Endpoint::AzureChat(d) => openai::chat(&ctx, Some(d)).await,
             Endpoint::AzureEmbeddings(d) => openai::embeddings(&ctx, Some(d)).await,
             Endpoint::AnthropicMessages => anthropic::messages(&ctx).await,

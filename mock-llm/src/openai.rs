@@ -785,3 +785,12 @@ pub fn models(ctx: &Ctx<'_>) -> Outcome {
     let v = json!({"object": "list", "data": data});
     (json_response(200, v.to_string(), &[]), None)
 }
+
+pub fn model(ctx: &Ctx<'_>, id: String) -> Outcome {
+    if !ctx.provider.has_model(&id) {
+        return (model_not_found(&id), Some(id));
+    }
+    let v =
+        json!({"id": id, "object": "model", "created": 1_700_000_000u64, "owned_by": "mock-llm"});
+    (json_response(200, v.to_string(), &[]), Some(id))
+}

@@ -90,6 +90,8 @@ async fn gemini_rules() {
         );
         assert_eq!(r.json()["error"]["code"], *status);
     }
+    let v1 = "/v1/models/gemini-2.0-flash:generateContent";
+    assert_eq!(call(&app, "POST", v1, &[GK], HELLO).await.status, 200);
     let r = call(&app, "POST", GEN, &[], HELLO).await;
     assert_eq!(
         (r.status, gstatus(&r)),

@@ -382,6 +382,13 @@ async fn models_and_compatible_prefix() {
         ids.contains(&"gpt-4o-mini".to_string())
             && ids.contains(&"text-embedding-3-small".to_string())
     );
+    let r = call(&app, "GET", "/v1/models/gpt-4o", &[OA], "").await;
+    assert_eq!((r.status, r.json()["id"].clone()), (200, json!("gpt-4o")));
+    let r = call(&app, "GET", "/v1/models/ft:gpt-9:acme::x1", &[OA], "").await;
+    assert_eq!(
+        (r.status, r.json()["error"]["code"].clone()),
+        (404, json!("model_not_found"))
+    );
     let mk = ("authorization", "Bearer mock-mistral-key-1");
     let body = r#"{"model":"mistral-small-latest","messages":[{"role":"user","content":"hi"}]}"#;
     let r = call(&app, "POST", "/mistral/v1/chat/completions", &[mk], body).await;

@@ -58,10 +58,21 @@ class Mock:
 
 
 @pytest.fixture(scope="session")
-def mock():
+def mock_bin() -> pathlib.Path:
+    """Path of the mock-llm binary (built once per session)."""
+    return _binary()
+
+
+@pytest.fixture
+def free_port() -> int:
+    return _free_port()
+
+
+@pytest.fixture(scope="session")
+def mock(mock_bin):
     port = _free_port()
     proc = subprocess.Popen(
-        [str(_binary()), "--listen", f"127.0.0.1:{port}", "--config", str(CONFIG)],
+        [str(mock_bin), "--listen", f"127.0.0.1:{port}", "--config", str(CONFIG)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
