@@ -217,3 +217,30 @@ fn openai_stream_every_split() {
         }
     }
 }
+
+#[test]
+fn random_multi_splits_match_the_unsplit_output() {
+    use tollgate_core::keys::XorShift;
+    let mut r = XorShift::new(99);
+    for (kind, input) in [
+        (Kind::Anthropic, TOOL_STREAM.as_bytes()),
+        (Kind::Openai, OPENAI_TOOL_STREAM.as_bytes()),
+    ] {
+        for include_usage in [true, false] {
+            let (whole, usage) = run(kind, include_usage, &[input]);
+            for _ in 0..300 {
+                let mut parts: Vec<&[u8]> = Vec::new();
+                let mut rest = input;
+                while !rest.is_empty() {
+                    let n = (1 + r.next_u32() as usize % 40).min(rest.len());
+                    let (a, b) = rest.split_at(n);
+                    parts.push(a);
+                    rest = b;
+                }
+                let (out, u) = run(kind, include_usage, &parts);
+                assert_eq!(out, whole);
+                assert_eq!(u, usage);
+            }
+        }
+    }
+}
