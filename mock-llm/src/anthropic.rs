@@ -375,7 +375,12 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
         let mut answered: Vec<String> = Vec::new();
         match msg.get("content") {
             None => return (bad(ctx, &format!("messages.{i}.content: Field required")), m),
-            Some(Value::String(s)) => t.push_str(s),
+            Some(Value::String(s)) => {
+                if s.is_empty() && i + 1 < msgs.len() {
+                    return (bad(ctx, "messages: text content blocks must be non-empty"), m);
+                }
+                t.push_str(s)
+            }
             Some(Value::Array(blocks)) => {
                 if blocks.is_empty() && i + 1 < msgs.len() {
                     return (bad(ctx, &format!("messages.{i}: all messages must have non-empty content except for the optional final assistant message")), m);
@@ -388,6 +393,9 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
                     match ty {
                         "text" if b.get("text").and_then(Value::as_str).is_none() => {
                             return (bad(ctx, &format!("messages.{i}.content.{j}.text: Field required")), m);
+                        }
+                        "text" if b.get("text").and_then(Value::as_str) == Some("") => {
+                            return (bad(ctx, "messages: text content blocks must be non-empty"), m);
                         }
                         "image" if b.get("source").is_none() => {
                             return (bad(ctx, &format!("messages.{i}.content.{j}.image.source: Field required")), m);

@@ -278,6 +278,14 @@ pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
                 }
                 results.push(id.to_string());
             }
+            if b.get("text")
+                .is_some_and(|x| x.as_str().is_none_or(|s| s.trim().is_empty()))
+            {
+                return (
+                    validation(ctx, &format!("The text field in the ContentBlock object at messages.{i}.content.{j} is blank. Add text to the text field, and try again.")),
+                    m,
+                );
+            }
             block_text(b, &mut t);
         }
         let missing: Vec<&str> = prev_uses

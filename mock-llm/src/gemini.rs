@@ -250,6 +250,9 @@ pub async fn generate(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
             if p.as_object().is_none_or(|o| o.is_empty()) {
                 return (invalid(&format!("* GenerateContentRequest.contents[{i}].parts[{j}].data: required oneof field 'data' must have one initialized field")), m);
             }
+            if p.get("text").and_then(Value::as_str) == Some("") {
+                return (invalid("Unable to submit request because it has an empty text parameter. Add a value to the parameter and try again."), m);
+            }
         }
         let calls = call_names(parts, "functionCall", "function_call");
         let responses = call_names(parts, "functionResponse", "function_response");

@@ -235,6 +235,8 @@ async fn request_rules() {
         (r#"{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/bmp","data":"AA=="}}]}]}"#.into(), 400, "invalid_request_error", "media_type"),
         (r#"{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"url"}}]}]}"#.into(), 400, "invalid_request_error", "source.url"),
         (r#"{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[{"role":"user","content":[{"type":"image"}]}]}"#.into(), 400, "invalid_request_error", "image.source: Field required"),
+        (r#"{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[{"role":"user","content":""},{"role":"assistant","content":"a"},{"role":"user","content":"b"}]}"#.into(), 400, "invalid_request_error", "text content blocks must be non-empty"),
+        (r#"{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[{"role":"user","content":[{"type":"text","text":""}]}]}"#.into(), 400, "invalid_request_error", "text content blocks must be non-empty"),
     ];
     for (body, status, ty, needle) in &cases {
         let r = anthropic(&app, body, &[]).await;

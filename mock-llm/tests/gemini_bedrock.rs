@@ -48,6 +48,12 @@ async fn gemini_rules() {
         ),
         (
             GEN,
+            r#"{"contents":[{"role":"user","parts":[{"text":""}]}]}"#,
+            400,
+            "empty text parameter",
+        ),
+        (
+            GEN,
             r#"{"contents":[{"role":"user","parts":[{"functionResponse":{"name":"f","response":{}}}]}]}"#,
             400,
             "function response turn",
@@ -261,6 +267,7 @@ async fn bedrock_rules() {
         (r#"{"messages":[{"role":"assistant","content":[{"text":"a"}]}]}"#.into(), "start with a user message"),
         (r#"{"messages":[{"role":"user","content":[{"text":"a"}]},{"role":"user","content":[{"text":"b"}]}]}"#.into(), "alternate"),
         (r#"{"messages":[{"role":"user","content":[]}]}"#.into(), "content field in the Message object is empty"),
+        (r#"{"messages":[{"role":"user","content":[{"text":" "}]}]}"#.into(), "is blank"),
         (r#"{"messages":[{"role":"user","content":[{"text":"a","image":{}}]}]}"#.into(), "exactly one"),
         (r#"{"messages":[{"role":"user","content":[{"toolResult":{"toolUseId":"t","content":[]}}]}]}"#.into(), "toolConfig field must be defined"),
         (format!(r#"{{"messages":[{{"role":"user","content":[{{"toolResult":{{"toolUseId":"t","content":[]}}}}]}}],{tc}}}"#), "does not match any toolUse"),
