@@ -73,6 +73,8 @@ fn redact_query(path: &str, query: Option<&str>) -> String {
 type CountKey = (Arc<str>, Option<Arc<str>>, Option<String>, u16);
 
 struct Entry {
+    seq: u64,
+    ts_ms: u64,
     provider: Arc<str>,
     key_id: Option<Arc<str>>,
     model: Option<String>,
@@ -116,7 +118,13 @@ impl Stats {
             if g.recent.len() == self.keep {
                 g.recent.pop_front();
             }
+            let seq = g.total;
             g.recent.push_back(Entry {
+                seq,
+                ts_ms: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_millis() as u64)
+                    .unwrap_or(0),
                 provider: provider.clone(),
                 key_id: key_id.clone(),
                 model: model.clone(),
@@ -176,6 +184,8 @@ impl Stats {
                     .map(|(k, v)| (k.clone(), Value::String(v.clone())))
                     .collect();
                 json!({
+                    "seq": e.seq,
+                    "ts_ms": e.ts_ms,
                     "provider": &*e.provider,
                     "key_id": e.key_id.as_deref(),
                     "model": e.model,

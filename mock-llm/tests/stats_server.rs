@@ -73,6 +73,9 @@ async fn stats_count_and_redact() {
     assert_eq!(recent[0]["headers"]["authorization"], "<redacted>");
     assert_eq!(recent[0]["body"]["model"], "gpt-4o-mini");
     assert_eq!(recent[0]["key_id"], "openai-1");
+    let seqs: Vec<u64> = recent.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, vec![1, 2, 3, 4, 5]);
+    assert!(recent[0]["ts_ms"].as_u64().unwrap() <= recent[4]["ts_ms"].as_u64().unwrap());
     assert!(recent[4]["path"]
         .as_str()
         .unwrap()
