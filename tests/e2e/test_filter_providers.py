@@ -157,11 +157,34 @@ def test_image_parts_reach_anthropic_as_blocks(stack, client):
     assert blocks[2]["source"] == {"type": "url", "url": "https://example.com/cat.png"}
 
 
-def test_response_format_refused_for_anthropic(client):
-    with pytest.raises(openai.BadRequestError) as exc:
-        client.chat.completions.create(model="smart", messages=HI, response_format={"type": "json_object"})
-    assert exc.value.body["param"] == "response_format"
-    assert "response_format" in exc.value.body["message"]
+@pytest.mark.parametrize("stream", [False, True])
+def test_json_schema_response_format_on_anthropic(client, stream):
+    schema = {"type": "object", "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
+              "required": ["city", "population"]}
+    kwargs = dict(model="smart", messages=[{"role": "user", "content": "biggest city in France, as JSON"}],
+                  response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema}})
+    if stream:
+        chunks = list(client.chat.completions.create(stream=True, **kwargs))
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
+        finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    else:
+        resp = client.chat.completions.create(**kwargs)
+        text = resp.choices[0].message.content
+        assert not resp.choices[0].message.tool_calls
+        finish = [resp.choices[0].finish_reason]
+    answer = json.loads(text)
+    assert isinstance(answer["city"], str) and isinstance(answer["population"], int)
+    assert finish == ["stop"]
+
+
+def test_parameters_anthropic_cannot_honour_are_refused(client):
+    for extra, param in [({"n": 2}, "n"), ({"presence_penalty": 0.5}, "presence_penalty"),
+                         ({"response_format": {"type": "json_object"}, "tools": [WEATHER_TOOL]}, "response_format")]:
+        with pytest.raises(openai.BadRequestError) as exc:
+            client.chat.completions.create(model="smart", messages=HI, **extra)
+        assert exc.value.body["param"] == param
+        assert param in exc.value.body["message"]
 
 
 def test_model_not_allowed_and_bad_input(stack, demo_key):

@@ -96,6 +96,7 @@ fn benches(c: &mut Criterion) {
         stream: false,
         include_usage: false,
         created: 1,
+        json_mode: false,
     };
     let mut g = c.benchmark_group("response");
     g.throughput(Throughput::Bytes(resp.len() as u64));
@@ -116,6 +117,7 @@ fn benches(c: &mut Criterion) {
         stream: true,
         include_usage: true,
         created: 1,
+        json_mode: false,
     };
     let mut g = c.benchmark_group("stream_per_chunk");
     let mut t = for_kind(Kind::Anthropic).stream(&sctx);

@@ -65,6 +65,7 @@ struct Route {
     key: usize,
     stream: bool,
     include_usage: bool,
+    json_mode: bool,
     endpoint: Endpoint,
     sent_ms: u64,
 }
@@ -396,6 +397,7 @@ impl Flow {
             key: key_idx,
             stream: up.stream,
             include_usage: up.include_usage,
+            json_mode: up.json_mode,
             endpoint: ep,
             sent_ms: now,
         });
@@ -481,6 +483,7 @@ impl Flow {
                 stream: true,
                 include_usage: route.include_usage,
                 created: now / 1000,
+                json_mode: route.json_mode,
             };
             self.resp = RespMode::Stream(tr.stream(&ctx));
             h.set_response_header("content-length", None);
@@ -538,6 +541,7 @@ impl Flow {
                             stream: false,
                             include_usage: false,
                             created,
+                            json_mode: route.json_mode,
                         };
                         if let Ok(t) = tr.response(&ctx, &buf) {
                             self.usage = t.usage;
@@ -577,6 +581,7 @@ impl Flow {
                     stream: false,
                     include_usage: false,
                     created,
+                    json_mode: route.json_mode,
                 };
                 let out = match tr.response(&ctx, &body) {
                     Ok(t) => {

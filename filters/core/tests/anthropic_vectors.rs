@@ -117,24 +117,122 @@ fn request_vectors() {
 }
 
 #[test]
+fn json_mode_is_a_forced_tool() {
+    let schema = json!({"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]});
+    let got = translate("smart", json!({"model": "smart", "messages": [user("q")],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "A", "schema": schema, "strict": true}}})).unwrap();
+    assert_eq!(
+        got["tools"],
+        json!([{"name": "json_response", "description": "Give the answer as JSON matching this schema.", "input_schema": schema}])
+    );
+    assert_eq!(
+        got["tool_choice"],
+        json!({"type": "tool", "name": "json_response"})
+    );
+    let got = translate("smart", json!({"model": "smart", "messages": [user("q")], "response_format": {"type": "json_object"}})).unwrap();
+    assert_eq!(got["tools"][0]["input_schema"], json!({"type": "object"}));
+
+    let refused: Vec<(Value, &str, &str)> = vec![
+        (
+            json!({"type": "json_object"}),
+            "response_format",
+            "unsupported_parameter",
+        ), // with tools, below
+        (
+            json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "array"}}}),
+            "response_format.json_schema.schema",
+            "unsupported_parameter",
+        ),
+        (
+            json!({"type": "json_schema", "json_schema": {"name": "x"}}),
+            "response_format.json_schema.schema",
+            "invalid_value",
+        ),
+        (
+            json!({"type": "xml"}),
+            "response_format.type",
+            "invalid_value",
+        ),
+    ];
+    for (i, (rf, param, code)) in refused.into_iter().enumerate() {
+        let mut body = json!({"model": "smart", "messages": [user("q")], "response_format": rf});
+        if i == 0 {
+            body["tools"] = json!([{"type": "function", "function": {"name": "f"}}]);
+        }
+        assert_eq!(
+            translate("smart", body.clone()),
+            Err((400, Some(param.to_string()), Some(code.to_string()))),
+            "{body}"
+        );
+    }
+
+    // Response: the forced tool's input is the content, finish_reason stop.
+    let ctx = ResponseCtx {
+        endpoint: Endpoint::Chat,
+        stream: false,
+        include_usage: false,
+        created: 1,
+        json_mode: true,
+    };
+    let body = json!({"id": "m", "model": "c", "content": [{"type": "tool_use", "id": "t", "name": "json_response", "input": {"answer": "42"}}],
+        "stop_reason": "tool_use", "usage": {"input_tokens": 1, "output_tokens": 2}});
+    let t = for_kind(tollgate_core::config::Kind::Anthropic)
+        .response(&ctx, &serde_json::to_vec(&body).unwrap())
+        .unwrap();
+    let v: Value = serde_json::from_slice(&t.body.unwrap()).unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], "{\"answer\":\"42\"}");
+    assert!(v["choices"][0]["message"].get("tool_calls").is_none());
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+
+    // Stream: input_json_delta of the forced tool → content deltas, at every split.
+    let stream = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"model\":\"c\",\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\n\
+event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"json_response\",\"input\":{}}}\n\n\
+event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"answer\\\": \"}}\n\n\
+event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"\\\"42\\\"}\"}}\n\n\
+event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\"},\"usage\":{\"output_tokens\":5}}\n\n\
+event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+    let sctx = ResponseCtx {
+        stream: true,
+        ..ctx
+    };
+    let run = |parts: &[&[u8]]| {
+        let mut t = for_kind(tollgate_core::config::Kind::Anthropic).stream(&sctx);
+        let mut out = Vec::new();
+        for p in parts {
+            t.feed(p, &mut out);
+        }
+        t.finish(&mut out);
+        String::from_utf8(out).unwrap()
+    };
+    let whole = run(&[stream.as_bytes()]);
+    let mut content = String::new();
+    for ev in whole.split("\n\n").filter(|e| e.starts_with("data: {")) {
+        let c: Value = serde_json::from_str(&ev[6..]).unwrap();
+        assert!(c["choices"][0]["delta"].get("tool_calls").is_none());
+        if let Some(t) = c["choices"][0]["delta"]["content"].as_str() {
+            content.push_str(t);
+        }
+        if let Some(f) = c["choices"][0]["finish_reason"].as_str() {
+            assert_eq!(f, "stop");
+        }
+    }
+    assert_eq!(
+        serde_json::from_str::<Value>(&content).unwrap(),
+        json!({"answer": "42"})
+    );
+    for i in 0..=stream.len() {
+        let (a, b) = stream.as_bytes().split_at(i);
+        assert_eq!(run(&[a, b]), whole, "split {i}");
+    }
+}
+
+#[test]
 fn request_errors_name_the_parameter() {
     let cases: Vec<(Value, u16, &str, &str)> = vec![
         (
             json!({"model": "smart", "messages": [user("q")], "n": 2}),
             400,
             "n",
-            "unsupported_parameter",
-        ),
-        (
-            json!({"model": "smart", "messages": [user("q")], "response_format": {"type": "json_object"}}),
-            400,
-            "response_format",
-            "unsupported_parameter",
-        ),
-        (
-            json!({"model": "smart", "messages": [user("q")], "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}),
-            400,
-            "response_format",
             "unsupported_parameter",
         ),
         (
@@ -286,6 +384,7 @@ fn respond(body: Value) -> Value {
         stream: false,
         include_usage: false,
         created: 42,
+        json_mode: false,
     };
     let t = for_kind(tollgate_core::config::Kind::Anthropic)
         .response(&ctx, &serde_json::to_vec(&body).unwrap())

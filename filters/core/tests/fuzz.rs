@@ -242,6 +242,7 @@ fn fuzz_responses_and_streams_never_panic() {
             stream: true,
             include_usage: r.next_u32() % 2 == 0,
             created: 1,
+            json_mode: false,
         };
         // Non-streaming bodies: JSON-aware mutation then bytes.
         let mut v: Value = serde_json::from_slice(&response).unwrap();

@@ -15,6 +15,7 @@ fn ctx(include_usage: bool) -> ResponseCtx {
         stream: true,
         include_usage,
         created: 1700000000,
+        json_mode: false,
     }
 }
 

@@ -67,6 +67,9 @@ pub struct UpstreamRequest {
     pub stream: bool,
     /// The client asked for `stream_options.include_usage`.
     pub include_usage: bool,
+    /// JSON mode done by the translator (e.g. a forced tool): the response
+    /// side must turn it back into plain content.
+    pub json_mode: bool,
 }
 
 /// What response translators need to know about the request.
@@ -77,6 +80,8 @@ pub struct ResponseCtx {
     pub include_usage: bool,
     /// Unix seconds, for `created`.
     pub created: u64,
+    /// See [`UpstreamRequest::json_mode`].
+    pub json_mode: bool,
 }
 
 /// A translated non-streaming response.

@@ -7,9 +7,12 @@
 //! falls back to the model's configured default; `stop` → `stop_sequences`;
 //! tools, `tool_choice`, `parallel_tool_calls`, images (data: URLs → base64
 //! blocks, http(s) URLs → url blocks) and `user` are mapped. Parameters
-//! Anthropic cannot honour (`n` > 1, `response_format` json modes,
-//! penalties, logprobs, …) are refused with a 400 naming them rather than
-//! dropped. `seed` is accepted and ignored (it does not change the answer's
+//! Anthropic cannot honour (`n` > 1, penalties, logprobs, …) are refused
+//! with a 400 naming them rather than dropped. `response_format`
+//! `json_object` / `json_schema` is done by forcing one tool
+//! ([`JSON_TOOL`]) whose input schema is the requested schema; its input is
+//! returned as the message content (streamed as content deltas) with
+//! `finish_reason: "stop"`. `seed` is accepted and ignored (it does not change the answer's
 //! distribution).
 //!
 //! Response: content blocks → `message.content` / `tool_calls`,
@@ -263,6 +266,45 @@ fn positive_int(body: &Map<String, Value>, name: &str) -> Result<Option<u64>, Ap
     }
 }
 
+/// Name of the tool that carries JSON-mode answers (`response_format`).
+pub const JSON_TOOL: &str = "json_response";
+
+/// `response_format` → the JSON schema the answer must follow (JSON mode is
+/// done by forcing a single tool with that input schema), or `None`.
+fn json_mode_schema(rf: Option<&Value>) -> Result<Option<Value>, ApiError> {
+    let Some(rf) = rf.filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    match rf.get("type").and_then(Value::as_str) {
+        Some("text") => Ok(None),
+        Some("json_object") => Ok(Some(json!({"type": "object"}))),
+        Some("json_schema") => {
+            let schema = rf.get("json_schema").and_then(|j| j.get("schema"));
+            match schema {
+                Some(s @ Value::Object(o))
+                    if o.get("type").and_then(Value::as_str) == Some("object") =>
+                {
+                    Ok(Some(s.clone()))
+                }
+                Some(Value::Object(_)) => Err(ApiError {
+                    message: format!(
+                        "Provider '{PROVIDER}' supports 'response_format.json_schema.schema' only with \"type\": \"object\" at the top"
+                    ),
+                    ..unsupported("response_format.json_schema.schema")
+                }),
+                _ => Err(bad(
+                    "response_format.json_schema.schema",
+                    "Missing 'response_format.json_schema.schema' (a JSON schema object)",
+                )),
+            }
+        }
+        _ => Err(bad(
+            "response_format.type",
+            "Invalid value for 'response_format.type': expected text, json_object or json_schema",
+        )),
+    }
+}
+
 fn translate_request(ctx: &RequestCtx<'_>, body: &Value) -> Result<Value, ApiError> {
     let Some(obj) = body.as_object() else {
         return Err(ApiError::invalid_json("expected an object"));
@@ -311,18 +353,7 @@ fn translate_request(ctx: &RequestCtx<'_>, body: &Value) -> Result<Value, ApiErr
         Some(v) if v.as_u64() == Some(1) => {}
         Some(_) => return Err(unsupported("n")),
     }
-    match obj.get("response_format") {
-        None | Some(Value::Null) => {}
-        Some(v) if v.get("type").and_then(Value::as_str) == Some("text") => {}
-        Some(_) => {
-            return Err(ApiError {
-                message: format!(
-                    "Parameter 'response_format' (json_object / json_schema) is not supported by provider '{PROVIDER}'"
-                ),
-                ..unsupported("response_format")
-            })
-        }
-    }
+    let json_schema = json_mode_schema(obj.get("response_format"))?;
     let msgs = super::check_messages(body)?;
     let mut system: Vec<String> = Vec::new();
     let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
@@ -503,7 +534,24 @@ fn translate_request(ctx: &RequestCtx<'_>, body: &Value) -> Result<Value, ApiErr
         },
         Some(_) => return Err(bad("tool_choice", "Invalid type for 'tool_choice'")),
     };
-    if has_tools {
+    if let Some(schema) = json_schema {
+        if has_tools {
+            return Err(ApiError {
+                message: format!(
+                    "'response_format' json modes cannot be combined with 'tools' for provider '{PROVIDER}'"
+                ),
+                ..unsupported("response_format")
+            });
+        }
+        out.insert(
+            "tools".into(),
+            json!([{"name": JSON_TOOL, "description": "Give the answer as JSON matching this schema.", "input_schema": schema}]),
+        );
+        out.insert(
+            "tool_choice".into(),
+            json!({"type": "tool", "name": JSON_TOOL}),
+        );
+    } else if has_tools {
         if !parallel {
             let c = choice.get_or_insert_with(|| json!({"type":"auto"}));
             if c.get("type").and_then(Value::as_str) != Some("none") {
@@ -548,6 +596,7 @@ impl Translator for OpenAiAnthropic {
         }
         let stream = stream_flag(body)?;
         let include_usage = include_usage_flag(body)?;
+        let json_mode = json_mode_schema(body.get("response_format"))?.is_some();
         let out = translate_request(ctx, body)?;
         let bytes = serde_json::to_vec(&out).map_err(|e| ApiError::invalid_json(&e.to_string()))?;
         Ok(UpstreamRequest {
@@ -555,6 +604,7 @@ impl Translator for OpenAiAnthropic {
             body: bytes,
             stream,
             include_usage,
+            json_mode,
         })
     }
 
@@ -642,6 +692,14 @@ fn translate_response(ctx: &ResponseCtx, v: &Value) -> (Value, Usage) {
                         text.push_str(t);
                     }
                 }
+                Some("tool_use")
+                    if ctx.json_mode
+                        && b.get("name").and_then(Value::as_str) == Some(JSON_TOOL) =>
+                {
+                    if let Some(input) = b.get("input") {
+                        text.push_str(&input.to_string());
+                    }
+                }
                 Some("tool_use") => {
                     let args = b
                         .get("input")
@@ -661,11 +719,12 @@ fn translate_response(ctx: &ResponseCtx, v: &Value) -> (Value, Usage) {
         }
     }
     let usage = v.get("usage").map(parse_usage).unwrap_or_default();
-    let finish = v
-        .get("stop_reason")
-        .and_then(Value::as_str)
-        .map(finish_reason)
-        .unwrap_or("stop");
+    let finish = match v.get("stop_reason").and_then(Value::as_str) {
+        // JSON mode: the forced tool call is the answer.
+        Some("tool_use") if ctx.json_mode && calls.is_empty() => "stop",
+        Some(r) => finish_reason(r),
+        None => "stop",
+    };
     let mut message = Map::new();
     message.insert("role".into(), json!("assistant"));
     message.insert(
@@ -711,6 +770,9 @@ pub struct AnthropicStream {
     finish: Option<&'static str>,
     done: bool,
     first_token: bool,
+    json_mode: bool,
+    /// JSON mode: Anthropic block index of the forced tool, streamed as content.
+    json_block: Option<u64>,
 }
 
 impl AnthropicStream {
@@ -727,6 +789,8 @@ impl AnthropicStream {
             finish: None,
             done: false,
             first_token: false,
+            json_mode: ctx.json_mode,
+            json_block: None,
         }
     }
 
@@ -806,6 +870,12 @@ impl AnthropicStream {
                             }
                         }
                     }
+                    Some("tool_use")
+                        if self.json_mode
+                            && b.get("name").and_then(Value::as_str) == Some(JSON_TOOL) =>
+                    {
+                        self.json_block = Some(idx);
+                    }
                     Some("tool_use") => {
                         let k = self.next_tool;
                         self.next_tool += 1;
@@ -837,6 +907,14 @@ impl AnthropicStream {
                         if let Some(t) = d.get("text").and_then(Value::as_str) {
                             if !t.is_empty() {
                                 let d = json!({"content": t}).to_string();
+                                self.chunk(out, &d, None);
+                            }
+                        }
+                    }
+                    Some("input_json_delta") if self.json_block == Some(idx) => {
+                        if let Some(p) = d.get("partial_json").and_then(Value::as_str) {
+                            if !p.is_empty() {
+                                let d = json!({"content": p}).to_string();
                                 self.chunk(out, &d, None);
                             }
                         }
@@ -879,7 +957,13 @@ impl AnthropicStream {
                     .and_then(|d| d.get("stop_reason"))
                     .and_then(Value::as_str)
                 {
-                    self.finish = Some(finish_reason(r));
+                    self.finish = Some(
+                        if r == "tool_use" && self.json_block.is_some() && self.next_tool == 0 {
+                            "stop"
+                        } else {
+                            finish_reason(r)
+                        },
+                    );
                 }
             }
             "message_stop" => self.end(out),

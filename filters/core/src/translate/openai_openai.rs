@@ -81,6 +81,7 @@ impl Translator for OpenAiOpenAi {
             body: bytes,
             stream,
             include_usage,
+            json_mode: false,
         })
     }
 
@@ -257,6 +258,7 @@ data: [DONE]\n\n";
             stream: true,
             include_usage,
             created: 0,
+            json_mode: false,
         };
         let mut t = OpenAiOpenAi.stream(&ctx);
         let mut out = Vec::new();
