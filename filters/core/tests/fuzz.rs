@@ -27,6 +27,7 @@ fn seeds_requests() -> Vec<Value> {
             {"role": "tool", "tool_call_id": "c1", "content": "r"}],
             "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}], "tool_choice": {"type": "function", "function": {"name": "f"}}, "parallel_tool_calls": false, "user": "u"}),
         json!({"model": "fast", "messages": [{"role": "user", "content": "hi"}], "stream": true}),
+        json!({"model": "smart", "messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"a": {"type": "string"}}}}}}),
         json!({"model": "openai/text-embedding-3-small", "input": ["a", "b"]}),
     ]
 }
@@ -242,7 +243,7 @@ fn fuzz_responses_and_streams_never_panic() {
             stream: true,
             include_usage: r.next_u32() % 2 == 0,
             created: 1,
-            json_mode: false,
+            json_mode: r.next_u32() % 2 == 0,
         };
         // Non-streaming bodies: JSON-aware mutation then bytes.
         let mut v: Value = serde_json::from_slice(&response).unwrap();
