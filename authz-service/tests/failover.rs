@@ -107,3 +107,33 @@ async fn envoy_mode_answers_unavailable() {
     );
     svc.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starts_without_redis_and_connects_when_it_appears() {
+    let port = common::free_port();
+    let svc = start_service(&repo_policy(), &format!("redis://127.0.0.1:{port}")).await;
+    let mut c = client(&svc).await;
+    // No Redis yet: authentication works, limits fail open.
+    let r = check_key(&mut c, "tg-demo-key").await.unwrap();
+    assert_eq!(http_status(&r), 200);
+    assert!(!client_headers(&r).contains_key("x-ratelimit-remaining-requests"));
+    assert_eq!(
+        http_status(&check_key(&mut c, "tg-nope").await.unwrap()),
+        401
+    );
+
+    let _redis = RedisServer::start_on(port);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let r = check_key(&mut c, "tg-demo-key").await.unwrap();
+        if client_headers(&r).contains_key("x-ratelimit-remaining-requests") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never connected to the late Redis"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    svc.shutdown().await;
+}
