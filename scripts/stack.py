@@ -338,18 +338,29 @@ def main() -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     print("Ctrl-C stops it.", flush=True)
-    while not stopping:
-        dead = stack.dead()
-        if dead:
-            print(f"stack: {', '.join(dead)} exited; stopping the rest", file=sys.stderr)
-            stack.dump_logs()
-            stack.stop()
-            return 1
-        time.sleep(0.2)
-    print("\nstack: stopping...", flush=True)
-    stack.stop()
-    print("stack: stopped", flush=True)
-    return 0
+    status = 0
+    try:
+        while not stopping:
+            dead = stack.dead()
+            if dead:
+                say(f"stack: {', '.join(dead)} exited; stopping the rest")
+                stack.dump_logs()
+                status = 1
+                break
+            time.sleep(0.2)
+        say("\nstack: stopping...")
+    finally:
+        stack.stop()
+    say("stack: stopped")
+    return status
+
+
+def say(msg: str) -> None:
+    """Print, surviving a closed stdout (e.g. `make run | tee` after Ctrl-C)."""
+    try:
+        print(msg, file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":
