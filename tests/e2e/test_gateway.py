@@ -90,3 +90,5 @@ def test_prometheus_stats_are_served(stack, client):
         text = resp.read().decode()
     assert "envoy_cluster_upstream_rq_total" in text
     assert 'envoy_cluster_name="openai"' in text
+    # The filter's own metrics, labelled by the stats_tags in envoy.yaml.
+    assert 'tollgate_requests{tollgate_provider="openai",tollgate_model="gpt-4o-mini"}' in text
