@@ -126,6 +126,9 @@ class Stack:
     envoy_concurrency: int = 2
     components: tuple[str, ...] = COMPONENTS
     detached: bool = False
+    # Extra arguments for `tollgate-authz serve`; the tests raise the Redis
+    # timeout so a loaded CI machine does not turn into fail-open decisions.
+    authz_args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
@@ -160,7 +163,7 @@ class Stack:
                     "--policy", str(self.policy),
                     "--grpc-listen", f"127.0.0.1:{p['TG_AUTHZ_GRPC_PORT']}",
                     "--http-listen", f"127.0.0.1:{p['TG_AUTHZ_HTTP_PORT']}",
-                    "--redis-url", f"redis://127.0.0.1:{p['TG_REDIS_PORT']}"]
+                    "--redis-url", f"redis://127.0.0.1:{p['TG_REDIS_PORT']}", *self.authz_args]
         if name == "envoy":
             rendered = self.run_dir / "envoy.yaml"
             rendered.write_text(render_envoy_config(self.envoy_config, self.ports))

@@ -18,6 +18,10 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from stack import DEMO_KEY, Stack, free_ports  # noqa: E402
 
+# Test stacks: one Envoy worker, and a Redis timeout that a busy 2-core CI
+# machine meets (the service's default, 10 ms, is for production).
+TEST_STACK = {"envoy_concurrency": 1, "authz_args": ("--redis-timeout-ms", "100")}
+
 
 @pytest.fixture(scope="session")
 def demo_key() -> str:
@@ -42,7 +46,7 @@ def _run(request, stack: Stack):
 @pytest.fixture(scope="session")
 def stack(request, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("stack")
-    yield from _run(request, Stack(run_dir=run_dir, ports=free_ports(), envoy_concurrency=1))
+    yield from _run(request, Stack(run_dir=run_dir, ports=free_ports(), **TEST_STACK))
 
 
 @pytest.fixture
@@ -51,7 +55,7 @@ def make_stack(request, tmp_path_factory):
     started = []
 
     def factory(**kwargs) -> Stack:
-        s = Stack(run_dir=tmp_path_factory.mktemp("stack"), ports=free_ports(), envoy_concurrency=1, **kwargs)
+        s = Stack(run_dir=tmp_path_factory.mktemp("stack"), ports=free_ports(), **{**TEST_STACK, **kwargs})
         try:
             s.start()
         except BaseException:
