@@ -1,4 +1,5 @@
-//! The HTTP/1.1 server: accept loop, body reading, connection resets.
+//! The HTTP server (HTTP/1.1, and HTTP/2 with prior knowledge): accept loop,
+//! body reading, connection resets.
 
 use crate::app::{App, Reply};
 use crate::body::MockBody;
@@ -8,7 +9,7 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -107,6 +108,28 @@ async fn serve_one(
     }
 }
 
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Whether the client's first bytes are the HTTP/2 connection preface.
+async fn opens_with_h2_preface(s: &TcpStream) -> bool {
+    let mut buf = [0u8; 24];
+    for _ in 0..1000 {
+        let n = match s.peek(&mut buf).await {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => n,
+        };
+        if buf[..n] != H2_PREFACE[..n] {
+            return false;
+        }
+        if n == H2_PREFACE.len() {
+            return true;
+        }
+        // A partial preface: wait for the rest.
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    false
+}
+
 /// Serve connections from `listener` until the task is dropped.
 pub async fn serve(listener: TcpListener, app: Arc<App>) {
     loop {
@@ -127,11 +150,26 @@ pub async fn serve(listener: TcpListener, app: Arc<App>) {
                 reset: reset.clone(),
             };
             let svc = service_fn(move |req| serve_one(app.clone(), req, reset.clone()));
-            let _ = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .keep_alive(true)
-                .serve_connection(TokioIo::new(io), svc)
+            // HTTP/2 with prior knowledge (h2c) when the connection opens
+            // with its preface, else HTTP/1.1. Peeking once per connection
+            // keeps HTTP/1.1 on hyper's plain path (hyper-util's auto
+            // builder cost throughput and memory per connection).
+            if opens_with_h2_preface(&io.inner).await {
+                // Boxed so HTTP/1.1 connection tasks stay small.
+                let _ = Box::pin(
+                    hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .timer(TokioTimer::new())
+                        .max_concurrent_streams(1024)
+                        .serve_connection(TokioIo::new(io), svc),
+                )
                 .await;
+            } else {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .keep_alive(true)
+                    .serve_connection(TokioIo::new(io), svc)
+                    .await;
+            }
         });
     }
 }

@@ -199,3 +199,48 @@ async fn over_a_socket_with_reset_and_body_limit() {
     assert!(out.starts_with("HTTP/1.1 413"), "{out}");
     srv.abort();
 }
+
+#[tokio::test]
+async fn http2_prior_knowledge_is_served() {
+    use http_body_util::BodyExt;
+    let app = Arc::new(mock_llm::app::App::new(
+        &Config::load(&config_path()).unwrap(),
+    ));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let srv = tokio::spawn(mock_llm::server::serve(l, app));
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let body = r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"over h2"}]}"#;
+    let req = hyper::Request::post(format!("http://{addr}/v1/chat/completions"))
+        .header("authorization", "Bearer mock-openai-key-1")
+        .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.version(), hyper::Version::HTTP_2);
+    let v: serde_json::Value =
+        serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!(
+        v["choices"][0]["message"]["content"],
+        "mock response to: over h2"
+    );
+    // A reset fault resets the stream; the connection keeps serving.
+    let req = hyper::Request::post(format!("http://{addr}/v1/chat/completions"))
+        .header("authorization", "Bearer mock-openai-key-1")
+        .header("x-mock-error", "reset")
+        .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+        .unwrap();
+    assert!(send.send_request(req).await.is_err());
+    let req = hyper::Request::get(format!("http://{addr}/_mock/health"))
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    assert_eq!(send.send_request(req).await.unwrap().status(), 200);
+    srv.abort();
+}
