@@ -1,0 +1,103 @@
+"""Budgets end to end: virtual keys with limits, through the whole gateway.
+
+Keys (config/policy.yaml): tg-test-rpm5 allows 5 requests per minute,
+tg-test-tpm 100 tokens per minute. Each test starts a private stack so its
+buckets start full.
+"""
+from __future__ import annotations
+
+import re
+import time
+import urllib.request
+
+import openai
+import pytest
+
+from helpers import HI, assert_openai_error, post
+
+REQUEST_HEADERS = ("x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests")
+
+
+def chat(stack, key: str, model: str = "openai/gpt-4o-mini", **extra_headers):
+    return post(f"{stack.base_url}/chat/completions", {"model": model, "messages": HI},
+                {"authorization": f"Bearer {key}", **extra_headers})
+
+
+def metric(stack, name: str) -> float:
+    with urllib.request.urlopen(f"{stack.authz_http_url}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    values = [float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M)]
+    return sum(values)
+
+
+def test_rpm_limit_of_5_admits_5_and_denies_the_6th(make_stack):
+    s = make_stack()
+    remaining = []
+    for _ in range(5):
+        status, headers, body = chat(s, "tg-test-rpm5")
+        assert status == 200, body
+        assert headers["x-ratelimit-limit-requests"] == "5"
+        remaining.append(int(headers["x-ratelimit-remaining-requests"]))
+    assert remaining == [4, 3, 2, 1, 0]
+
+    status, headers, body = chat(s, "tg-test-rpm5")
+    assert status == 429, body
+    assert_openai_error(body, "rate_limit_exceeded")
+    assert "request" in body["error"]["message"].lower()
+    assert int(headers["retry-after"]) >= 1
+    for name in REQUEST_HEADERS:  # this key has no token limit, so no token headers
+        assert headers.get(name), name
+    assert headers["x-ratelimit-remaining-requests"] == "0"
+    # Another key of another tenant is not affected.
+    assert chat(s, "tg-demo-key")[0] == 200
+
+
+def test_the_official_client_sees_a_rate_limit_error(make_stack):
+    s = make_stack()
+    client = openai.OpenAI(base_url=s.base_url, api_key="tg-test-rpm5", max_retries=0)
+    for _ in range(5):
+        client.chat.completions.create(model="openai/gpt-4o-mini", messages=HI)
+    with pytest.raises(openai.RateLimitError) as exc:
+        client.chat.completions.create(model="openai/gpt-4o-mini", messages=HI)
+    assert exc.value.code == "rate_limit_exceeded"
+
+
+def test_streamed_usage_debits_the_token_budget(make_stack):
+    s = make_stack()
+    client = openai.OpenAI(base_url=s.base_url, api_key="tg-test-tpm", max_retries=0)
+    # One streamed Anthropic answer of ~2 KB is ~500 tokens: far over the
+    # 100-token budget, which admits while positive and is debited after.
+    stream = client.chat.completions.create(
+        model="anthropic/claude-sonnet-4-5", messages=HI, stream=True,
+        stream_options={"include_usage": True}, extra_headers={"x-mock-response-bytes": "2000"})
+    usage = [c.usage for c in stream if c.usage][-1]
+    assert usage.completion_tokens >= 400
+    deadline = time.monotonic() + 5  # the debit is posted after the stream ends
+    while metric(s, "tollgate_authz_usage_tokens_total") < usage.total_tokens and time.monotonic() < deadline:
+        time.sleep(0.05)
+    status, headers, body = chat(s, "tg-test-tpm")
+    assert status == 429, body
+    assert_openai_error(body, "rate_limit_exceeded")
+    assert "token" in body["error"]["message"].lower()
+    assert int(headers["x-ratelimit-remaining-tokens"]) <= 0
+
+
+def test_redis_down_fails_open_then_limits_return(make_stack):
+    s = make_stack()
+    assert chat(s, "tg-test-rpm5")[0] == 200
+    s.stop_component("redis")
+    # Fail-open (the default policy): the gateway keeps serving, counted.
+    for _ in range(8):
+        status, _, body = chat(s, "tg-test-rpm5")
+        assert status == 200, body
+    assert metric(s, "tollgate_authz_fail_open_total") >= 8
+    # Redis back (empty: buckets start full): limits are enforced again.
+    s.start_component("redis")
+    deadline = time.monotonic() + 10
+    statuses = []
+    while time.monotonic() < deadline:
+        statuses.append(chat(s, "tg-test-rpm5")[0])
+        if statuses[-1] == 429:
+            break
+        time.sleep(0.1)
+    assert statuses[-1] == 429, statuses
