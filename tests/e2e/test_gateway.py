@@ -31,8 +31,8 @@ def test_chat_completion_through_gateway(client):
 def test_response_names_the_provider_and_carries_rate_limit_headers(client):
     raw = client.chat.completions.with_raw_response.create(model="openai/gpt-4o-mini", messages=HI)
     assert raw.headers["x-tollgate-provider"] == "openai"
-    for name in ("x-ratelimit-limit-requests", "x-ratelimit-remaining-requests",
-                 "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens"):
+    for name in ("x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests",
+                 "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"):
         assert raw.headers.get(name), name
 
 
