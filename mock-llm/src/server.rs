@@ -114,9 +114,12 @@ const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 async fn opens_with_h2_preface(s: &TcpStream) -> bool {
     let mut buf = [0u8; 24];
     for _ in 0..1000 {
-        let n = match s.peek(&mut buf).await {
-            Ok(0) | Err(_) => return false,
-            Ok(n) => n,
+        // A silent client falls through to HTTP/1.1 and its header timeout.
+        let n = match tokio::time::timeout(std::time::Duration::from_secs(30), s.peek(&mut buf))
+            .await
+        {
+            Ok(Ok(n)) if n > 0 => n,
+            _ => return false,
         };
         if buf[..n] != H2_PREFACE[..n] {
             return false;
