@@ -173,6 +173,38 @@ fn azure_checks(ctx: &Ctx<'_>, deployment: &str) -> Result<(), Reply> {
     Ok(())
 }
 
+/// What chat and embeddings check first: Azure's `api-version` and
+/// deployment, a JSON object body, and the model (the deployment on Azure,
+/// else `model`, which must be one of the provider's).
+fn request_and_model(
+    ctx: &Ctx<'_>,
+    deployment: &Option<String>,
+) -> Result<(Value, String), Outcome> {
+    if let Some(d) = deployment {
+        if let Err(r) = azure_checks(ctx, d) {
+            return Err((r, Some(d.clone())));
+        }
+    }
+    let req: Value = match serde_json::from_slice(ctx.body) {
+        Ok(v @ Value::Object(_)) => v,
+        _ => return Err((parse_error(), deployment.clone())),
+    };
+    let model = match (deployment, req.get("model")) {
+        (Some(d), _) => d.clone(),
+        (None, Some(Value::String(m))) => m.clone(),
+        (None, _) => {
+            return Err((
+                invalid("you must provide a model parameter", None, None),
+                None,
+            ))
+        }
+    };
+    if deployment.is_none() && !ctx.provider.has_model(&model) {
+        return Err((model_not_found(&model), Some(model)));
+    }
+    Ok((req, model))
+}
+
 /// Text of a message `content` (string or array of parts).
 fn content_text(c: &Value, out: &mut String) {
     match c {
@@ -245,29 +277,11 @@ const ROLES: &[&str] = &[
 ];
 
 pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
-    if let Some(d) = &deployment {
-        if let Err(r) = azure_checks(ctx, d) {
-            return (r, Some(d.clone()));
-        }
-    }
-    let req: Value = match serde_json::from_slice(ctx.body) {
-        Ok(v @ Value::Object(_)) => v,
-        _ => return (parse_error(), deployment),
-    };
-    let model = match (&deployment, req.get("model")) {
-        (Some(d), _) => d.clone(),
-        (None, Some(Value::String(m))) => m.clone(),
-        (None, _) => {
-            return (
-                invalid("you must provide a model parameter", None, None),
-                None,
-            )
-        }
+    let (req, model) = match request_and_model(ctx, &deployment) {
+        Ok(x) => x,
+        Err(o) => return o,
     };
     let m = Some(model.clone());
-    if deployment.is_none() && !ctx.provider.has_model(&model) {
-        return (model_not_found(&model), m);
-    }
     if is_embedding_model(&model) {
         return (
             err(404, "This is not a chat model and thus not supported in the v1/chat/completions endpoint.", "invalid_request_error", Some("model"), Some("model_not_found")),
@@ -640,29 +654,11 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
 }
 
 pub async fn embeddings(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
-    if let Some(d) = &deployment {
-        if let Err(r) = azure_checks(ctx, d) {
-            return (r, Some(d.clone()));
-        }
-    }
-    let req: Value = match serde_json::from_slice(ctx.body) {
-        Ok(v @ Value::Object(_)) => v,
-        _ => return (parse_error(), deployment),
-    };
-    let model = match (&deployment, req.get("model")) {
-        (Some(d), _) => d.clone(),
-        (None, Some(Value::String(m))) => m.clone(),
-        (None, _) => {
-            return (
-                invalid("you must provide a model parameter", None, None),
-                None,
-            )
-        }
+    let (req, model) = match request_and_model(ctx, &deployment) {
+        Ok(x) => x,
+        Err(o) => return o,
     };
     let m = Some(model.clone());
-    if deployment.is_none() && !ctx.provider.has_model(&model) {
-        return (model_not_found(&model), m);
-    }
     if !is_embedding_model(&model) {
         return (
             invalid(
