@@ -2,6 +2,7 @@
 
 mod common;
 use common::*;
+use mock_llm::app::App;
 use serde_json::{json, Value};
 
 const HELLO: &str = r#"{"model":"claude-sonnet-4-5","max_tokens":100,"messages":[{"role":"user","content":"hello there world"}]}"#;
@@ -113,97 +114,44 @@ fn check_error(r: &Resp, status: u16, ty: &str, needle: &str) {
     assert!(v["request_id"].as_str().unwrap().starts_with("req_"));
 }
 
+/// POST `HELLO` to /v1/messages with exactly these headers.
+async fn hello_with(app: &App, headers: &[(&str, &str)]) -> Resp {
+    call(app, "POST", "/v1/messages", headers, HELLO).await
+}
+
 #[tokio::test]
 async fn headers_are_required() {
     let app = app();
-    let r = call(&app, "POST", "/v1/messages", &[AV], HELLO).await;
+    let r = hello_with(&app, &[AV]).await;
     check_error(&r, 401, "authentication_error", "x-api-key");
-    let r = call(
-        &app,
-        "POST",
-        "/v1/messages",
-        &[("x-api-key", "bad"), AV],
-        HELLO,
-    )
-    .await;
+    let r = hello_with(&app, &[("x-api-key", "bad"), AV]).await;
     check_error(&r, 401, "authentication_error", "invalid x-api-key");
     // The same API key as a Bearer token is accepted (official SDK 2.x).
-    let r = call(
+    let r = hello_with(
         &app,
-        "POST",
-        "/v1/messages",
         &[("authorization", "Bearer mock-anthropic-key-1"), AV],
-        HELLO,
     )
     .await;
     assert_eq!(r.status, 200);
-    let r = call(
-        &app,
-        "POST",
-        "/v1/messages",
-        &[("authorization", "Bearer mock-openai-key-1"), AV],
-        HELLO,
-    )
-    .await;
+    let r = hello_with(&app, &[("authorization", "Bearer mock-openai-key-1"), AV]).await;
     check_error(&r, 401, "authentication_error", "invalid x-api-key");
-    let r = call(&app, "POST", "/v1/messages", &[AK], HELLO).await;
+    let r = hello_with(&app, &[AK]).await;
     check_error(&r, 400, "invalid_request_error", "anthropic-version");
-    let r = call(
-        &app,
-        "POST",
-        "/v1/messages",
-        &[AK, ("anthropic-version", "latest")],
-        HELLO,
-    )
-    .await;
+    let r = hello_with(&app, &[AK, ("anthropic-version", "latest")]).await;
     check_error(&r, 400, "invalid_request_error", "anthropic-version");
-    let r = call(
-        &app,
-        "POST",
-        "/v1/messages",
-        &[AK, ("anthropic-version", "2022-13-01")],
-        HELLO,
-    )
-    .await;
+    let r = hello_with(&app, &[AK, ("anthropic-version", "2022-13-01")]).await;
     check_error(&r, 400, "invalid_request_error", "anthropic-version");
-    let r = call(
-        &app,
-        "POST",
-        "/v1/messages",
-        &[AK, ("anthropic-version", "2026-10-21")],
-        HELLO,
-    )
-    .await;
+    let r = hello_with(&app, &[AK, ("anthropic-version", "2026-10-21")]).await;
     assert_eq!(r.status, 200);
-    let r = call(
-        &app,
-        "POST",
-        "/v1/messages",
-        &[("x-api-key", "mock-anthropic-key-401"), AV],
-        HELLO,
-    )
-    .await;
+    let r = hello_with(&app, &[("x-api-key", "mock-anthropic-key-401"), AV]).await;
     check_error(&r, 401, "authentication_error", "");
-    let r = call(
-        &app,
-        "POST",
-        "/v1/messages",
-        &[("x-api-key", "mock-anthropic-key-429"), AV],
-        HELLO,
-    )
-    .await;
+    let r = hello_with(&app, &[("x-api-key", "mock-anthropic-key-429"), AV]).await;
     check_error(&r, 429, "rate_limit_error", "");
     assert!(r.header("retry-after").is_some());
     assert_eq!(
-        call(
-            &app,
-            "POST",
-            "/v1/messages",
-            &[("x-api-key", "mock-anthropic-key-2"), AV],
-            HELLO
-        )
-        .await
-        .status,
+        hello_with(&app, &[("x-api-key", "mock-anthropic-key-2"), AV])
+            .await
+            .status,
         200
     );
 }

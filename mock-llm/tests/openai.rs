@@ -2,6 +2,7 @@
 
 mod common;
 use common::*;
+use mock_llm::app::App;
 use serde_json::{json, Value};
 
 const HELLO: &str =
@@ -27,6 +28,18 @@ async fn chat_non_stream_is_deterministic_with_usage() {
     );
 }
 
+/// The `delta.content` pieces of a streamed chat answer, joined.
+fn streamed_text(r: &Resp) -> String {
+    r.sse_data()
+        .iter()
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn chat_stream_ends_with_done_and_usage_chunk_only_when_asked() {
     let app = app();
@@ -38,17 +51,8 @@ async fn chat_stream_ends_with_done_and_usage_chunk_only_when_asked() {
         .unwrap()
         .starts_with("text/event-stream"));
     assert!(r.text().ends_with("data: [DONE]\n\n"));
+    assert_eq!(streamed_text(&r), "mock response to: hello there world");
     let chunks = r.sse_data();
-    let text: String = chunks
-        .iter()
-        .filter_map(|c| {
-            c["choices"]
-                .get(0)
-                .and_then(|c| c["delta"]["content"].as_str())
-                .map(str::to_string)
-        })
-        .collect();
-    assert_eq!(text, "mock response to: hello there world");
     let last = chunks.last().unwrap();
     assert_eq!(last["choices"], json!([]));
     assert_eq!(last["usage"]["total_tokens"], 14);
@@ -67,55 +71,32 @@ async fn chat_stream_ends_with_done_and_usage_chunk_only_when_asked() {
     assert!(r.text().ends_with("data: [DONE]\n\n"));
 }
 
+/// POST `HELLO` to /v1/chat/completions with exactly these headers.
+async fn hello_with(app: &App, headers: &[(&str, &str)]) -> Resp {
+    call(app, "POST", "/v1/chat/completions", headers, HELLO).await
+}
+
 #[tokio::test]
 async fn auth_is_required_and_checked() {
     let app = app();
-    let r = call(&app, "POST", "/v1/chat/completions", &[], HELLO).await;
+    let r = hello_with(&app, &[]).await;
     assert_eq!(r.status, 401);
     assert_eq!(r.json()["error"]["type"], "invalid_request_error");
-    let r = call(
-        &app,
-        "POST",
-        "/v1/chat/completions",
-        &[("authorization", "Bearer nope-nope-nope")],
-        HELLO,
-    )
-    .await;
+    let r = hello_with(&app, &[("authorization", "Bearer nope-nope-nope")]).await;
     assert_eq!(r.status, 401);
     assert_eq!(r.json()["error"]["code"], "invalid_api_key");
     assert!(
         !r.text().contains("nope-nope-nope"),
         "the key must be masked"
     );
-    let r = call(
-        &app,
-        "POST",
-        "/v1/chat/completions",
-        &[("authorization", "Bearer mock-openai-key-401")],
-        HELLO,
-    )
-    .await;
+    let r = hello_with(&app, &[("authorization", "Bearer mock-openai-key-401")]).await;
     assert_eq!(r.status, 401);
-    let r = call(
-        &app,
-        "POST",
-        "/v1/chat/completions",
-        &[("authorization", "Bearer mock-openai-key-429")],
-        HELLO,
-    )
-    .await;
+    let r = hello_with(&app, &[("authorization", "Bearer mock-openai-key-429")]).await;
     assert_eq!(r.status, 429);
     assert_eq!(r.header("retry-after"), Some("1"));
     assert_eq!(r.json()["error"]["code"], "rate_limit_exceeded");
     // A key of another provider is not accepted.
-    let r = call(
-        &app,
-        "POST",
-        "/v1/chat/completions",
-        &[("authorization", "Bearer mock-mistral-key-1")],
-        HELLO,
-    )
-    .await;
+    let r = hello_with(&app, &[("authorization", "Bearer mock-mistral-key-1")]).await;
     assert_eq!(r.status, 401);
 }
 
@@ -326,14 +307,16 @@ async fn latency_and_stream_timing_headers() {
     assert!(t.elapsed().as_millis() >= 140, "{:?}", t.elapsed());
 }
 
+/// POST `body` to /v1/embeddings with the OpenAI key.
+async fn embed(app: &App, body: &str) -> Resp {
+    call(app, "POST", "/v1/embeddings", &[OA], body).await
+}
+
 #[tokio::test]
 async fn embeddings_float_and_base64() {
     let app = app();
-    let r = call(
+    let r = embed(
         &app,
-        "POST",
-        "/v1/embeddings",
-        &[OA],
         r#"{"model":"text-embedding-3-small","input":["abcd","abcdefgh"],"dimensions":8}"#,
     )
     .await;
@@ -342,29 +325,15 @@ async fn embeddings_float_and_base64() {
     assert_eq!(v["data"].as_array().unwrap().len(), 2);
     assert_eq!(v["data"][1]["embedding"].as_array().unwrap().len(), 8);
     assert_eq!(v["usage"]["prompt_tokens"], 3);
-    let r = call(&app, "POST", "/v1/embeddings", &[OA], r#"{"model":"text-embedding-3-small","input":"abcd","dimensions":8,"encoding_format":"base64"}"#).await;
+    let r = embed(&app, r#"{"model":"text-embedding-3-small","input":"abcd","dimensions":8,"encoding_format":"base64"}"#).await;
     let s = r.json()["data"][0]["embedding"]
         .as_str()
         .unwrap()
         .to_string();
     assert_eq!(s.len(), 44); // 32 bytes in base64
-    let r = call(
-        &app,
-        "POST",
-        "/v1/embeddings",
-        &[OA],
-        r#"{"model":"text-embedding-3-small"}"#,
-    )
-    .await;
+    let r = embed(&app, r#"{"model":"text-embedding-3-small"}"#).await;
     assert_eq!(r.status, 400);
-    let r = call(
-        &app,
-        "POST",
-        "/v1/embeddings",
-        &[OA],
-        r#"{"model":"gpt-4o","input":"x"}"#,
-    )
-    .await;
+    let r = embed(&app, r#"{"model":"gpt-4o","input":"x"}"#).await;
     assert_eq!(r.status, 400);
 }
 
@@ -489,26 +458,8 @@ async fn streamed_pieces_are_escaped_like_the_whole_answer() {
     let sbody = body.replacen('{', r#"{"stream":true,"#, 1);
     for chunk_size in ["1370", "300"] {
         let r = openai(&app, &sbody, &[("x-mock-response-bytes", chunk_size)]).await;
-        let text: String = r
-            .sse_data()
-            .iter()
-            .filter_map(|c| {
-                c["choices"][0]["delta"]["content"]
-                    .as_str()
-                    .map(str::to_string)
-            })
-            .collect();
-        assert!(text.starts_with(&whole[..40]));
+        assert!(streamed_text(&r).starts_with(&whole[..40]));
     }
     let r = openai(&app, &sbody, &[("x-mock-response-bytes", "300")]).await;
-    let text: String = r
-        .sse_data()
-        .iter()
-        .filter_map(|c| {
-            c["choices"][0]["delta"]["content"]
-                .as_str()
-                .map(str::to_string)
-        })
-        .collect();
-    assert_eq!(text, whole);
+    assert_eq!(streamed_text(&r), whole);
 }
