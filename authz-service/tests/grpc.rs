@@ -7,36 +7,13 @@ mod common;
 use std::collections::HashMap;
 
 use envoy_types::pb::envoy::config::core::v3::header_value_option::HeaderAppendAction;
-use envoy_types::pb::envoy::service::auth::v3::attribute_context::{HttpRequest, Request};
-use envoy_types::pb::envoy::service::auth::v3::authorization_client::AuthorizationClient;
 use envoy_types::pb::envoy::service::auth::v3::check_response::HttpResponse;
-use envoy_types::pb::envoy::service::auth::v3::{AttributeContext, CheckRequest, CheckResponse};
+use envoy_types::pb::envoy::service::auth::v3::CheckResponse;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
-use common::{repo_policy, start_service, RedisServer};
-
-pub fn check_request(headers: &[(&str, &str)]) -> CheckRequest {
-    let headers: HashMap<String, String> = headers
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    CheckRequest {
-        attributes: Some(AttributeContext {
-            request: Some(Request {
-                http: Some(HttpRequest {
-                    method: "POST".into(),
-                    path: "/v1/chat/completions".into(),
-                    headers,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-    }
-}
+use common::{check_key, client, repo_policy, request_with, start_service, RedisServer};
 
 /// (status code, header map, body) of a response's HTTP part.
 fn denied(resp: &CheckResponse) -> (i32, HashMap<String, String>, serde_json::Value) {
@@ -99,9 +76,7 @@ fn ok_headers(
 async fn check_over_grpc_with_redis() {
     let redis = RedisServer::start();
     let svc = start_service(&repo_policy(), &redis.url()).await;
-    let mut client = AuthorizationClient::connect(format!("http://{}", svc.grpc_addr))
-        .await
-        .unwrap();
+    let mut client = client(&svc).await;
 
     // Health: SERVING for the overall server and the Authorization service.
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", svc.grpc_addr))
@@ -126,7 +101,7 @@ async fn check_over_grpc_with_redis() {
     }
 
     // Missing key: 401 invalid_api_key, OpenAI body, JSON content type.
-    let r = client.check(check_request(&[])).await.unwrap().into_inner();
+    let r = client.check(request_with(&[])).await.unwrap().into_inner();
     let (status, hs, body) = denied(&r);
     assert_eq!(status, 401);
     assert_eq!(
@@ -138,18 +113,14 @@ async fn check_over_grpc_with_redis() {
     assert_eq!(body["error"]["param"], serde_json::Value::Null);
 
     // Unknown key: 401, and the key never appears in the body.
-    let r = client
-        .check(check_request(&[("authorization", "Bearer tg-not-a-key")]))
-        .await
-        .unwrap()
-        .into_inner();
+    let r = check_key(&mut client, "tg-not-a-key").await.unwrap();
     let (status, _, body) = denied(&r);
     assert_eq!(status, 401);
     assert!(!body.to_string().contains("tg-not-a-key"));
 
     // Demo key: OK, identity headers overwrite, key headers removed, rate headers.
     let r = client
-        .check(check_request(&[
+        .check(request_with(&[
             ("authorization", "Bearer tg-demo-key"),
             ("x-tollgate-tenant", "forged"),
         ]))
@@ -195,7 +166,7 @@ async fn check_over_grpc_with_redis() {
 
     // x-api-key works too.
     let r = client
-        .check(check_request(&[("x-api-key", "tg-demo-key")]))
+        .check(request_with(&[("x-api-key", "tg-demo-key")]))
         .await
         .unwrap()
         .into_inner();
@@ -203,20 +174,12 @@ async fn check_over_grpc_with_redis() {
 
     // RPM 5: five admitted with falling remaining, the sixth 429 naming the limit.
     for i in 0..5u32 {
-        let r = client
-            .check(check_request(&[("authorization", "Bearer tg-test-rpm5")]))
-            .await
-            .unwrap()
-            .into_inner();
+        let r = check_key(&mut client, "tg-test-rpm5").await.unwrap();
         let (_, _, resp) = ok_headers(&r);
         assert_eq!(resp["x-ratelimit-limit-requests"], "5");
         assert_eq!(resp["x-ratelimit-remaining-requests"], (4 - i).to_string());
     }
-    let r = client
-        .check(check_request(&[("authorization", "Bearer tg-test-rpm5")]))
-        .await
-        .unwrap()
-        .into_inner();
+    let r = check_key(&mut client, "tg-test-rpm5").await.unwrap();
     let (status, hs, body) = denied(&r);
     assert_eq!(status, 429);
     assert_eq!(body["error"]["type"], "requests");
@@ -236,22 +199,11 @@ async fn check_over_grpc_with_redis() {
 
     // TPM 100: admitted while positive; a usage report of 150 tokens drives it
     // negative, then it is refused with type "tokens".
-    let tpm = [("authorization", "Bearer tg-test-tpm")];
-    ok_headers(
-        &client
-            .check(check_request(&tpm))
-            .await
-            .unwrap()
-            .into_inner(),
-    );
+    ok_headers(&check_key(&mut client, "tg-test-tpm").await.unwrap());
     let http = format!("http://{}", svc.http_addr);
     let status = post(&format!("{http}/v1/usage"), r#"{"tenant":"test-tpm","key_id":"tpm-key","model":"openai/gpt-4o-mini","prompt_tokens":100,"completion_tokens":50}"#).await;
     assert_eq!(status, 204);
-    let r = client
-        .check(check_request(&tpm))
-        .await
-        .unwrap()
-        .into_inner();
+    let r = check_key(&mut client, "tg-test-tpm").await.unwrap();
     let (status, hs, body) = denied(&r);
     assert_eq!(status, 429);
     assert_eq!(body["error"]["type"], "tokens");
