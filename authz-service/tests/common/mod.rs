@@ -42,6 +42,12 @@ impl RedisServer {
     }
 
     pub fn start_on(port: u16) -> RedisServer {
+        Self::spawn(port, &[])
+    }
+
+    /// Start redis-server on `port` with `extra` arguments and wait until it
+    /// answers PING.
+    fn spawn(port: u16, extra: &[&str]) -> RedisServer {
         let child = Command::new("redis-server")
             .args([
                 "--port",
@@ -55,6 +61,7 @@ impl RedisServer {
                 "--daemonize",
                 "no",
             ])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -240,38 +247,18 @@ impl RedisCluster {
         let mut nodes = Vec::new();
         for i in 0..3 {
             let port = free_cluster_port();
-            let child = Command::new("redis-server")
-                .args([
-                    "--port",
-                    &port.to_string(),
-                    "--bind",
-                    "127.0.0.1",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
+            let config_file = format!("nodes-{i}.conf");
+            nodes.push(RedisServer::spawn(
+                port,
+                &[
                     "--cluster-enabled",
                     "yes",
                     "--cluster-config-file",
-                    &format!("nodes-{i}.conf"),
+                    &config_file,
                     "--dir",
                     dir.path().to_str().unwrap(),
-                    "--daemonize",
-                    "no",
-                ])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap();
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while !ping(port) {
-                assert!(Instant::now() < deadline, "cluster node did not start");
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            nodes.push(RedisServer {
-                port,
-                child: Some(child),
-            });
+                ],
+            ));
         }
         let addrs: Vec<String> = nodes
             .iter()
