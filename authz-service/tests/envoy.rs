@@ -193,25 +193,20 @@ async fn answers_as_seen_through_envoy() {
     assert_eq!(v["error"]["param"], serde_json::Value::Null);
 
     // RPM 5: five through, the sixth 429 with retry-after and the headers.
-    for _ in 0..5 {
-        let (status, _, _) = http1(
+    let rpm5 = || {
+        http1(
             &gw,
             "POST",
             "/v1/chat/completions",
             &[("authorization", "Bearer tg-test-rpm5")],
             "{}",
         )
-        .await;
+    };
+    for _ in 0..5 {
+        let (status, _, _) = rpm5().await;
         assert_eq!(status, 200);
     }
-    let (status, hs, body) = http1(
-        &gw,
-        "POST",
-        "/v1/chat/completions",
-        &[("authorization", "Bearer tg-test-rpm5")],
-        "{}",
-    )
-    .await;
+    let (status, hs, body) = rpm5().await;
     assert_eq!(status, 429);
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["error"]["type"], "requests");
