@@ -13,7 +13,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
-use common::{check_key, client, repo_policy, request_with, start_service, RedisServer};
+use common::{check_key, client, http1, repo_policy, request_with, start_service, RedisServer};
 
 /// (status code, header map, body) of a response's HTTP part.
 fn denied(resp: &CheckResponse) -> (i32, HashMap<String, String>, serde_json::Value) {
@@ -200,8 +200,8 @@ async fn check_over_grpc_with_redis() {
     // TPM 100: admitted while positive; a usage report of 150 tokens drives it
     // negative, then it is refused with type "tokens".
     ok_headers(&check_key(&mut client, "tg-test-tpm").await.unwrap());
-    let http = format!("http://{}", svc.http_addr);
-    let status = post(&format!("{http}/v1/usage"), r#"{"tenant":"test-tpm","key_id":"tpm-key","model":"openai/gpt-4o-mini","prompt_tokens":100,"completion_tokens":50}"#).await;
+    let http = svc.http_addr.to_string();
+    let status = post_usage(&http, r#"{"tenant":"test-tpm","key_id":"tpm-key","model":"openai/gpt-4o-mini","prompt_tokens":100,"completion_tokens":50}"#).await;
     assert_eq!(status, 204);
     let r = check_key(&mut client, "tg-test-tpm").await.unwrap();
     let (status, hs, body) = denied(&r);
@@ -236,18 +236,18 @@ async fn check_over_grpc_with_redis() {
     assert!(ttl > 80_000 && ttl <= 90_000, "ttl {ttl}");
 
     // Bad usage reports: 400 with an OpenAI-format body.
-    assert_eq!(post(&format!("{http}/v1/usage"), "{not json").await, 400);
+    assert_eq!(post_usage(&http, "{not json").await, 400);
     assert_eq!(
-        post(
-            &format!("{http}/v1/usage"),
+        post_usage(
+            &http,
             r#"{"tenant":"demo","key_id":"nope","prompt_tokens":1}"#
         )
         .await,
         400
     );
     assert_eq!(
-        post(
-            &format!("{http}/v1/usage"),
+        post_usage(
+            &http,
             r#"{"tenant":"demo","key_id":"demo-key","prompt_tokens":-1}"#
         )
         .await,
@@ -255,7 +255,7 @@ async fn check_over_grpc_with_redis() {
     );
 
     // Metrics count decisions by result and reason.
-    let metrics = get(&format!("{http}/metrics")).await;
+    let (_, _, metrics) = http1(&http, "GET", "/metrics", &[], "").await;
     assert!(
         metrics.contains(r#"tollgate_authz_decisions_total{reason="ok",result="allowed"} 8"#),
         "{metrics}"
@@ -272,45 +272,14 @@ async fn check_over_grpc_with_redis() {
         .contains(r#"tollgate_authz_decisions_total{reason="invalid_key",result="denied"} 1"#));
     assert!(metrics.contains("tollgate_authz_check_duration_seconds_count 12"));
     assert!(metrics.contains("tollgate_authz_redis_duration_seconds_bucket"));
-    assert!(get(&format!("{http}/healthz")).await.starts_with("ok"));
+    let (_, _, health) = http1(&http, "GET", "/healthz", &[], "").await;
+    assert!(health.starts_with("ok"));
 
     svc.shutdown().await;
 }
 
-/// A minimal HTTP/1.1 client (the service speaks plain HTTP on loopback).
-pub async fn raw_http(addr: &str, request: String) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(request.as_bytes()).await.unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    out
-}
-
-fn split(url: &str) -> (&str, &str) {
-    let rest = url.strip_prefix("http://").unwrap();
-    let i = rest.find('/').unwrap();
-    (&rest[..i], &rest[i..])
-}
-
-pub async fn post(url: &str, body: &str) -> u16 {
-    let (addr, path) = split(url);
-    let req = format!(
-        "POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let resp = raw_http(addr, req).await;
-    resp.split(' ').nth(1).unwrap().parse().unwrap()
-}
-
-pub async fn get(url: &str) -> String {
-    let (addr, path) = split(url);
-    let resp = raw_http(
-        addr,
-        format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n"),
-    )
-    .await;
-    resp.split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default()
+/// POST a usage report to the HTTP side; the response status.
+async fn post_usage(addr: &str, body: &str) -> u16 {
+    let json = [("content-type", "application/json")];
+    http1(addr, "POST", "/v1/usage", &json, body).await.0
 }
