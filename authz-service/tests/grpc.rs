@@ -13,24 +13,18 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
-use common::{check_key, client, http1, repo_policy, request_with, start_service, RedisServer};
+use common::{
+    check_key, client, header_map, http1, repo_policy, request_with, start_service, RedisServer,
+};
 
 /// (status code, header map, body) of a response's HTTP part.
 fn denied(resp: &CheckResponse) -> (i32, HashMap<String, String>, serde_json::Value) {
     match &resp.http_response {
-        Some(HttpResponse::DeniedResponse(d)) => {
-            let hs = d
-                .headers
-                .iter()
-                .filter_map(|h| h.header.as_ref())
-                .map(|h| (h.key.clone(), h.value.clone()))
-                .collect();
-            (
-                d.status.as_ref().map(|s| s.code).unwrap_or(0),
-                hs,
-                serde_json::from_str(&d.body).unwrap(),
-            )
-        }
+        Some(HttpResponse::DeniedResponse(d)) => (
+            d.status.as_ref().map(|s| s.code).unwrap_or(0),
+            header_map(&d.headers),
+            serde_json::from_str(&d.body).unwrap(),
+        ),
         other => panic!("expected a denied response, got {other:?}"),
     }
 }
@@ -54,19 +48,11 @@ fn ok_headers(
                 let append = h.append;
                 assert_eq!(append, None);
             }
-            let req = ok
-                .headers
-                .iter()
-                .filter_map(|h| h.header.as_ref())
-                .map(|h| (h.key.clone(), h.value.clone()))
-                .collect();
-            let resp = ok
-                .response_headers_to_add
-                .iter()
-                .filter_map(|h| h.header.as_ref())
-                .map(|h| (h.key.clone(), h.value.clone()))
-                .collect();
-            (req, ok.headers_to_remove.clone(), resp)
+            (
+                header_map(&ok.headers),
+                ok.headers_to_remove.clone(),
+                header_map(&ok.response_headers_to_add),
+            )
         }
         other => panic!("expected an OK response, got {other:?}"),
     }

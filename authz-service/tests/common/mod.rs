@@ -127,6 +127,7 @@ pub async fn start_service(policy: &Path, redis_url: &str) -> Running {
 
 use std::collections::HashMap;
 
+use envoy_types::pb::envoy::config::core::v3::HeaderValueOption;
 use envoy_types::pb::envoy::service::auth::v3::attribute_context::{HttpRequest, Request};
 use envoy_types::pb::envoy::service::auth::v3::authorization_client::AuthorizationClient;
 use envoy_types::pb::envoy::service::auth::v3::check_response::HttpResponse;
@@ -189,6 +190,11 @@ pub fn client_headers(r: &CheckResponse) -> HashMap<String, String> {
         Some(HttpResponse::DeniedResponse(d)) => &d.headers,
         _ => return HashMap::new(),
     };
+    header_map(hs)
+}
+
+/// Header options as a name → value map (options without a header skipped).
+pub fn header_map(hs: &[HeaderValueOption]) -> HashMap<String, String> {
     hs.iter()
         .filter_map(|h| h.header.as_ref())
         .map(|h| (h.key.clone(), h.value.clone()))
