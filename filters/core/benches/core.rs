@@ -97,6 +97,9 @@ fn benches(c: &mut Criterion) {
         include_usage: false,
         created: 1,
         json_mode: false,
+        prompt_estimate: 0,
+        embed_base64: false,
+        model: String::new(),
     };
     let mut g = c.benchmark_group("response");
     g.throughput(Throughput::Bytes(resp.len() as u64));
@@ -118,6 +121,9 @@ fn benches(c: &mut Criterion) {
         include_usage: true,
         created: 1,
         json_mode: false,
+        prompt_estimate: 0,
+        embed_base64: false,
+        model: String::new(),
     };
     let mut g = c.benchmark_group("stream_per_chunk");
     let mut t = for_kind(Kind::Anthropic).stream(&sctx);

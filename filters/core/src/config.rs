@@ -22,6 +22,12 @@ pub enum Kind {
     Openai,
     /// Anthropic Messages.
     Anthropic,
+    /// Azure OpenAI (deployment paths, `api-version`, `api-key`).
+    Azure,
+    /// Google Gemini generateContent / batchEmbedContents.
+    Gemini,
+    /// Amazon Bedrock Converse / ConverseStream (SigV4).
+    Bedrock,
 }
 
 impl Kind {
@@ -29,6 +35,19 @@ impl Kind {
         match self {
             Kind::Openai => "openai",
             Kind::Anthropic => "anthropic",
+            Kind::Azure => "azure",
+            Kind::Gemini => "gemini",
+            Kind::Bedrock => "bedrock",
+        }
+    }
+
+    /// Default `base_path` of the kind's native API.
+    pub fn default_base_path(self) -> &'static str {
+        match self {
+            Kind::Openai | Kind::Anthropic => "/v1",
+            Kind::Azure => "/openai",
+            Kind::Gemini => "/v1beta",
+            Kind::Bedrock => "",
         }
     }
 }
@@ -51,9 +70,8 @@ fn default_usage_path() -> String {
 fn default_usage_timeout() -> u64 {
     2000
 }
-fn default_base_path() -> String {
-    "/v1".to_string()
-}
+/// Azure OpenAI `api-version` sent when the config names none (GA).
+pub const DEFAULT_AZURE_API_VERSION: &str = "2024-10-21";
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -79,8 +97,8 @@ struct RawConfig {
 struct RawProvider {
     kind: Kind,
     cluster: String,
-    #[serde(default = "default_base_path")]
-    base_path: String,
+    #[serde(default)]
+    base_path: Option<String>,
     /// Optional `:authority` to send upstream (real providers behind TLS).
     #[serde(default)]
     host: Option<String>,
@@ -95,6 +113,15 @@ struct RawProvider {
     /// from whatever chunk carries it).
     #[serde(default)]
     stream_usage: Option<bool>,
+    /// Azure: `api-version` query parameter.
+    #[serde(default)]
+    api_version: Option<String>,
+    /// Azure: model → deployment name (default: the model name).
+    #[serde(default)]
+    deployments: Option<BTreeMap<String, String>>,
+    /// Bedrock: AWS region (SigV4 scope and default host).
+    #[serde(default)]
+    region: Option<String>,
     models: RawModels,
     keys: Vec<RawKey>,
 }
@@ -126,18 +153,38 @@ struct RawKey {
     /// Models this key may serve; absent = all of the provider's models.
     #[serde(default)]
     models: Option<Vec<String>>,
+    /// Bedrock: AWS access key id (`value` is then the secret access key).
+    #[serde(default)]
+    access_key_id: Option<String>,
+    /// Bedrock: optional session token (temporary credentials).
+    #[serde(default)]
+    session_token: Option<String>,
 }
 
-/// One upstream credential. `value` is secret: never log or echo it.
-#[derive(Clone)]
+/// One upstream credential. `value` (and `session_token`) are secret: never
+/// log or echo them. For Bedrock, `value` is the secret access key and
+/// `access_key_id` names it.
+#[derive(Clone, Default)]
 pub struct Key {
     pub id: String,
     pub value: String,
+    pub access_key_id: Option<String>,
+    pub session_token: Option<String>,
 }
 
 impl std::fmt::Debug for Key {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Key {{ id: {:?}, value: <redacted> }}", self.id)
+        write!(
+            f,
+            "Key {{ id: {:?}, value: <redacted>, access_key_id: {:?}, session_token: {} }}",
+            self.id,
+            self.access_key_id,
+            if self.session_token.is_some() {
+                "<redacted>"
+            } else {
+                "None"
+            }
+        )
     }
 }
 
@@ -161,6 +208,12 @@ pub struct Provider {
     pub keys: Vec<Key>,
     /// OpenAI kind: ask for usage in streams.
     pub stream_usage: bool,
+    /// Azure: `api-version`.
+    pub api_version: String,
+    /// Azure: model → deployment.
+    pub deployments: BTreeMap<String, String>,
+    /// Bedrock: region.
+    pub region: String,
 }
 
 #[derive(Debug, Clone)]
@@ -259,9 +312,50 @@ impl Runtime {
             if p.cluster.is_empty() {
                 return err(format!("{at}.cluster: must not be empty"));
             }
-            if !p.base_path.starts_with('/') {
+            let base_path = p
+                .base_path
+                .unwrap_or_else(|| p.kind.default_base_path().to_string());
+            if !base_path.is_empty() && !base_path.starts_with('/') {
                 return err(format!("{at}.base_path: must start with '/'"));
             }
+            if p.kind != Kind::Azure {
+                if p.api_version.is_some() {
+                    return err(format!("{at}.api_version: only valid for kind azure"));
+                }
+                if p.deployments.is_some() {
+                    return err(format!("{at}.deployments: only valid for kind azure"));
+                }
+            }
+            if let Some(v) = &p.api_version {
+                if v.is_empty()
+                    || !v
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+                {
+                    return err(format!(
+                        "{at}.api_version: must be a version such as 2024-10-21"
+                    ));
+                }
+            }
+            let region = match (p.kind, p.region) {
+                (Kind::Bedrock, Some(r)) => {
+                    if r.is_empty()
+                        || !r
+                            .bytes()
+                            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                    {
+                        return err(format!(
+                            "{at}.region: must be an AWS region such as us-east-1"
+                        ));
+                    }
+                    r
+                }
+                (Kind::Bedrock, None) => {
+                    return err(format!("{at}.region: required for kind bedrock"))
+                }
+                (_, Some(_)) => return err(format!("{at}.region: only valid for kind bedrock")),
+                (_, None) => String::new(),
+            };
             if p.kind != Kind::Anthropic {
                 if p.version.is_some() {
                     return err(format!("{at}.version: only valid for kind anthropic"));
@@ -270,8 +364,10 @@ impl Runtime {
                     return err(format!("{at}.max_tokens: only valid for kind anthropic"));
                 }
             }
-            if p.kind != Kind::Openai && p.stream_usage.is_some() {
-                return err(format!("{at}.stream_usage: only valid for kind openai"));
+            if !matches!(p.kind, Kind::Openai | Kind::Azure) && p.stream_usage.is_some() {
+                return err(format!(
+                    "{at}.stream_usage: only valid for kinds openai and azure"
+                ));
             }
             if p.max_tokens == Some(0) {
                 return err(format!("{at}.max_tokens: must be greater than 0"));
@@ -352,6 +448,32 @@ impl Runtime {
                 if value.bytes().any(|b| b < 0x20 || b == 0x7f) {
                     return err(format!("{kat}: the key value contains control characters"));
                 }
+                match (p.kind, &k.access_key_id) {
+                    (Kind::Bedrock, None) => {
+                        return err(format!(
+                            "{kat}.access_key_id: required for kind bedrock (value is the secret access key)"
+                        ))
+                    }
+                    (Kind::Bedrock, Some(a)) if a.is_empty() || !a.bytes().all(|b| b.is_ascii_alphanumeric()) => {
+                        return err(format!("{kat}.access_key_id: must be letters and digits"))
+                    }
+                    (Kind::Bedrock, _) => {}
+                    (_, Some(_)) => {
+                        return err(format!("{kat}.access_key_id: only valid for kind bedrock"))
+                    }
+                    (_, None) => {}
+                }
+                if p.kind != Kind::Bedrock && k.session_token.is_some() {
+                    return err(format!("{kat}.session_token: only valid for kind bedrock"));
+                }
+                if k.session_token
+                    .as_ref()
+                    .is_some_and(|t| t.is_empty() || t.bytes().any(|b| b < 0x20 || b == 0x7f))
+                {
+                    return err(format!(
+                        "{kat}.session_token: must be non-empty, without control characters"
+                    ));
+                }
                 if let Some(ms) = &k.models {
                     for (j, m) in ms.iter().enumerate() {
                         if !model_max.iter().any(|(n, _)| n == m) {
@@ -361,7 +483,12 @@ impl Runtime {
                         }
                     }
                 }
-                keys.push(Key { id: k.id, value });
+                keys.push(Key {
+                    id: k.id,
+                    value,
+                    access_key_id: k.access_key_id,
+                    session_token: k.session_token,
+                });
                 weights.push(k.weight);
                 key_models.push(k.models);
             }
@@ -385,6 +512,25 @@ impl Runtime {
                     },
                 );
             }
+            let deployments = p.deployments.unwrap_or_default();
+            for (m, d) in &deployments {
+                if !models.contains_key(m) {
+                    return err(format!("{at}.deployments.{m}: not one of {at}.models"));
+                }
+                if d.is_empty()
+                    || !d
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+                {
+                    return err(format!("{at}.deployments.{m}: deployment names may contain only letters, digits, '-', '_' and '.'"));
+                }
+            }
+            let host = match (p.host, p.kind) {
+                (Some(h), _) => Some(h),
+                // SigV4 signs the host: send the real endpoint's name.
+                (None, Kind::Bedrock) => Some(format!("bedrock-runtime.{region}.amazonaws.com")),
+                (None, _) => None,
+            };
             let version = p
                 .version
                 .unwrap_or_else(|| DEFAULT_ANTHROPIC_VERSION.to_string());
@@ -393,12 +539,17 @@ impl Runtime {
                 name,
                 kind: p.kind,
                 cluster: p.cluster,
-                base_path: p.base_path.trim_end_matches('/').to_string(),
-                host: p.host,
+                base_path: base_path.trim_end_matches('/').to_string(),
+                host,
                 version,
                 models,
                 keys,
                 stream_usage: p.stream_usage.unwrap_or(true),
+                api_version: p
+                    .api_version
+                    .unwrap_or_else(|| DEFAULT_AZURE_API_VERSION.to_string()),
+                deployments,
+                region,
             });
         }
         let mut rt = Runtime {

@@ -66,6 +66,9 @@ struct Route {
     stream: bool,
     include_usage: bool,
     json_mode: bool,
+    prompt_estimate: u64,
+    embed_base64: bool,
+    upstream_model: String,
     endpoint: Endpoint,
     sent_ms: u64,
 }
@@ -398,6 +401,9 @@ impl Flow {
             stream: up.stream,
             include_usage: up.include_usage,
             json_mode: up.json_mode,
+            prompt_estimate: up.prompt_estimate,
+            embed_base64: up.embed_base64,
+            upstream_model: resolved.model.clone(),
             endpoint: ep,
             sent_ms: now,
         });
@@ -484,6 +490,9 @@ impl Flow {
                 include_usage: route.include_usage,
                 created: now / 1000,
                 json_mode: route.json_mode,
+                prompt_estimate: route.prompt_estimate,
+                embed_base64: route.embed_base64,
+                model: route.upstream_model.clone(),
             };
             self.resp = RespMode::Stream(tr.stream(&ctx));
             h.set_response_header("content-length", None);
@@ -542,6 +551,9 @@ impl Flow {
                             include_usage: false,
                             created,
                             json_mode: route.json_mode,
+                            prompt_estimate: route.prompt_estimate,
+                            embed_base64: route.embed_base64,
+                            model: route.upstream_model.clone(),
                         };
                         if let Ok(t) = tr.response(&ctx, &buf) {
                             self.usage = t.usage;
@@ -582,6 +594,9 @@ impl Flow {
                     include_usage: false,
                     created,
                     json_mode: route.json_mode,
+                    prompt_estimate: route.prompt_estimate,
+                    embed_base64: route.embed_base64,
+                    model: route.upstream_model.clone(),
                 };
                 let out = match tr.response(&ctx, &body) {
                     Ok(t) => {

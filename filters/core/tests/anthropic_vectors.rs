@@ -173,6 +173,9 @@ fn json_mode_is_a_forced_tool() {
         include_usage: false,
         created: 1,
         json_mode: true,
+        prompt_estimate: 0,
+        embed_base64: false,
+        model: String::new(),
     };
     let body = json!({"id": "m", "model": "c", "content": [{"type": "tool_use", "id": "t", "name": "json_response", "input": {"answer": "42"}}],
         "stop_reason": "tool_use", "usage": {"input_tokens": 1, "output_tokens": 2}});
@@ -385,6 +388,9 @@ fn respond(body: Value) -> Value {
         include_usage: false,
         created: 42,
         json_mode: false,
+        prompt_estimate: 0,
+        embed_base64: false,
+        model: String::new(),
     };
     let t = for_kind(tollgate_core::config::Kind::Anthropic)
         .response(&ctx, &serde_json::to_vec(&body).unwrap())

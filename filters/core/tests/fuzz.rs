@@ -244,6 +244,9 @@ fn fuzz_responses_and_streams_never_panic() {
             include_usage: r.next_u32() % 2 == 0,
             created: 1,
             json_mode: r.next_u32() % 2 == 0,
+            prompt_estimate: 0,
+            embed_base64: false,
+            model: String::new(),
         };
         // Non-streaming bodies: JSON-aware mutation then bytes.
         let mut v: Value = serde_json::from_slice(&response).unwrap();

@@ -16,6 +16,9 @@ fn ctx(include_usage: bool) -> ResponseCtx {
         include_usage,
         created: 1700000000,
         json_mode: false,
+        prompt_estimate: 0,
+        embed_base64: false,
+        model: String::new(),
     }
 }
 

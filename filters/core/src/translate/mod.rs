@@ -7,8 +7,14 @@
 //! Azure — part 2) means adding a [`crate::config::Kind`] variant, one module
 //! here and one arm in [`for_kind`]; the request flow does not change.
 
+pub mod chat_ir;
+pub mod eventstream;
 pub mod openai_anthropic;
+pub mod openai_azure;
+pub mod openai_bedrock;
+pub mod openai_gemini;
 pub mod openai_openai;
+pub mod sigv4;
 
 use serde_json::Value;
 
@@ -70,6 +76,12 @@ pub struct UpstreamRequest {
     /// JSON mode done by the translator (e.g. a forced tool): the response
     /// side must turn it back into plain content.
     pub json_mode: bool,
+    /// Prompt tokens estimated from the request (4 characters a token), for
+    /// providers whose answers carry no usage (Gemini embeddings); 0 = none.
+    pub prompt_estimate: u64,
+    /// Embeddings translated by the filter: the client asked for
+    /// `encoding_format: base64`.
+    pub embed_base64: bool,
 }
 
 /// What response translators need to know about the request.
@@ -82,6 +94,13 @@ pub struct ResponseCtx {
     pub created: u64,
     /// See [`UpstreamRequest::json_mode`].
     pub json_mode: bool,
+    /// See [`UpstreamRequest::prompt_estimate`].
+    pub prompt_estimate: u64,
+    /// Embeddings translated by the filter: the client asked for
+    /// `encoding_format: base64`.
+    pub embed_base64: bool,
+    /// Upstream model name (for answers that do not name it).
+    pub model: String,
 }
 
 /// A translated non-streaming response.
@@ -139,6 +158,9 @@ pub fn for_kind(kind: Kind) -> &'static dyn Translator {
     match kind {
         Kind::Openai => &openai_openai::OpenAiOpenAi,
         Kind::Anthropic => &openai_anthropic::OpenAiAnthropic,
+        Kind::Azure => &openai_azure::OpenAiAzure,
+        Kind::Gemini => &openai_gemini::OpenAiGemini,
+        Kind::Bedrock => &openai_bedrock::OpenAiBedrock,
     }
 }
 
@@ -276,6 +298,133 @@ pub fn upstream_error(status: u16, provider_message: Option<String>) -> ApiError
         _ => format!("The provider answered with HTTP {status}"),
     };
     ApiError::new(st, kind, code, message)
+}
+
+/// Token estimate for text whose usage the provider does not report:
+/// `max(1, ceil(chars / 4))`.
+pub fn estimate_tokens(text: &str) -> u64 {
+    let chars = text.chars().count() as u64;
+    chars.div_ceil(4).max(1)
+}
+
+/// Embeddings `input` → list of strings (token-id arrays are refused: only
+/// OpenAI's own tokenizer gives them meaning).
+pub fn embedding_inputs(body: &Value, provider: &str) -> Result<Vec<String>, ApiError> {
+    if stream_flag(body)? {
+        return Err(ApiError::bad_param(
+            "stream",
+            "Embeddings cannot be streamed",
+        ));
+    }
+    let bad = || {
+        ApiError::bad_param(
+            "input",
+            format!("Invalid type for 'input': provider '{provider}' takes a string or an array of strings"),
+        )
+    };
+    let out = match body.get("input") {
+        None | Some(Value::Null) => {
+            return Err(ApiError::bad_param(
+                "input",
+                "Missing required parameter: 'input'",
+            ))
+        }
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) => {
+            let mut v = Vec::with_capacity(a.len());
+            for x in a {
+                v.push(x.as_str().ok_or_else(bad)?.to_string());
+            }
+            v
+        }
+        Some(_) => return Err(bad()),
+    };
+    if out.is_empty() || out.iter().any(String::is_empty) {
+        return Err(ApiError::bad_param("input", "'input' must not be empty"));
+    }
+    Ok(out)
+}
+
+/// `encoding_format`: `float` (default) or `base64`.
+pub fn embedding_base64(body: &Value) -> Result<bool, ApiError> {
+    match body.get("encoding_format") {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::String(s)) if s == "float" => Ok(false),
+        Some(Value::String(s)) if s == "base64" => Ok(true),
+        Some(_) => Err(ApiError::bad_param(
+            "encoding_format",
+            "Invalid value for 'encoding_format': expected float or base64",
+        )),
+    }
+}
+
+/// `dimensions` as a positive integer, if given.
+pub fn embedding_dimensions(body: &Value) -> Result<Option<u64>, ApiError> {
+    match body.get("dimensions") {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_u64() {
+            Some(n) if n > 0 => Ok(Some(n)),
+            _ => Err(ApiError::bad_param(
+                "dimensions",
+                "Invalid value for 'dimensions': expected a positive integer",
+            )),
+        },
+    }
+}
+
+/// One OpenAI embedding item: floats, or base64 of little-endian f32s
+/// (what the official clients ask for by default).
+pub fn embedding_item(index: usize, values: &[f64], base64: bool) -> Value {
+    let embedding = if base64 {
+        let mut bytes = Vec::with_capacity(values.len() * 4);
+        for v in values {
+            bytes.extend_from_slice(&(*v as f32).to_le_bytes());
+        }
+        Value::String(base64_encode(&bytes))
+    } else {
+        Value::Array(values.iter().map(|v| serde_json::json!(v)).collect())
+    };
+    serde_json::json!({"object": "embedding", "index": index, "embedding": embedding})
+}
+
+/// The OpenAI embeddings list.
+pub fn embedding_list(data: Vec<Value>, model: &str, prompt_tokens: u64) -> Value {
+    serde_json::json!({
+        "object": "list",
+        "data": data,
+        "model": model,
+        "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
+    })
+}
+
+/// Standard base64 with padding.
+pub fn base64_encode(bytes: &[u8]) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for c in bytes.chunks(3) {
+        let b = [
+            c.first().copied().unwrap_or(0),
+            c.get(1).copied().unwrap_or(0),
+            c.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for (i, shift) in [18u32, 12, 6, 0].iter().enumerate() {
+            if i <= c.len() {
+                out.push(char::from(T[((n >> shift) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Split a `data:<media>;base64,<data>` URL.
+pub fn data_url(url: &str) -> Option<(&str, &str)> {
+    let rest = url.strip_prefix("data:")?;
+    let (meta, data) = rest.split_once(',')?;
+    let media = meta.strip_suffix(";base64")?;
+    Some((media, data))
 }
 
 /// Append `data: <json>\n\n`.

@@ -605,6 +605,8 @@ impl Translator for OpenAiAnthropic {
             stream,
             include_usage,
             json_mode,
+            prompt_estimate: 0,
+            embed_base64: false,
         })
     }
 

@@ -22,6 +22,55 @@ impl Translator for OpenAiOpenAi {
     }
 
     fn request(&self, ctx: &RequestCtx<'_>, body: &Value) -> Result<UpstreamRequest, ApiError> {
+        let (bytes, suffix, stream, include_usage) = prepare(ctx, body)?;
+        Ok(UpstreamRequest {
+            path: format!("{}{}", ctx.provider.base_path, suffix),
+            body: bytes,
+            stream,
+            include_usage,
+            json_mode: false,
+            prompt_estimate: 0,
+            embed_base64: false,
+        })
+    }
+
+    fn auth_headers(
+        &self,
+        _provider: &Provider,
+        key: &Key,
+        _req: &UpstreamRequest,
+        _now_ms: u64,
+    ) -> Result<Vec<(&'static str, String)>, ApiError> {
+        Ok(vec![("authorization", format!("Bearer {}", key.value))])
+    }
+
+    fn passthrough(&self) -> bool {
+        true
+    }
+
+    fn response(&self, _ctx: &ResponseCtx, body: &[u8]) -> Result<Translated, ApiError> {
+        let usage = serde_json::from_slice::<Value>(body)
+            .ok()
+            .and_then(|v| v.get("usage").and_then(parse_usage));
+        Ok(Translated { body: None, usage })
+    }
+
+    fn error(&self, status: u16, body: &[u8]) -> ApiError {
+        upstream_error(status, error_message(body))
+    }
+
+    fn stream(&self, ctx: &ResponseCtx) -> Box<dyn StreamTranslator> {
+        Box::new(OpenAiStream::new(ctx, false))
+    }
+}
+
+/// Check and adjust an OpenAI-shaped body for an OpenAI-compatible upstream
+/// (shared with Azure): → (body bytes, path suffix, stream, include_usage).
+pub(crate) fn prepare(
+    ctx: &RequestCtx<'_>,
+    body: &Value,
+) -> Result<(Vec<u8>, &'static str, bool, bool), ApiError> {
+    {
         let mut body = body.clone();
         let (suffix, stream, include_usage) = match ctx.endpoint {
             Endpoint::Chat => {
@@ -76,48 +125,7 @@ impl Translator for OpenAiOpenAi {
         }
         let bytes =
             serde_json::to_vec(&body).map_err(|e| ApiError::invalid_json(&e.to_string()))?;
-        Ok(UpstreamRequest {
-            path: format!("{}{}", ctx.provider.base_path, suffix),
-            body: bytes,
-            stream,
-            include_usage,
-            json_mode: false,
-        })
-    }
-
-    fn auth_headers(
-        &self,
-        _provider: &Provider,
-        key: &Key,
-        _req: &UpstreamRequest,
-        _now_ms: u64,
-    ) -> Result<Vec<(&'static str, String)>, ApiError> {
-        Ok(vec![("authorization", format!("Bearer {}", key.value))])
-    }
-
-    fn passthrough(&self) -> bool {
-        true
-    }
-
-    fn response(&self, _ctx: &ResponseCtx, body: &[u8]) -> Result<Translated, ApiError> {
-        let usage = serde_json::from_slice::<Value>(body)
-            .ok()
-            .and_then(|v| v.get("usage").and_then(parse_usage));
-        Ok(Translated { body: None, usage })
-    }
-
-    fn error(&self, status: u16, body: &[u8]) -> ApiError {
-        upstream_error(status, error_message(body))
-    }
-
-    fn stream(&self, ctx: &ResponseCtx) -> Box<dyn StreamTranslator> {
-        Box::new(OpenAiStream {
-            parser: SseParser::default(),
-            strip_usage: !ctx.include_usage,
-            usage: None,
-            failed: false,
-            first_token: false,
-        })
+        Ok((bytes, suffix, stream, include_usage))
     }
 }
 
@@ -155,15 +163,29 @@ pub fn error_message(body: &[u8]) -> Option<String> {
     }
 }
 
-struct OpenAiStream {
+pub(crate) struct OpenAiStream {
     parser: SseParser,
     strip_usage: bool,
     usage: Option<Usage>,
     failed: bool,
     first_token: bool,
+    /// Azure: drop chunks with `choices: []` and no usage (the
+    /// `prompt_filter_results` chunk that opens Azure streams).
+    drop_empty: bool,
 }
 
 impl OpenAiStream {
+    pub(crate) fn new(ctx: &ResponseCtx, drop_empty: bool) -> OpenAiStream {
+        OpenAiStream {
+            parser: SseParser::default(),
+            strip_usage: !ctx.include_usage,
+            usage: None,
+            failed: false,
+            first_token: false,
+            drop_empty,
+        }
+    }
+
     fn on_event(&mut self, ev: Event, out: &mut Vec<u8>) {
         if ev.data.is_empty() && ev.event.is_empty() {
             return;
@@ -174,6 +196,17 @@ impl OpenAiStream {
                 || data.contains("\"tool_calls\""))
         {
             self.first_token = true;
+        }
+        if self.drop_empty && data.contains("\"choices\":[]") && !data.contains("\"usage\":{") {
+            if let Ok(v) = serde_json::from_str::<Value>(data) {
+                let empty = v
+                    .get("choices")
+                    .and_then(Value::as_array)
+                    .is_some_and(|c| c.is_empty());
+                if empty && v.get("usage").is_none_or(Value::is_null) {
+                    return;
+                }
+            }
         }
         // Only chunks that carry usage need parsing.
         if data != "[DONE]" && data.contains("\"usage\"") {
@@ -259,6 +292,9 @@ data: [DONE]\n\n";
             include_usage,
             created: 0,
             json_mode: false,
+            prompt_estimate: 0,
+            embed_base64: false,
+            model: String::new(),
         };
         let mut t = OpenAiOpenAi.stream(&ctx);
         let mut out = Vec::new();

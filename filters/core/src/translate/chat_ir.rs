@@ -1,0 +1,585 @@
+//! A provider-neutral reading of an OpenAI chat request, shared by the
+//! translators whose native shapes are turn/part based (Gemini, Bedrock):
+//! system text, alternating user/assistant turns of parts (text, image,
+//! tool call, tool result — each tool result carrying its function's name,
+//! found from the earlier assistant tool call), and the sampling, stop,
+//! tool and JSON-mode parameters. Every malformed input is a 400 naming the
+//! parameter; parameters the provider cannot honour are refused by name.
+
+use serde_json::{Map, Value};
+
+use super::{check_messages, data_url, stream_flag};
+use crate::error::ApiError;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Part {
+    Text(String),
+    /// Base64 image from a data: URL.
+    Image {
+        media: String,
+        data: String,
+    },
+    ToolCall {
+        id: String,
+        name: String,
+        args: Value,
+    },
+    ToolResult {
+        id: String,
+        name: String,
+        content: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    User,
+    Assistant,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Turn {
+    pub role: Role,
+    pub parts: Vec<Part>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tool {
+    pub name: String,
+    pub description: Option<String>,
+    pub parameters: Value,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolChoice {
+    Auto,
+    None,
+    Required,
+    Named(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Chat {
+    pub system: Vec<String>,
+    /// Alternating roles (consecutive same-role messages merged); tool
+    /// results are user parts placed before any other user part of the turn.
+    pub turns: Vec<Turn>,
+    pub max_tokens: Option<u64>,
+    pub temperature: Option<Value>,
+    pub top_p: Option<Value>,
+    pub stop: Vec<String>,
+    pub tools: Vec<Tool>,
+    pub tool_choice: Option<ToolChoice>,
+    /// `response_format`: Some(schema) for json_schema, Some(None) for json_object.
+    pub json: Option<Option<Value>>,
+    pub stream: bool,
+    pub seed: Option<Value>,
+    pub presence_penalty: Option<Value>,
+    pub frequency_penalty: Option<Value>,
+    pub n: Option<u64>,
+}
+
+/// What a provider accepts beyond the common core.
+pub struct Accept {
+    pub provider: &'static str,
+    /// seed, presence/frequency penalties, n.
+    pub sampling_extras: bool,
+}
+
+fn bad(param: &str, msg: impl Into<String>) -> ApiError {
+    ApiError::bad_param(param, msg)
+}
+
+fn text_of(content: &Value, at: &str) -> Result<String, ApiError> {
+    match content {
+        Value::String(s) => Ok(s.clone()),
+        Value::Null => Ok(String::new()),
+        Value::Array(parts) => {
+            let mut out = String::new();
+            for (j, p) in parts.iter().enumerate() {
+                match (p.get("type").and_then(Value::as_str), p.get("text")) {
+                    (Some("text"), Some(Value::String(t))) => {
+                        if !out.is_empty() {
+                            out.push('\n');
+                        }
+                        out.push_str(t);
+                    }
+                    _ => return Err(bad(
+                        &format!("{at}[{j}]"),
+                        format!(
+                            "Invalid content part at '{at}[{j}]': only text parts are allowed here"
+                        ),
+                    )),
+                }
+            }
+            Ok(out)
+        }
+        _ => Err(bad(
+            at,
+            format!("Invalid type for '{at}': expected a string or an array of content parts"),
+        )),
+    }
+}
+
+fn content_parts(
+    content: &Value,
+    at: &str,
+    user: bool,
+    provider: &str,
+) -> Result<Vec<Part>, ApiError> {
+    let mut out = Vec::new();
+    match content {
+        Value::Null => {}
+        Value::String(s) => {
+            if !s.is_empty() {
+                out.push(Part::Text(s.clone()));
+            }
+        }
+        Value::Array(parts) => {
+            for (j, p) in parts.iter().enumerate() {
+                let pat = format!("{at}[{j}]");
+                match p.get("type").and_then(Value::as_str) {
+                    Some("text") => match p.get("text") {
+                        Some(Value::String(t)) => {
+                            if !t.is_empty() {
+                                out.push(Part::Text(t.clone()));
+                            }
+                        }
+                        _ => return Err(bad(&format!("{pat}.text"), format!("Invalid type for '{pat}.text': expected a string"))),
+                    },
+                    Some("refusal") if !user => {
+                        if let Some(Value::String(t)) = p.get("refusal") {
+                            if !t.is_empty() {
+                                out.push(Part::Text(t.clone()));
+                            }
+                        }
+                    }
+                    Some("image_url") if user => {
+                        let url = match p.get("image_url") {
+                            Some(Value::String(u)) => u.as_str(),
+                            Some(Value::Object(o)) => match o.get("url") {
+                                Some(Value::String(u)) => u.as_str(),
+                                _ => return Err(bad(&format!("{pat}.image_url.url"), format!("Missing '{pat}.image_url.url'"))),
+                            },
+                            _ => return Err(bad(&format!("{pat}.image_url"), format!("Missing '{pat}.image_url'"))),
+                        };
+                        let uat = format!("{pat}.image_url.url");
+                        let Some((media, data)) = data_url(url) else {
+                            return Err(ApiError {
+                                message: format!("Provider '{provider}' takes images only as base64 data: URLs ('{uat}')"),
+                                ..ApiError::unsupported_param(&uat, provider)
+                            });
+                        };
+                        if !matches!(media, "image/jpeg" | "image/png" | "image/gif" | "image/webp") {
+                            return Err(bad(&uat, format!("Unsupported image type '{media}' in '{uat}' (jpeg, png, gif, webp)")));
+                        }
+                        out.push(Part::Image { media: media.to_string(), data: data.to_string() });
+                    }
+                    Some(other) => {
+                        return Err(ApiError {
+                            message: format!("Content part type '{other}' at '{pat}' is not supported by provider '{provider}'"),
+                            ..ApiError::unsupported_param(&format!("{pat}.type"), provider)
+                        })
+                    }
+                    None => return Err(bad(&format!("{pat}.type"), format!("Missing '{pat}.type'"))),
+                }
+            }
+        }
+        _ => {
+            return Err(bad(
+                at,
+                format!("Invalid type for '{at}': expected a string or an array of content parts"),
+            ))
+        }
+    }
+    Ok(out)
+}
+
+fn tool_calls(calls: &Value, at: &str) -> Result<Vec<Part>, ApiError> {
+    let Value::Array(calls) = calls else {
+        if calls.is_null() {
+            return Ok(Vec::new());
+        }
+        return Err(bad(
+            at,
+            format!("Invalid type for '{at}': expected an array"),
+        ));
+    };
+    let mut out = Vec::new();
+    for (j, c) in calls.iter().enumerate() {
+        let cat = format!("{at}[{j}]");
+        let id = c
+            .get("id")
+            .and_then(Value::as_str)
+            .ok_or_else(|| bad(&format!("{cat}.id"), format!("Missing '{cat}.id'")))?;
+        let f = c.get("function").ok_or_else(|| {
+            bad(
+                &format!("{cat}.function"),
+                format!("Missing '{cat}.function'"),
+            )
+        })?;
+        let name = f.get("name").and_then(Value::as_str).ok_or_else(|| {
+            bad(
+                &format!("{cat}.function.name"),
+                format!("Missing '{cat}.function.name'"),
+            )
+        })?;
+        let args =
+            match f.get("arguments") {
+                None | Some(Value::Null) => Value::Object(Map::new()),
+                Some(Value::String(s)) if s.trim().is_empty() => Value::Object(Map::new()),
+                Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
+                    Ok(v @ Value::Object(_)) => v,
+                    _ => return Err(bad(
+                        &format!("{cat}.function.arguments"),
+                        format!(
+                            "'{cat}.function.arguments' must be a JSON object encoded as a string"
+                        ),
+                    )),
+                },
+                Some(_) => {
+                    return Err(bad(
+                        &format!("{cat}.function.arguments"),
+                        format!("Invalid type for '{cat}.function.arguments': expected a string"),
+                    ))
+                }
+            };
+        out.push(Part::ToolCall {
+            id: id.to_string(),
+            name: name.to_string(),
+            args,
+        });
+    }
+    Ok(out)
+}
+
+fn push(turns: &mut Vec<Turn>, role: Role, parts: Vec<Part>) {
+    if parts.is_empty() {
+        return;
+    }
+    if let Some(t) = turns.last_mut() {
+        if t.role == role {
+            t.parts.extend(parts);
+            return;
+        }
+    }
+    turns.push(Turn { role, parts });
+}
+
+fn number(obj: &Map<String, Value>, name: &str) -> Result<Option<Value>, ApiError> {
+    match obj.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v @ Value::Number(_)) => Ok(Some(v.clone())),
+        Some(_) => Err(bad(
+            name,
+            format!("Invalid type for '{name}': expected a number"),
+        )),
+    }
+}
+
+fn positive_int(obj: &Map<String, Value>, name: &str) -> Result<Option<u64>, ApiError> {
+    match obj.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_u64() {
+            Some(n) if n > 0 => Ok(Some(n)),
+            _ => Err(bad(
+                name,
+                format!("Invalid value for '{name}': expected a positive integer"),
+            )),
+        },
+    }
+}
+
+/// Read an OpenAI chat body.
+pub fn parse(body: &Value, acc: &Accept) -> Result<Chat, ApiError> {
+    let provider = acc.provider;
+    let Some(obj) = body.as_object() else {
+        return Err(ApiError::invalid_json("expected an object"));
+    };
+    for (k, v) in obj {
+        match k.as_str() {
+            "model"
+            | "messages"
+            | "stream"
+            | "stream_options"
+            | "max_tokens"
+            | "max_completion_tokens"
+            | "temperature"
+            | "top_p"
+            | "stop"
+            | "tools"
+            | "tool_choice"
+            | "parallel_tool_calls"
+            | "user"
+            | "store"
+            | "service_tier"
+            | "metadata"
+            | "response_format"
+            | "n"
+            | "seed"
+            | "presence_penalty"
+            | "frequency_penalty" => {}
+            "logprobs" => {
+                if !(v.is_null() || *v == Value::Bool(false)) {
+                    return Err(ApiError::unsupported_param(k, provider));
+                }
+            }
+            _ => {
+                if !v.is_null() {
+                    return Err(ApiError::unsupported_param(k, provider));
+                }
+            }
+        }
+    }
+    let mut chat = Chat::default();
+    let n = positive_int(obj, "n")?;
+    let seed = obj.get("seed").filter(|v| !v.is_null()).cloned();
+    if let Some(s) = &seed {
+        if !s.is_i64() && !s.is_u64() {
+            return Err(bad("seed", "Invalid type for 'seed': expected an integer"));
+        }
+    }
+    let pp = number(obj, "presence_penalty")?;
+    let fp = number(obj, "frequency_penalty")?;
+    if acc.sampling_extras {
+        chat.n = n;
+        chat.seed = seed;
+        chat.presence_penalty = pp;
+        chat.frequency_penalty = fp;
+    } else {
+        if n.is_some_and(|n| n > 1) {
+            return Err(ApiError::unsupported_param("n", provider));
+        }
+        for (name, v) in [("presence_penalty", &pp), ("frequency_penalty", &fp)] {
+            if v.as_ref().is_some_and(|v| v.as_f64() != Some(0.0)) {
+                return Err(ApiError::unsupported_param(name, provider));
+            }
+        }
+    }
+    let msgs = check_messages(body)?;
+    // tool_call_id → function name, from the assistant turns.
+    let mut names: Vec<(String, String)> = Vec::new();
+    for (i, m) in msgs.iter().enumerate() {
+        let at = format!("messages[{i}]");
+        let role = m.get("role").and_then(Value::as_str).unwrap_or("");
+        let content = m.get("content").unwrap_or(&Value::Null);
+        match role {
+            "system" | "developer" => {
+                let t = text_of(content, &format!("{at}.content"))?;
+                if !t.is_empty() {
+                    chat.system.push(t);
+                }
+            }
+            "user" => {
+                let parts = content_parts(content, &format!("{at}.content"), true, provider)?;
+                push(&mut chat.turns, Role::User, parts);
+            }
+            "assistant" => {
+                let mut parts = content_parts(content, &format!("{at}.content"), false, provider)?;
+                if let Some(calls) = m.get("tool_calls") {
+                    let calls = tool_calls(calls, &format!("{at}.tool_calls"))?;
+                    for c in &calls {
+                        if let Part::ToolCall { id, name, .. } = c {
+                            names.push((id.clone(), name.clone()));
+                        }
+                    }
+                    parts.extend(calls);
+                }
+                push(&mut chat.turns, Role::Assistant, parts);
+            }
+            "tool" => {
+                let id = m
+                    .get("tool_call_id")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| {
+                        bad(
+                            &format!("{at}.tool_call_id"),
+                            format!("Missing '{at}.tool_call_id'"),
+                        )
+                    })?;
+                let Some(name) = names
+                    .iter()
+                    .rev()
+                    .find(|(i, _)| i == id)
+                    .map(|(_, n)| n.clone())
+                else {
+                    return Err(bad(
+                        &format!("{at}.tool_call_id"),
+                        format!("'{at}.tool_call_id' ({id}) does not answer a tool call of an earlier assistant message"),
+                    ));
+                };
+                let content = text_of(content, &format!("{at}.content"))?;
+                push(
+                    &mut chat.turns,
+                    Role::User,
+                    vec![Part::ToolResult {
+                        id: id.to_string(),
+                        name,
+                        content,
+                    }],
+                );
+            }
+            other => {
+                return Err(bad(
+                    &format!("{at}.role"),
+                    format!("Unsupported role '{other}' at '{at}.role'"),
+                ))
+            }
+        }
+    }
+    for t in &mut chat.turns {
+        if t.role == Role::User && t.parts.iter().any(|p| matches!(p, Part::ToolResult { .. })) {
+            let (mut tr, rest): (Vec<Part>, Vec<Part>) = t
+                .parts
+                .drain(..)
+                .partition(|p| matches!(p, Part::ToolResult { .. }));
+            tr.extend(rest);
+            t.parts = tr;
+        }
+    }
+    if chat.turns.is_empty() {
+        return Err(bad(
+            "messages",
+            "'messages' must contain at least one non-empty user or assistant message",
+        ));
+    }
+    chat.max_tokens = match positive_int(obj, "max_completion_tokens")? {
+        Some(n) => Some(n),
+        None => positive_int(obj, "max_tokens")?,
+    };
+    chat.temperature = number(obj, "temperature")?;
+    chat.top_p = number(obj, "top_p")?;
+    match obj.get("stop") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(s)) => chat.stop.push(s.clone()),
+        Some(Value::Array(a)) if a.iter().all(Value::is_string) => {
+            chat.stop = a
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect();
+        }
+        Some(_) => {
+            return Err(bad(
+                "stop",
+                "Invalid type for 'stop': expected a string or an array of strings",
+            ))
+        }
+    }
+    match obj.get("tools") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(tools)) => {
+            for (j, t) in tools.iter().enumerate() {
+                let at = format!("tools[{j}]");
+                if t.get("type").and_then(Value::as_str) != Some("function") {
+                    return Err(ApiError {
+                        message: format!("Only function tools are supported by provider '{provider}' ('{at}.type')"),
+                        ..ApiError::unsupported_param(&format!("{at}.type"), provider)
+                    });
+                }
+                let f = t.get("function").ok_or_else(|| {
+                    bad(
+                        &format!("{at}.function"),
+                        format!("Missing '{at}.function'"),
+                    )
+                })?;
+                let name = f.get("name").and_then(Value::as_str).ok_or_else(|| {
+                    bad(
+                        &format!("{at}.function.name"),
+                        format!("Missing '{at}.function.name'"),
+                    )
+                })?;
+                let parameters =
+                    match f.get("parameters") {
+                        None | Some(Value::Null) => {
+                            serde_json::json!({"type": "object", "properties": {}})
+                        }
+                        Some(v @ Value::Object(_)) => v.clone(),
+                        Some(_) => return Err(bad(
+                            &format!("{at}.function.parameters"),
+                            format!(
+                                "Invalid type for '{at}.function.parameters': expected an object"
+                            ),
+                        )),
+                    };
+                chat.tools.push(Tool {
+                    name: name.to_string(),
+                    description: f
+                        .get("description")
+                        .and_then(Value::as_str)
+                        .map(str::to_string),
+                    parameters,
+                });
+            }
+        }
+        Some(_) => return Err(bad("tools", "Invalid type for 'tools': expected an array")),
+    }
+    chat.tool_choice = match obj.get("tool_choice") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(match s.as_str() {
+            "auto" => ToolChoice::Auto,
+            "none" => ToolChoice::None,
+            "required" => ToolChoice::Required,
+            _ => return Err(bad("tool_choice", format!("Invalid value for 'tool_choice': '{s}'"))),
+        }),
+        Some(Value::Object(o)) => match o.get("function").and_then(|f| f.get("name")).and_then(Value::as_str) {
+            Some(name) => {
+                if !chat.tools.iter().any(|t| t.name == name) {
+                    return Err(bad("tool_choice", format!("'tool_choice' names function '{name}', which is not in 'tools'")));
+                }
+                Some(ToolChoice::Named(name.to_string()))
+            }
+            None => return Err(bad("tool_choice", "Invalid value for 'tool_choice': expected {\"type\":\"function\",\"function\":{\"name\":...}}")),
+        },
+        Some(_) => return Err(bad("tool_choice", "Invalid type for 'tool_choice'")),
+    };
+    if chat.tool_choice.is_some() && chat.tools.is_empty() {
+        return Err(bad(
+            "tool_choice",
+            "'tool_choice' is only allowed when 'tools' are specified",
+        ));
+    }
+    chat.json = match obj.get("response_format").filter(|v| !v.is_null()) {
+        None => None,
+        Some(rf) => match rf.get("type").and_then(Value::as_str) {
+            Some("text") => None,
+            Some("json_object") => Some(None),
+            Some("json_schema") => match rf.get("json_schema").and_then(|j| j.get("schema")) {
+                Some(s @ Value::Object(_)) => Some(Some(s.clone())),
+                _ => {
+                    return Err(bad(
+                        "response_format.json_schema.schema",
+                        "Missing 'response_format.json_schema.schema' (a JSON schema object)",
+                    ))
+                }
+            },
+            _ => {
+                return Err(bad(
+                    "response_format.type",
+                    "Invalid value for 'response_format.type': expected text, json_object or json_schema",
+                ))
+            }
+        },
+    };
+    match obj.get("user") {
+        None | Some(Value::Null) | Some(Value::String(_)) => {}
+        Some(_) => return Err(bad("user", "Invalid type for 'user': expected a string")),
+    }
+    match obj.get("parallel_tool_calls") {
+        None | Some(Value::Null) | Some(Value::Bool(_)) => {}
+        Some(_) => {
+            return Err(bad(
+                "parallel_tool_calls",
+                "Invalid type for 'parallel_tool_calls': expected a boolean",
+            ))
+        }
+    }
+    chat.stream = stream_flag(body)?;
+    super::include_usage_flag(body)?;
+    Ok(chat)
+}
+
+/// Tool call id for providers that give none.
+pub fn tool_call_id(prefix: &str, n: usize) -> String {
+    format!("call_{prefix}_{n}")
+}

@@ -1,0 +1,630 @@
+//! OpenAI → Google Gemini (`generateContent`, `streamGenerateContent?alt=sse`,
+//! `batchEmbedContents`), and back.
+//!
+//! Request: system/developer messages → `systemInstruction`; turns →
+//! `contents` with roles `user` / `model`; text → `text` parts, data: URL
+//! images → `inlineData`; assistant `tool_calls` → `functionCall` parts;
+//! `tool` messages → `functionResponse` parts named after the earlier call
+//! (a JSON-object result is sent as the response, anything else as
+//! `{"content": text}`); `tools` → one `functionDeclarations` tool;
+//! `tool_choice` → `toolConfig.functionCallingConfig` (`AUTO`, `NONE`,
+//! `ANY`, `ANY` + `allowedFunctionNames`); `generationConfig` from
+//! temperature, top_p, max(_completion)_tokens, stop, n, seed, penalties and
+//! `response_format` (`responseMimeType: application/json`, `responseSchema`).
+//! JSON-Schema keywords Gemini's schema does not have (`additionalProperties`,
+//! `$schema`, `strict`) are removed from tool parameters and response schemas.
+//!
+//! Response: text parts (not thoughts) → `content`, `functionCall` →
+//! `tool_calls` (ids from the call's `id`, else `call_<n>`); `finishReason`
+//! STOP → stop (tool_calls when calls were made), MAX_TOKENS → length,
+//! SAFETY, RECITATION, BLOCKLIST, PROHIBITED_CONTENT, SPII, IMAGE_SAFETY,
+//! LANGUAGE → content_filter, other → stop; a prompt blocked by
+//! `promptFeedback` → empty content with content_filter; `usageMetadata`
+//! → usage (thought tokens count as completion, cached content as cached).
+
+use serde_json::{json, Map, Value};
+
+use super::chat_ir::{self, Accept, Part, Role, ToolChoice};
+use super::{
+    embedding_base64, embedding_dimensions, embedding_inputs, embedding_item, embedding_list,
+    estimate_tokens, push_data, upstream_error, usage_json, Endpoint, RequestCtx, ResponseCtx,
+    StreamTranslator, Translated, Translator, UpstreamRequest, Usage, DONE,
+};
+use crate::config::{Key, Kind, Provider};
+use crate::error::{ApiError, SERVER};
+use crate::sse::{Event, SseParser};
+
+pub struct OpenAiGemini;
+
+const PROVIDER: &str = "gemini";
+
+/// Remove JSON-Schema keywords that Gemini's OpenAPI-subset schema lacks.
+pub fn clean_schema(v: &Value) -> Value {
+    match v {
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .filter(|(k, _)| {
+                    !matches!(k.as_str(), "additionalProperties" | "$schema" | "strict")
+                })
+                .map(|(k, v)| {
+                    // `properties` maps names to schemas: keep every name.
+                    if k == "properties" {
+                        if let Value::Object(props) = v {
+                            return (
+                                k.clone(),
+                                Value::Object(
+                                    props
+                                        .iter()
+                                        .map(|(n, s)| (n.clone(), clean_schema(s)))
+                                        .collect(),
+                                ),
+                            );
+                        }
+                    }
+                    (k.clone(), clean_schema(v))
+                })
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(clean_schema).collect()),
+        other => other.clone(),
+    }
+}
+
+fn chat_request(ctx: &RequestCtx<'_>, body: &Value) -> Result<(Value, bool), ApiError> {
+    let chat = chat_ir::parse(
+        body,
+        &Accept {
+            provider: PROVIDER,
+            sampling_extras: true,
+        },
+    )?;
+    let mut contents = Vec::new();
+    for t in &chat.turns {
+        let mut parts = Vec::new();
+        for p in &t.parts {
+            parts.push(match p {
+                Part::Text(s) => json!({"text": s}),
+                Part::Image { media, data } => {
+                    json!({"inlineData": {"mimeType": media, "data": data}})
+                }
+                Part::ToolCall { name, args, .. } => {
+                    json!({"functionCall": {"name": name, "args": args}})
+                }
+                Part::ToolResult { name, content, .. } => {
+                    let response = match serde_json::from_str::<Value>(content) {
+                        Ok(v @ Value::Object(_)) => v,
+                        _ => json!({"content": content}),
+                    };
+                    json!({"functionResponse": {"name": name, "response": response}})
+                }
+            });
+        }
+        let role = match t.role {
+            Role::User => "user",
+            Role::Assistant => "model",
+        };
+        contents.push(json!({"role": role, "parts": parts}));
+    }
+    let mut out = Map::new();
+    out.insert("contents".into(), Value::Array(contents));
+    if !chat.system.is_empty() {
+        out.insert(
+            "systemInstruction".into(),
+            json!({"parts": [{"text": chat.system.join("\n\n")}]}),
+        );
+    }
+    if !chat.tools.is_empty() {
+        let decls: Vec<Value> = chat
+            .tools
+            .iter()
+            .map(|t| {
+                let mut d = Map::new();
+                d.insert("name".into(), json!(t.name));
+                if let Some(desc) = &t.description {
+                    d.insert("description".into(), json!(desc));
+                }
+                let params = clean_schema(&t.parameters);
+                // An object schema without properties is refused by Gemini.
+                let empty = params
+                    .get("properties")
+                    .and_then(Value::as_object)
+                    .is_none_or(Map::is_empty);
+                if !empty {
+                    d.insert("parameters".into(), params);
+                }
+                Value::Object(d)
+            })
+            .collect();
+        out.insert("tools".into(), json!([{"functionDeclarations": decls}]));
+        if let Some(c) = &chat.tool_choice {
+            let cfg = match c {
+                ToolChoice::Auto => json!({"mode": "AUTO"}),
+                ToolChoice::None => json!({"mode": "NONE"}),
+                ToolChoice::Required => json!({"mode": "ANY"}),
+                ToolChoice::Named(n) => json!({"mode": "ANY", "allowedFunctionNames": [n]}),
+            };
+            out.insert("toolConfig".into(), json!({"functionCallingConfig": cfg}));
+        }
+    }
+    let mut gc = Map::new();
+    if let Some(t) = chat.temperature {
+        gc.insert("temperature".into(), t);
+    }
+    if let Some(t) = chat.top_p {
+        gc.insert("topP".into(), t);
+    }
+    if let Some(n) = chat.max_tokens {
+        gc.insert("maxOutputTokens".into(), json!(n));
+    }
+    if !chat.stop.is_empty() {
+        gc.insert("stopSequences".into(), json!(chat.stop));
+    }
+    if let Some(n) = chat.n {
+        gc.insert("candidateCount".into(), json!(n));
+    }
+    if let Some(s) = chat.seed {
+        gc.insert("seed".into(), s);
+    }
+    if let Some(p) = chat.presence_penalty {
+        gc.insert("presencePenalty".into(), p);
+    }
+    if let Some(p) = chat.frequency_penalty {
+        gc.insert("frequencyPenalty".into(), p);
+    }
+    if let Some(schema) = &chat.json {
+        gc.insert("responseMimeType".into(), json!("application/json"));
+        if let Some(s) = schema {
+            gc.insert("responseSchema".into(), clean_schema(s));
+        }
+    }
+    if !gc.is_empty() {
+        out.insert("generationConfig".into(), Value::Object(gc));
+    }
+    let _ = ctx;
+    Ok((Value::Object(out), chat.stream))
+}
+
+impl Translator for OpenAiGemini {
+    fn kind(&self) -> Kind {
+        Kind::Gemini
+    }
+
+    fn request(&self, ctx: &RequestCtx<'_>, body: &Value) -> Result<UpstreamRequest, ApiError> {
+        let base = &ctx.provider.base_path;
+        match ctx.endpoint {
+            Endpoint::Chat => {
+                let include_usage = super::include_usage_flag(body)?;
+                let (v, stream) = chat_request(ctx, body)?;
+                let path = if stream {
+                    format!("{base}/models/{}:streamGenerateContent?alt=sse", ctx.model)
+                } else {
+                    format!("{base}/models/{}:generateContent", ctx.model)
+                };
+                Ok(UpstreamRequest {
+                    path,
+                    body: serde_json::to_vec(&v)
+                        .map_err(|e| ApiError::invalid_json(&e.to_string()))?,
+                    stream,
+                    include_usage,
+                    json_mode: false,
+                    prompt_estimate: 0,
+                    embed_base64: false,
+                })
+            }
+            Endpoint::Embeddings => {
+                if let Some((k, _)) = body.as_object().and_then(|o| {
+                    o.iter().find(|(k, v)| {
+                        !v.is_null()
+                            && !matches!(
+                                k.as_str(),
+                                "model" | "input" | "encoding_format" | "dimensions" | "user"
+                            )
+                    })
+                }) {
+                    return Err(ApiError::unsupported_param(k, PROVIDER));
+                }
+                let inputs = embedding_inputs(body, PROVIDER)?;
+                let base64 = embedding_base64(body)?;
+                let dims = embedding_dimensions(body)?;
+                let model = format!("models/{}", ctx.model);
+                let requests: Vec<Value> = inputs
+                    .iter()
+                    .map(|t| {
+                        let mut r = json!({"model": model, "content": {"parts": [{"text": t}]}});
+                        if let (Some(d), Some(o)) = (dims, r.as_object_mut()) {
+                            o.insert("outputDimensionality".into(), json!(d));
+                        }
+                        r
+                    })
+                    .collect();
+                let estimate = inputs.iter().map(|t| estimate_tokens(t)).sum();
+                Ok(UpstreamRequest {
+                    path: format!("{base}/models/{}:batchEmbedContents", ctx.model),
+                    body: serde_json::to_vec(&json!({"requests": requests}))
+                        .map_err(|e| ApiError::invalid_json(&e.to_string()))?,
+                    stream: false,
+                    include_usage: false,
+                    json_mode: false,
+                    prompt_estimate: estimate,
+                    embed_base64: base64,
+                })
+            }
+        }
+    }
+
+    fn auth_headers(
+        &self,
+        _provider: &Provider,
+        key: &Key,
+        _req: &UpstreamRequest,
+        _now_ms: u64,
+    ) -> Result<Vec<(&'static str, String)>, ApiError> {
+        Ok(vec![("x-goog-api-key", key.value.clone())])
+    }
+
+    fn response(&self, ctx: &ResponseCtx, body: &[u8]) -> Result<Translated, ApiError> {
+        let v: Value = serde_json::from_slice(body).map_err(|_| bad_upstream())?;
+        let (out, usage) = match ctx.endpoint {
+            Endpoint::Embeddings => embeddings_response(ctx, &v)?,
+            Endpoint::Chat => chat_response(ctx, &v),
+        };
+        let bytes = serde_json::to_vec(&out).map_err(|_| bad_upstream())?;
+        Ok(Translated {
+            body: Some(bytes),
+            usage: Some(usage),
+        })
+    }
+
+    fn error(&self, status: u16, body: &[u8]) -> ApiError {
+        let v: Option<Value> = serde_json::from_slice(body).ok();
+        let e = v.as_ref().and_then(|v| v.get("error"));
+        let msg = e
+            .and_then(|e| e.get("message"))
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        // Gemini answers a bad API key with 400 API_KEY_INVALID: it is the
+        // gateway's credential, not the client's request.
+        let key_invalid = body.windows(15).any(|w| w == b"API_KEY_INVALID");
+        if key_invalid {
+            return upstream_error(401, None);
+        }
+        upstream_error(status, msg)
+    }
+
+    fn stream(&self, ctx: &ResponseCtx) -> Box<dyn StreamTranslator> {
+        Box::new(GeminiStream::new(ctx))
+    }
+}
+
+fn bad_upstream() -> ApiError {
+    ApiError::new(
+        502,
+        SERVER,
+        "provider_error",
+        "The provider's answer could not be read",
+    )
+}
+
+fn embeddings_response(ctx: &ResponseCtx, v: &Value) -> Result<(Value, Usage), ApiError> {
+    let Some(list) = v.get("embeddings").and_then(Value::as_array) else {
+        return Err(bad_upstream());
+    };
+    let mut data = Vec::with_capacity(list.len());
+    for (i, e) in list.iter().enumerate() {
+        let vals: Vec<f64> = e
+            .get("values")
+            .and_then(Value::as_array)
+            .ok_or_else(bad_upstream)?
+            .iter()
+            .map(|x| x.as_f64().unwrap_or(0.0))
+            .collect();
+        data.push(embedding_item(i, &vals, ctx.embed_base64));
+    }
+    let usage = Usage {
+        prompt_tokens: ctx.prompt_estimate,
+        completion_tokens: 0,
+        cached_tokens: 0,
+    };
+    Ok((embedding_list(data, &ctx.model, usage.prompt_tokens), usage))
+}
+
+/// Gemini `finishReason` → OpenAI `finish_reason`.
+pub fn finish_reason(r: &str) -> &'static str {
+    match r {
+        "MAX_TOKENS" => "length",
+        "SAFETY" | "RECITATION" | "BLOCKLIST" | "PROHIBITED_CONTENT" | "SPII" | "IMAGE_SAFETY"
+        | "LANGUAGE" => "content_filter",
+        _ => "stop",
+    }
+}
+
+/// `usageMetadata` → [`Usage`].
+pub fn parse_usage(u: &Value) -> Usage {
+    let g = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
+    Usage {
+        prompt_tokens: g("promptTokenCount") + g("toolUsePromptTokenCount"),
+        completion_tokens: g("candidatesTokenCount") + g("thoughtsTokenCount"),
+        cached_tokens: g("cachedContentTokenCount"),
+    }
+}
+
+/// Text and calls of the first candidate.
+fn candidate_parts(c: &Value, calls_from: usize, text: &mut String, calls: &mut Vec<Value>) {
+    let Some(parts) = c
+        .get("content")
+        .and_then(|c| c.get("parts"))
+        .and_then(Value::as_array)
+    else {
+        return;
+    };
+    for p in parts {
+        if p.get("thought").and_then(Value::as_bool) == Some(true) {
+            continue;
+        }
+        if let Some(t) = p.get("text").and_then(Value::as_str) {
+            text.push_str(t);
+        } else if let Some(fc) = p.get("functionCall") {
+            let n = calls_from + calls.len();
+            let id = fc
+                .get("id")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .unwrap_or_else(|| chat_ir::tool_call_id("gemini", n));
+            let args = fc.get("args").cloned().unwrap_or_else(|| json!({}));
+            calls.push(json!({
+                "id": id,
+                "type": "function",
+                "function": {"name": fc.get("name").cloned().unwrap_or(Value::Null), "arguments": args.to_string()},
+            }));
+        }
+    }
+}
+
+fn chat_response(ctx: &ResponseCtx, v: &Value) -> (Value, Usage) {
+    let usage = v.get("usageMetadata").map(parse_usage).unwrap_or_default();
+    let mut choices = Vec::new();
+    let cands = v
+        .get("candidates")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for (i, c) in cands.iter().enumerate() {
+        let mut text = String::new();
+        let mut calls = Vec::new();
+        candidate_parts(c, 0, &mut text, &mut calls);
+        let finish = match c.get("finishReason").and_then(Value::as_str) {
+            Some("STOP") | None if !calls.is_empty() => "tool_calls",
+            Some(r) => finish_reason(r),
+            None => "stop",
+        };
+        let mut message = Map::new();
+        message.insert("role".into(), json!("assistant"));
+        message.insert(
+            "content".into(),
+            if text.is_empty() && !calls.is_empty() {
+                Value::Null
+            } else {
+                Value::String(text)
+            },
+        );
+        if !calls.is_empty() {
+            message.insert("tool_calls".into(), Value::Array(calls));
+        }
+        message.insert("refusal".into(), Value::Null);
+        let index = c.get("index").and_then(Value::as_u64).unwrap_or(i as u64);
+        choices.push(
+            json!({"index": index, "message": message, "logprobs": null, "finish_reason": finish}),
+        );
+    }
+    if choices.is_empty() {
+        // Prompt blocked (promptFeedback.blockReason): no candidates.
+        choices.push(
+            json!({"index": 0, "message": {"role": "assistant", "content": "", "refusal": null},
+            "logprobs": null, "finish_reason": "content_filter"}),
+        );
+    }
+    let id = v
+        .get("responseId")
+        .and_then(Value::as_str)
+        .map(|s| format!("chatcmpl-{s}"))
+        .unwrap_or_else(|| "chatcmpl-gemini".into());
+    let model = v
+        .get("modelVersion")
+        .and_then(Value::as_str)
+        .unwrap_or(&ctx.model);
+    let out = json!({
+        "id": id,
+        "object": "chat.completion",
+        "created": ctx.created,
+        "model": model,
+        "choices": choices,
+        "usage": usage_json(&usage),
+    });
+    (out, usage)
+}
+
+/// Gemini SSE (one `GenerateContentResponse` per event) → OpenAI chunks.
+pub struct GeminiStream {
+    parser: SseParser,
+    include_usage: bool,
+    created: u64,
+    model: String,
+    prefix: String,
+    started: bool,
+    next_tool: usize,
+    usage: Option<Usage>,
+    finish: Option<&'static str>,
+    done: bool,
+    first_token: bool,
+}
+
+impl GeminiStream {
+    pub fn new(ctx: &ResponseCtx) -> GeminiStream {
+        GeminiStream {
+            parser: SseParser::default(),
+            include_usage: ctx.include_usage,
+            created: ctx.created,
+            model: ctx.model.clone(),
+            prefix: String::new(),
+            started: false,
+            next_tool: 0,
+            usage: None,
+            finish: None,
+            done: false,
+            first_token: false,
+        }
+    }
+
+    fn chunk(&mut self, out: &mut Vec<u8>, delta: &Value, finish: Option<&str>) {
+        out.extend_from_slice(self.prefix.as_bytes());
+        out.extend_from_slice(delta.to_string().as_bytes());
+        out.extend_from_slice(b",\"logprobs\":null,\"finish_reason\":");
+        match finish {
+            Some(f) => {
+                out.push(b'"');
+                out.extend_from_slice(f.as_bytes());
+                out.push(b'"');
+            }
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b"}]}\n\n");
+    }
+
+    fn error_event(&mut self, out: &mut Vec<u8>, code: &str, message: &str) {
+        let e = json!({"error": {"message": message, "type": SERVER, "param": null, "code": code}});
+        push_data(out, e.to_string().as_bytes());
+        out.extend_from_slice(DONE);
+        self.done = true;
+    }
+
+    fn on_event(&mut self, ev: Event, out: &mut Vec<u8>) {
+        if self.done || ev.data.is_empty() {
+            return;
+        }
+        let Ok(v) = serde_json::from_str::<Value>(&ev.data) else {
+            self.error_event(out, "provider_error", "Malformed stream from the provider");
+            return;
+        };
+        if let Some(e) = v.get("error") {
+            let code = match e.get("status").and_then(Value::as_str) {
+                Some("UNAVAILABLE") => "provider_overloaded",
+                Some("RESOURCE_EXHAUSTED") => "rate_limit_exceeded",
+                _ => "provider_error",
+            };
+            let msg = e
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("Provider error")
+                .to_string();
+            self.error_event(out, code, &msg);
+            return;
+        }
+        if !self.started {
+            self.started = true;
+            let id = v
+                .get("responseId")
+                .and_then(Value::as_str)
+                .map(|s| format!("chatcmpl-{s}"))
+                .unwrap_or_else(|| "chatcmpl-gemini".into());
+            if let Some(m) = v.get("modelVersion").and_then(Value::as_str) {
+                self.model = m.to_string();
+            }
+            self.prefix = format!(
+                "data: {{\"id\":{},\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{},\"choices\":[{{\"index\":0,\"delta\":",
+                json!(id),
+                self.created,
+                json!(self.model)
+            );
+            self.chunk(out, &json!({"role": "assistant", "content": ""}), None);
+        }
+        if let Some(u) = v.get("usageMetadata") {
+            self.usage = Some(parse_usage(u));
+        }
+        let cand = v.get("candidates").and_then(|c| c.get(0));
+        if let Some(c) = cand {
+            let mut text = String::new();
+            let mut calls = Vec::new();
+            candidate_parts(c, self.next_tool, &mut text, &mut calls);
+            if !text.is_empty() {
+                self.first_token = true;
+                self.chunk(out, &json!({"content": text}), None);
+            }
+            for mut call in calls {
+                if let Some(o) = call.as_object_mut() {
+                    o.insert("index".into(), json!(self.next_tool));
+                }
+                self.next_tool += 1;
+                self.first_token = true;
+                self.chunk(out, &json!({"tool_calls": [call]}), None);
+            }
+            if let Some(r) = c.get("finishReason").and_then(Value::as_str) {
+                self.finish = Some(finish_reason(r));
+            }
+        } else if v
+            .get("promptFeedback")
+            .and_then(|p| p.get("blockReason"))
+            .is_some()
+        {
+            self.finish = Some("content_filter");
+        }
+    }
+}
+
+impl StreamTranslator for GeminiStream {
+    fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+        if self.done {
+            return;
+        }
+        let mut events = Vec::new();
+        let r = self.parser.feed(chunk, &mut |e| events.push(e));
+        for e in events {
+            self.on_event(e, out);
+        }
+        if r.is_err() && !self.done {
+            self.error_event(out, "provider_error", "Malformed stream from the provider");
+        }
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        if self.done {
+            return;
+        }
+        let mut events = Vec::new();
+        let _ = self.parser.finish(&mut |e| events.push(e));
+        for e in events {
+            self.on_event(e, out);
+        }
+        if self.done {
+            return;
+        }
+        let Some(mut f) = self.finish else {
+            self.error_event(out, "provider_error", "The provider's stream ended early");
+            return;
+        };
+        if f == "stop" && self.next_tool > 0 {
+            f = "tool_calls";
+        }
+        self.chunk(out, &json!({}), Some(f));
+        if self.include_usage {
+            let u = self.usage.unwrap_or_default();
+            let mut s = self.prefix.clone();
+            if let Some(pos) = s.find("\"choices\":[") {
+                s.truncate(pos);
+            }
+            out.extend_from_slice(s.as_bytes());
+            out.extend_from_slice(b"\"choices\":[],\"usage\":");
+            out.extend_from_slice(usage_json(&u).to_string().as_bytes());
+            out.extend_from_slice(b"}\n\n");
+        }
+        out.extend_from_slice(DONE);
+        self.done = true;
+    }
+
+    fn usage(&self) -> Option<Usage> {
+        self.usage
+    }
+
+    fn first_token_seen(&self) -> bool {
+        self.first_token
+    }
+}
