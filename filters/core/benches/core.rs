@@ -2,6 +2,8 @@
 //! fixed seed. Run: `cargo bench -p tollgate-core --bench core`.
 //! Goals (issue 5): key selection ≤ 50 ns, 0.13 KB OpenAI→Anthropic request
 //! ≤ 5 µs, 10 KB Anthropic→OpenAI response ≤ 30 µs; stream cost per chunk.
+//! Goals (issue 6): each provider's 0.13 KB request ≤ 5 µs (Bedrock with
+//! SigV4 signing ≤ 15 µs), 10 KB Gemini/Bedrock responses ≤ 30 µs.
 
 use std::hint::black_box;
 
@@ -15,7 +17,12 @@ const CONFIG: &str = r#"{"providers": {
   "openai": {"kind": "openai", "cluster": "openai", "models": ["gpt-4o-mini"],
     "keys": [{"id": "o1", "value": "k1", "weight": 3}, {"id": "o2", "value": "k2", "weight": 1}]},
   "anthropic": {"kind": "anthropic", "cluster": "anthropic", "models": {"claude-sonnet-4-5": {"max_tokens": 8192}},
-    "keys": [{"id": "a1", "value": "k3"}]}},
+    "keys": [{"id": "a1", "value": "k3"}]},
+  "azure": {"kind": "azure", "cluster": "azure", "models": ["gpt-4o-mini"], "keys": [{"id": "az1", "value": "k4"}]},
+  "gemini": {"kind": "gemini", "cluster": "gemini", "models": ["gemini-2.0-flash"], "keys": [{"id": "g1", "value": "k5"}]},
+  "bedrock": {"kind": "bedrock", "cluster": "bedrock", "region": "us-east-1",
+    "models": ["anthropic.claude-3-haiku-20240307-v1:0"],
+    "keys": [{"id": "b1", "access_key_id": "AKIDEXAMPLE", "value": "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"}]}},
   "aliases": {"smart": "anthropic/claude-sonnet-4-5"}}"#;
 
 /// 0.13 KB chat request.
@@ -87,6 +94,43 @@ fn benches(c: &mut Criterion) {
             black_box(for_kind(p.kind).request(&ctx, &v).map(|u| u.body.len()))
         })
     });
+    for (name, model, sign) in [
+        ("openai_to_azure", "azure/gpt-4o-mini", false),
+        ("openai_to_gemini", "gemini/gemini-2.0-flash", false),
+        (
+            "openai_to_bedrock_signed",
+            "bedrock/anthropic.claude-3-haiku-20240307-v1:0",
+            true,
+        ),
+    ] {
+        let req = SMALL_REQUEST.replace("smart", model);
+        g.bench_function(format!("{name}_{}B", req.len()), |b| {
+            b.iter(|| {
+                let (v, model) = parse_client_body(black_box(req.as_bytes()))
+                    .unwrap_or_else(|e| panic!("{e:?}"));
+                let r = rt.resolve(&model).unwrap_or_else(|| panic!("model"));
+                let p = rt
+                    .provider(r.provider)
+                    .unwrap_or_else(|| panic!("provider"));
+                let ctx = RequestCtx {
+                    provider: p,
+                    model: &r.model,
+                    model_cfg: &p.models[&r.model],
+                    endpoint: Endpoint::Chat,
+                };
+                let tr = for_kind(p.kind);
+                let up = tr.request(&ctx, &v).unwrap_or_else(|e| panic!("{e:?}"));
+                let auth = if sign {
+                    tr.auth_headers(p, &p.keys[0], &up, 1_763_812_800_000)
+                        .map(|h| h.len())
+                        .unwrap_or(0)
+                } else {
+                    0
+                };
+                black_box((up.body.len(), auth))
+            })
+        });
+    }
     g.finish();
 
     // --- response translation
@@ -112,6 +156,30 @@ fn benches(c: &mut Criterion) {
             )
         })
     });
+    let text = "The quick brown fox jumps over the lazy dog. ".repeat(225);
+    let gem = serde_json::to_vec(&json!({"candidates": [{"content": {"role": "model", "parts": [{"text": text}]},
+        "finishReason": "STOP", "index": 0}], "usageMetadata": {"promptTokenCount": 2095, "candidatesTokenCount": 503,
+        "totalTokenCount": 2598}, "modelVersion": "gemini-2.0-flash", "responseId": "abcdefghijklmnop"}))
+    .unwrap_or_default();
+    let bed = serde_json::to_vec(&json!({"output": {"message": {"role": "assistant", "content": [{"text": text}]}},
+        "stopReason": "end_turn", "usage": {"inputTokens": 2095, "outputTokens": 503, "totalTokens": 2598},
+        "metrics": {"latencyMs": 1200}}))
+    .unwrap_or_default();
+    for (name, kind, body) in [
+        ("gemini", Kind::Gemini, &gem),
+        ("bedrock", Kind::Bedrock, &bed),
+    ] {
+        g.throughput(Throughput::Bytes(body.len() as u64));
+        g.bench_function(format!("{name}_to_openai_{}B", body.len()), |b| {
+            b.iter(|| {
+                black_box(
+                    for_kind(kind)
+                        .response(&ctx, black_box(body))
+                        .map(|t| t.body.map(|b| b.len())),
+                )
+            })
+        });
+    }
     g.finish();
 
     // --- streaming, per upstream chunk (one SSE event)
@@ -143,6 +211,30 @@ fn benches(c: &mut Criterion) {
         b.iter(|| {
             out.clear();
             t.feed(black_box(OPENAI_CHUNK), &mut out);
+            black_box(out.len())
+        })
+    });
+    let gem_event: &[u8] = b"data: {\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[{\"text\":\"Hello, world! \"}]},\"index\":0}],\"modelVersion\":\"gemini-2.0-flash\"}\r\n\r\n";
+    let mut t = for_kind(Kind::Gemini).stream(&sctx);
+    t.feed(gem_event, &mut out);
+    g.throughput(Throughput::Bytes(gem_event.len() as u64));
+    g.bench_function("gemini_to_openai_text_chunk", |b| {
+        b.iter(|| {
+            out.clear();
+            t.feed(black_box(gem_event), &mut out);
+            black_box(out.len())
+        })
+    });
+    let bed_event = tollgate_core::translate::eventstream::event(
+        "contentBlockDelta",
+        br#"{"contentBlockIndex":0,"delta":{"text":"Hello, world! "},"p":"abcdefghijklmnopqrstuvwxyzABCDEF"}"#,
+    );
+    let mut t = for_kind(Kind::Bedrock).stream(&sctx);
+    g.throughput(Throughput::Bytes(bed_event.len() as u64));
+    g.bench_function("bedrock_eventstream_to_openai_text_delta", |b| {
+        b.iter(|| {
+            out.clear();
+            t.feed(black_box(&bed_event), &mut out);
             black_box(out.len())
         })
     });

@@ -183,7 +183,13 @@ fn fuzz_requests_never_panic() {
             if let Some(res) = rt.resolve(&model) {
                 let p = rt.provider(res.provider).unwrap();
                 for ep in [Endpoint::Chat, Endpoint::Embeddings] {
-                    for kind in [Kind::Openai, Kind::Anthropic] {
+                    for kind in [
+                        Kind::Openai,
+                        Kind::Anthropic,
+                        Kind::Azure,
+                        Kind::Gemini,
+                        Kind::Bedrock,
+                    ] {
                         let ctx = RequestCtx {
                             provider: p,
                             model: &res.model,
@@ -230,26 +236,85 @@ fn fuzz_responses_and_streams_never_panic() {
     let response = serde_json::to_vec(&json!({"id": "m", "model": "c", "content": [{"type": "text", "text": "x"},
         {"type": "tool_use", "id": "t", "name": "f", "input": {"a": [1, 2]}}], "stop_reason": "tool_use",
         "usage": {"input_tokens": 1, "output_tokens": 2, "cache_read_input_tokens": 3}})).unwrap();
+    let gemini_response = serde_json::to_vec(&json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "x"},
+        {"functionCall": {"name": "f", "args": {"a": 1}}}]}, "finishReason": "STOP", "index": 0}],
+        "usageMetadata": {"promptTokenCount": 1, "candidatesTokenCount": 2}, "responseId": "r", "modelVersion": "g"})).unwrap();
+    let gemini_embed =
+        serde_json::to_vec(&json!({"embeddings": [{"values": [0.1, 0.2]}, {"values": [0.3]}]}))
+            .unwrap();
+    let bedrock_response = serde_json::to_vec(&json!({"output": {"message": {"role": "assistant", "content": [{"text": "x"},
+        {"toolUse": {"toolUseId": "t", "name": "f", "input": {"a": 1}}}]}}, "stopReason": "tool_use",
+        "usage": {"inputTokens": 1, "outputTokens": 2}})).unwrap();
+    let bedrock_embed =
+        serde_json::to_vec(&json!({"embedding": [0.1, 0.2], "inputTextTokenCount": 2})).unwrap();
+    let mut gemini_stream = Vec::new();
+    for line in [
+        json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "Hi"}]}}], "responseId": "r"}),
+        json!({"candidates": [{"content": {"role": "model", "parts": [{"functionCall": {"name": "f", "args": {}}}]}, "finishReason": "STOP"}],
+               "usageMetadata": {"promptTokenCount": 1, "candidatesTokenCount": 2}}),
+    ] {
+        gemini_stream.extend_from_slice(format!("data: {line}\r\n\r\n").as_bytes());
+    }
+    let mut bedrock_stream = Vec::new();
+    for (t, p) in [
+        ("messageStart", r#"{"role":"assistant"}"#),
+        (
+            "contentBlockDelta",
+            r#"{"contentBlockIndex":0,"delta":{"text":"Hi"}}"#,
+        ),
+        (
+            "contentBlockStart",
+            r#"{"contentBlockIndex":1,"start":{"toolUse":{"toolUseId":"t","name":"f"}}}"#,
+        ),
+        (
+            "contentBlockDelta",
+            r#"{"contentBlockIndex":1,"delta":{"toolUse":{"input":"{\"a\":1}"}}}"#,
+        ),
+        ("messageStop", r#"{"stopReason":"tool_use"}"#),
+        (
+            "metadata",
+            r#"{"usage":{"inputTokens":1,"outputTokens":2}}"#,
+        ),
+    ] {
+        bedrock_stream.extend(tollgate_core::translate::eventstream::event(
+            t,
+            p.as_bytes(),
+        ));
+    }
     let openai_stream = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n".to_vec();
     for _ in 0..iters() {
-        let kind = if r.next_u32() % 2 == 0 {
-            Kind::Anthropic
-        } else {
-            Kind::Openai
-        };
+        let kind = [
+            Kind::Anthropic,
+            Kind::Openai,
+            Kind::Azure,
+            Kind::Gemini,
+            Kind::Bedrock,
+        ][r.next_u32() as usize % 5];
         let t = for_kind(kind);
+        let embeddings = matches!(kind, Kind::Gemini | Kind::Bedrock) && r.next_u32() % 4 == 0;
         let ctx = ResponseCtx {
-            endpoint: Endpoint::Chat,
+            endpoint: if embeddings {
+                Endpoint::Embeddings
+            } else {
+                Endpoint::Chat
+            },
             stream: true,
             include_usage: r.next_u32() % 2 == 0,
             created: 1,
             json_mode: r.next_u32() % 2 == 0,
             prompt_estimate: 0,
-            embed_base64: false,
+            embed_base64: r.next_u32() % 2 == 0,
             model: String::new(),
         };
         // Non-streaming bodies: JSON-aware mutation then bytes.
-        let mut v: Value = serde_json::from_slice(&response).unwrap();
+        let seed_body = match (kind, embeddings) {
+            (Kind::Gemini, false) => &gemini_response,
+            (Kind::Gemini, true) => &gemini_embed,
+            (Kind::Bedrock, false) => &bedrock_response,
+            (Kind::Bedrock, true) => &bedrock_embed,
+            _ => &response,
+        };
+        let mut v: Value = serde_json::from_slice(seed_body).unwrap();
         mutate_json(&mut v, &mut r);
         let mut body = serde_json::to_vec(&v).unwrap();
         if r.next_u32() % 3 == 0 {
@@ -258,10 +323,11 @@ fn fuzz_responses_and_streams_never_panic() {
         let _ = t.response(&ctx, &body);
         let _ = t.error(400 + (r.next_u32() % 200) as u16, &body);
         // Streams: mutate and feed at random splits.
-        let mut s = if kind == Kind::Anthropic {
-            ANTHROPIC_STREAM.as_bytes().to_vec()
-        } else {
-            openai_stream.clone()
+        let mut s = match kind {
+            Kind::Anthropic => ANTHROPIC_STREAM.as_bytes().to_vec(),
+            Kind::Gemini => gemini_stream.clone(),
+            Kind::Bedrock => bedrock_stream.clone(),
+            _ => openai_stream.clone(),
         };
         for _ in 0..=(r.next_u32() % 4) {
             mutate_bytes(&mut s, &mut r);
@@ -281,6 +347,37 @@ fn fuzz_responses_and_streams_never_panic() {
             std::str::from_utf8(&out).is_ok(),
             "translated stream must stay UTF-8"
         );
+    }
+}
+
+#[test]
+fn fuzz_event_stream_decoder_never_panics() {
+    use tollgate_core::translate::eventstream::{event, Decoder};
+    let mut r = XorShift::new(seed() ^ 0xe5e5);
+    let mut good = event(
+        "contentBlockDelta",
+        br#"{"contentBlockIndex":0,"delta":{"text":"x"}}"#,
+    );
+    good.extend(event("messageStop", br#"{"stopReason":"end_turn"}"#));
+    for _ in 0..iters() {
+        let mut s = good.clone();
+        for _ in 0..=(r.next_u32() % 4) {
+            mutate_bytes(&mut s, &mut r);
+        }
+        if r.next_u32() % 8 == 0 {
+            s = (0..r.next_u32() % 64).map(|_| r.next_u32() as u8).collect();
+        }
+        let mut d = Decoder::default();
+        let mut n = 0;
+        let mut rest: &[u8] = &s;
+        while !rest.is_empty() {
+            let k = 1 + r.next_u32() as usize % 32;
+            let (a, b) = rest.split_at(k.min(rest.len()));
+            let _ = d.feed(a, &mut |_| n += 1);
+            rest = b;
+        }
+        let _ = d.finish();
+        assert!(n <= 2 + s.len() / 16);
     }
 }
 

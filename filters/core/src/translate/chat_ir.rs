@@ -104,12 +104,14 @@ fn text_of(content: &Value, at: &str) -> Result<String, ApiError> {
                         }
                         out.push_str(t);
                     }
-                    _ => return Err(bad(
-                        &format!("{at}[{j}]"),
-                        format!(
+                    _ => {
+                        return Err(bad(
+                            &format!("{at}[{j}]"),
+                            format!(
                             "Invalid content part at '{at}[{j}]': only text parts are allowed here"
                         ),
-                    )),
+                        ))
+                    }
                 }
             }
             Ok(out)
@@ -224,26 +226,27 @@ fn tool_calls(calls: &Value, at: &str) -> Result<Vec<Part>, ApiError> {
                 format!("Missing '{cat}.function.name'"),
             )
         })?;
-        let args =
-            match f.get("arguments") {
-                None | Some(Value::Null) => Value::Object(Map::new()),
-                Some(Value::String(s)) if s.trim().is_empty() => Value::Object(Map::new()),
-                Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
-                    Ok(v @ Value::Object(_)) => v,
-                    _ => return Err(bad(
+        let args = match f.get("arguments") {
+            None | Some(Value::Null) => Value::Object(Map::new()),
+            Some(Value::String(s)) if s.trim().is_empty() => Value::Object(Map::new()),
+            Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
+                Ok(v @ Value::Object(_)) => v,
+                _ => {
+                    return Err(bad(
                         &format!("{cat}.function.arguments"),
                         format!(
                             "'{cat}.function.arguments' must be a JSON object encoded as a string"
                         ),
-                    )),
-                },
-                Some(_) => {
-                    return Err(bad(
-                        &format!("{cat}.function.arguments"),
-                        format!("Invalid type for '{cat}.function.arguments': expected a string"),
                     ))
                 }
-            };
+            },
+            Some(_) => {
+                return Err(bad(
+                    &format!("{cat}.function.arguments"),
+                    format!("Invalid type for '{cat}.function.arguments': expected a string"),
+                ))
+            }
+        };
         out.push(Part::ToolCall {
             id: id.to_string(),
             name: name.to_string(),
@@ -489,19 +492,20 @@ pub fn parse(body: &Value, acc: &Accept) -> Result<Chat, ApiError> {
                         format!("Missing '{at}.function.name'"),
                     )
                 })?;
-                let parameters =
-                    match f.get("parameters") {
-                        None | Some(Value::Null) => {
-                            serde_json::json!({"type": "object", "properties": {}})
-                        }
-                        Some(v @ Value::Object(_)) => v.clone(),
-                        Some(_) => return Err(bad(
+                let parameters = match f.get("parameters") {
+                    None | Some(Value::Null) => {
+                        serde_json::json!({"type": "object", "properties": {}})
+                    }
+                    Some(v @ Value::Object(_)) => v.clone(),
+                    Some(_) => {
+                        return Err(bad(
                             &format!("{at}.function.parameters"),
                             format!(
                                 "Invalid type for '{at}.function.parameters': expected an object"
                             ),
-                        )),
-                    };
+                        ))
+                    }
+                };
                 chat.tools.push(Tool {
                     name: name.to_string(),
                     description: f

@@ -74,3 +74,52 @@ impl Translator for OpenAiAzure {
         Box::new(OpenAiStream::new(ctx, true))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::translate::Endpoint;
+
+    const STREAM: &str = "data: {\"choices\":[],\"created\":0,\"id\":\"\",\"model\":\"\",\"object\":\"\",\"prompt_filter_results\":[{\"prompt_index\":0,\"content_filter_results\":{\"hate\":{\"filtered\":false,\"severity\":\"safe\"}}}]}\n\n\
+data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hi\"},\"finish_reason\":null,\"content_filter_results\":{}}]}\n\n\
+data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"content_filter\"}]}\n\n\
+data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2,\"total_tokens\":7}}\n\n\
+data: [DONE]\n\n";
+
+    fn run(include_usage: bool, split: usize) -> (String, Option<crate::translate::Usage>) {
+        let ctx = ResponseCtx {
+            endpoint: Endpoint::Chat,
+            stream: true,
+            include_usage,
+            created: 0,
+            json_mode: false,
+            prompt_estimate: 0,
+            embed_base64: false,
+            model: String::new(),
+        };
+        let mut t = OpenAiAzure.stream(&ctx);
+        let mut out = Vec::new();
+        let (a, b) = STREAM.as_bytes().split_at(split);
+        t.feed(a, &mut out);
+        t.feed(b, &mut out);
+        t.finish(&mut out);
+        (String::from_utf8(out).unwrap(), t.usage())
+    }
+
+    #[test]
+    fn drops_the_prompt_filter_chunk_at_every_split() {
+        let events: Vec<&str> = STREAM.split("\n\n").filter(|e| !e.is_empty()).collect();
+        let with_usage: String = events[1..].iter().map(|e| format!("{e}\n\n")).collect();
+        let without: String = events[1..]
+            .iter()
+            .filter(|e| !e.contains("\"usage\""))
+            .map(|e| format!("{e}\n\n"))
+            .collect();
+        for i in 0..=STREAM.len() {
+            let (out, usage) = run(true, i);
+            assert_eq!(out, with_usage, "split {i}");
+            assert_eq!(usage.map(|u| u.total()), Some(7));
+            assert_eq!(run(false, i).0, without, "split {i}");
+        }
+    }
+}
