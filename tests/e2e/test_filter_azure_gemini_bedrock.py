@@ -262,3 +262,25 @@ def test_refused_parameters(client):
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=BEDROCK, messages=HI, n=2)
     assert e.value.body["param"] == "n"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_bedrock_json_mode_through_a_forced_tool(stack, client, stream):
+    schema = {"type": "object", "properties": {"city": {"type": "string"}, "sunny": {"type": "boolean"}},
+              "required": ["city", "sunny"]}
+    kwargs = dict(model=BEDROCK, messages=[{"role": "user", "content": "weather as json"}],
+                  response_format={"type": "json_schema", "json_schema": {"name": "w", "schema": schema}})
+    if stream:
+        chunks = list(client.chat.completions.create(stream=True, **kwargs))
+        content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert all(not c.choices[0].delta.tool_calls for c in chunks if c.choices)
+        finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    else:
+        resp = client.chat.completions.create(**kwargs)
+        content = resp.choices[0].message.content
+        assert resp.choices[0].message.tool_calls is None
+        finish = [resp.choices[0].finish_reason]
+    assert json.loads(content) == {"city": "mock", "sunny": True}
+    assert finish == ["stop"]
+    tc = last_request(stack)["body"]["toolConfig"]
+    assert tc["toolChoice"] == {"tool": {"name": "json_response"}}

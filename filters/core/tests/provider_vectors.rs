@@ -263,8 +263,15 @@ fn refusals_name_the_parameter() {
         (
             B,
             Endpoint::Chat,
-            json!({"model": B, "messages": [user("q")], "response_format": {"type": "json_object"}}),
+            json!({"model": B, "messages": [user("q")], "tools": [tool()], "response_format": {"type": "json_object"}}),
             "response_format",
+            "unsupported_parameter",
+        ),
+        (
+            B,
+            Endpoint::Chat,
+            json!({"model": B, "messages": [user("q")], "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "array"}}}}),
+            "response_format.json_schema.schema",
             "unsupported_parameter",
         ),
         (
@@ -506,6 +513,76 @@ fn bedrock_response_vectors() {
     );
     assert_eq!(v["data"][0]["embedding"], json!([0.5, -1.0]));
     assert_eq!(u.unwrap().prompt_tokens, 3);
+}
+
+#[test]
+fn bedrock_json_mode() {
+    let schema = json!({"type": "object", "properties": {"a": {"type": "string"}}});
+    let (_, body) = translate(
+        B,
+        Endpoint::Chat,
+        json!({"model": B, "messages": [user("q")], "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}}),
+    )
+    .unwrap();
+    assert_eq!(
+        body["toolConfig"],
+        json!({"tools": [{"toolSpec": {"name": "json_response", "description": "Give the answer as JSON matching this schema.",
+            "inputSchema": {"json": schema}}}], "toolChoice": {"tool": {"name": "json_response"}}})
+    );
+    let rt = rt();
+    let p = rt.providers.iter().find(|p| p.name == "bedrock").unwrap();
+    let mut ctx = rctx(Endpoint::Chat, true, false);
+    ctx.json_mode = true;
+    let t = for_kind(p.kind)
+        .response(
+            &ctx,
+            &serde_json::to_vec(
+                &json!({"output": {"message": {"role": "assistant", "content": [
+                {"toolUse": {"toolUseId": "t", "name": "json_response", "input": {"a": "b"}}}]}},
+                "stopReason": "tool_use", "usage": {"inputTokens": 1, "outputTokens": 2}}),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+    let v: Value = serde_json::from_slice(&t.body.unwrap()).unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], "{\"a\":\"b\"}");
+    assert!(v["choices"][0]["message"].get("tool_calls").is_none());
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    // Streamed: the forced tool's input fragments are content deltas.
+    let mut s = Vec::new();
+    s.extend(event("messageStart", br#"{"role":"assistant"}"#));
+    s.extend(event(
+        "contentBlockStart",
+        br#"{"contentBlockIndex":0,"start":{"toolUse":{"toolUseId":"t","name":"json_response"}}}"#,
+    ));
+    s.extend(event(
+        "contentBlockDelta",
+        br#"{"contentBlockIndex":0,"delta":{"toolUse":{"input":"{\"a\":"}}}"#,
+    ));
+    s.extend(event(
+        "contentBlockDelta",
+        br#"{"contentBlockIndex":0,"delta":{"toolUse":{"input":"\"b\"}"}}}"#,
+    ));
+    s.extend(event("messageStop", br#"{"stopReason":"tool_use"}"#));
+    s.extend(event(
+        "metadata",
+        br#"{"usage":{"inputTokens":1,"outputTokens":2}}"#,
+    ));
+    ctx.stream = true;
+    for i in 0..=s.len() {
+        let mut st = for_kind(p.kind).stream(&ctx);
+        let mut out = Vec::new();
+        st.feed(&s[..i], &mut out);
+        st.feed(&s[i..], &mut out);
+        st.finish(&mut out);
+        let (text, calls, finish, usage, error) = summarize(&out);
+        assert_eq!(
+            (text.as_str(), calls.len(), finish.as_deref(), error),
+            ("{\"a\":\"b\"}", 0, Some("stop"), None),
+            "split {i}"
+        );
+        assert_eq!(usage.unwrap()["total_tokens"], 3);
+    }
 }
 
 #[test]

@@ -8,9 +8,12 @@
 //! result is a JSON object, else `text`); `max(_completion)_tokens`,
 //! `temperature`, `top_p`, `stop` → `inferenceConfig`; `tools` →
 //! `toolConfig.tools[].toolSpec` (`inputSchema.json`), `tool_choice`
-//! `auto` / `required` / named → `auto` / `any` / `tool`. Refused by name:
-//! `tool_choice: "none"` (Converse has no such mode), `response_format`
-//! json modes, `n` > 1, non-zero penalties. `seed`, `user` and the other
+//! `auto` / `required` / named → `auto` / `any` / `tool`; `response_format`
+//! `json_object` / `json_schema` → one forced tool ([`JSON_TOOL`]) whose
+//! input schema is the schema, its input answered as plain `content` with
+//! `finish_reason: "stop"` (streamed as content deltas). Refused by name:
+//! `tool_choice: "none"` (Converse has no such mode), json modes together
+//! with `tools`, `n` > 1, non-zero penalties. `seed`, `user` and the other
 //! harmless OpenAI fields are accepted and not sent.
 //!
 //! Response: `text` blocks → `content`, `toolUse` → `tool_calls`;
@@ -46,20 +49,39 @@ const PROVIDER: &str = "bedrock";
 /// Embedding models served through InvokeModel (model id prefix).
 pub const EMBEDDING_PREFIX: &str = "amazon.titan-embed-text";
 
-fn chat_request(body: &Value) -> Result<(Value, bool), ApiError> {
-    let chat = chat_ir::parse(
+/// Name of the forced tool that carries JSON-mode answers.
+pub const JSON_TOOL: &str = "json_response";
+
+/// → (Converse body, stream, json_mode).
+fn chat_request(body: &Value) -> Result<(Value, bool, bool), ApiError> {
+    let mut chat = chat_ir::parse(
         body,
         &Accept {
             provider: PROVIDER,
             sampling_extras: false,
         },
     )?;
-    if chat.json.is_some() {
-        return Err(ApiError {
-            message: "JSON modes of 'response_format' are not supported by provider 'bedrock'"
-                .into(),
-            ..ApiError::unsupported_param("response_format", PROVIDER)
+    let json_mode = chat.json.is_some();
+    if let Some(schema) = chat.json.take() {
+        if !chat.tools.is_empty() {
+            return Err(ApiError {
+                message: "'response_format' json modes cannot be combined with 'tools' for provider 'bedrock'".into(),
+                ..ApiError::unsupported_param("response_format", PROVIDER)
+            });
+        }
+        let schema = schema.unwrap_or_else(|| json!({"type": "object"}));
+        if schema.get("type").and_then(Value::as_str) != Some("object") {
+            return Err(ApiError {
+                message: "Provider 'bedrock' supports 'response_format.json_schema.schema' only with \"type\": \"object\" at the top".into(),
+                ..ApiError::unsupported_param("response_format.json_schema.schema", PROVIDER)
+            });
+        }
+        chat.tools.push(chat_ir::Tool {
+            name: JSON_TOOL.into(),
+            description: Some("Give the answer as JSON matching this schema.".into()),
+            parameters: schema,
         });
+        chat.tool_choice = Some(ToolChoice::Named(JSON_TOOL.into()));
     }
     if chat.tool_choice == Some(ToolChoice::None) {
         return Err(ApiError {
@@ -150,7 +172,7 @@ fn chat_request(body: &Value) -> Result<(Value, bool), ApiError> {
         }
         out.insert("toolConfig".into(), Value::Object(tc));
     }
-    Ok((Value::Object(out), chat.stream))
+    Ok((Value::Object(out), chat.stream, json_mode))
 }
 
 impl Translator for OpenAiBedrock {
@@ -164,7 +186,7 @@ impl Translator for OpenAiBedrock {
         match ctx.endpoint {
             Endpoint::Chat => {
                 let include_usage = super::include_usage_flag(body)?;
-                let (v, stream) = chat_request(body)?;
+                let (v, stream, json_mode) = chat_request(body)?;
                 let verb = if stream {
                     "converse-stream"
                 } else {
@@ -176,7 +198,7 @@ impl Translator for OpenAiBedrock {
                         .map_err(|e| ApiError::invalid_json(&e.to_string()))?,
                     stream,
                     include_usage,
-                    json_mode: false,
+                    json_mode,
                     prompt_estimate: 0,
                     embed_base64: false,
                 })
@@ -353,6 +375,14 @@ fn chat_response(ctx: &ResponseCtx, v: &Value) -> (Value, Usage) {
     for b in blocks.into_iter().flatten() {
         if let Some(t) = b.get("text").and_then(Value::as_str) {
             text.push_str(t);
+        } else if let Some(tu) = b
+            .get("toolUse")
+            .filter(|tu| ctx.json_mode && tu.get("name").and_then(Value::as_str) == Some(JSON_TOOL))
+        {
+            // JSON mode: the forced tool's input is the answer.
+            if let Some(input) = tu.get("input") {
+                text.push_str(&input.to_string());
+            }
         } else if let Some(tu) = b.get("toolUse") {
             calls.push(json!({
                 "id": tu.get("toolUseId").cloned().unwrap_or(Value::Null),
@@ -365,11 +395,11 @@ fn chat_response(ctx: &ResponseCtx, v: &Value) -> (Value, Usage) {
         }
     }
     let usage = v.get("usage").map(parse_usage).unwrap_or_default();
-    let finish = v
-        .get("stopReason")
-        .and_then(Value::as_str)
-        .map(finish_reason)
-        .unwrap_or("stop");
+    let finish = match v.get("stopReason").and_then(Value::as_str) {
+        Some("tool_use") if ctx.json_mode && calls.is_empty() => "stop",
+        Some(r) => finish_reason(r),
+        None => "stop",
+    };
     let mut message = Map::new();
     message.insert("role".into(), json!("assistant"));
     message.insert(
@@ -408,6 +438,9 @@ pub struct BedrockStream {
     started: bool,
     done: bool,
     first_token: bool,
+    json_mode: bool,
+    /// JSON mode: block index of the forced tool, streamed as content.
+    json_block: Option<u64>,
 }
 
 impl BedrockStream {
@@ -427,6 +460,8 @@ impl BedrockStream {
             started: false,
             done: false,
             first_token: false,
+            json_mode: ctx.json_mode,
+            json_block: None,
         }
     }
 
@@ -516,7 +551,12 @@ impl BedrockStream {
                     .get("contentBlockIndex")
                     .and_then(Value::as_u64)
                     .unwrap_or(0);
-                if let Some(tu) = v.get("start").and_then(|s| s.get("toolUse")) {
+                let start = v.get("start").and_then(|s| s.get("toolUse"));
+                if self.json_mode
+                    && start.and_then(|t| t.get("name")).and_then(Value::as_str) == Some(JSON_TOOL)
+                {
+                    self.json_block = Some(idx);
+                } else if let Some(tu) = start {
                     let k = self.next_tool;
                     self.next_tool += 1;
                     self.tool_index.push((idx, k));
@@ -546,6 +586,16 @@ impl BedrockStream {
                     .get("toolUse")
                     .and_then(|t| t.get("input"))
                     .and_then(Value::as_str)
+                    .filter(|_| self.json_block == Some(idx))
+                {
+                    if !input.is_empty() {
+                        self.first_token = true;
+                        self.chunk(out, &json!({"content": input}), None);
+                    }
+                } else if let Some(input) = d
+                    .get("toolUse")
+                    .and_then(|t| t.get("input"))
+                    .and_then(Value::as_str)
                 {
                     let k = self
                         .tool_index
@@ -561,7 +611,13 @@ impl BedrockStream {
             }
             "messageStop" => {
                 if let Some(r) = v.get("stopReason").and_then(Value::as_str) {
-                    self.finish = Some(finish_reason(r));
+                    self.finish = Some(
+                        if r == "tool_use" && self.json_block.is_some() && self.next_tool == 0 {
+                            "stop"
+                        } else {
+                            finish_reason(r)
+                        },
+                    );
                 }
             }
             "metadata" => {
