@@ -950,3 +950,167 @@ fn bedrock_stream_truncated_and_corrupted() {
         )
     );
 }
+
+// ---- through the flow (the in-memory host)
+
+mod flow_level {
+    use super::*;
+    use std::sync::Arc;
+    use tollgate_core::flow::{Action, Flow};
+    use tollgate_core::host::fake::FakeHost;
+
+    fn host(path: &str, body: Value) -> FakeHost {
+        let body = serde_json::to_vec(&body).unwrap();
+        FakeHost {
+            now: 1_763_812_800_000,
+            req_headers: vec![
+                (":method".into(), "POST".into()),
+                (":path".into(), path.into()),
+                (":authority".into(), "gateway.local".into()),
+                ("x-tollgate-tenant".into(), "demo".into()),
+                ("x-tollgate-key-id".into(), "demo-key".into()),
+                ("x-tollgate-models".into(), "*".into()),
+                ("authorization".into(), "Bearer tg-demo-key".into()),
+                ("content-length".into(), body.len().to_string()),
+            ],
+            req_body: body,
+            ..FakeHost::default()
+        }
+    }
+
+    fn forward(h: &mut FakeHost) -> Flow {
+        let mut f = Flow::new(Arc::new(rt()));
+        assert_eq!(f.on_request_headers(h, false), Action::Pause);
+        let n = h.req_body.len();
+        assert_eq!(
+            f.on_request_body(h, n, true),
+            Action::Continue,
+            "{:?}",
+            h.local_reply
+        );
+        f
+    }
+
+    #[test]
+    fn bedrock_request_is_signed_for_the_bedrock_host() {
+        let mut h = host(
+            "/v1/chat/completions",
+            json!({"model": B, "messages": [user("hi")]}),
+        );
+        forward(&mut h);
+        assert_eq!(
+            h.req_header(":authority").as_deref(),
+            Some("bedrock-runtime.us-east-1.amazonaws.com")
+        );
+        assert_eq!(
+            h.req_header(":path").as_deref(),
+            Some("/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse")
+        );
+        assert_eq!(
+            h.req_header("x-tollgate-cluster").as_deref(),
+            Some("bedrock")
+        );
+        assert_eq!(
+            h.req_header("x-amz-date").as_deref(),
+            Some("20251122T120000Z")
+        );
+        assert_eq!(
+            h.req_header("x-amz-security-token").as_deref(),
+            Some("sess-XYZ")
+        );
+        assert_eq!(
+            h.req_header("content-type").as_deref(),
+            Some("application/json")
+        );
+        let auth = h.req_header("authorization").unwrap();
+        assert!(
+            auth.starts_with(
+                "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20251122/us-east-1/bedrock/aws4_request"
+            ),
+            "{auth}"
+        );
+        // The signature covers the body that is actually sent.
+        let sent =
+            tollgate_core::translate::sigv4::sign(&tollgate_core::translate::sigv4::SignInput {
+                method: "POST",
+                path: "/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse",
+                host: "bedrock-runtime.us-east-1.amazonaws.com",
+                content_type: "application/json",
+                body: &h.req_body,
+                access_key_id: "AKIDEXAMPLE",
+                secret: "secret",
+                session_token: Some("sess-XYZ"),
+                region: "us-east-1",
+                service: "bedrock",
+                now_ms: h.now,
+            });
+        assert_eq!(sent[0].1, auth);
+    }
+
+    #[test]
+    fn gemini_and_azure_auth_replace_the_virtual_key() {
+        let mut h = host(
+            "/v1/chat/completions",
+            json!({"model": G, "messages": [user("hi")], "stream": true}),
+        );
+        forward(&mut h);
+        assert_eq!(h.req_header("authorization"), None);
+        assert_eq!(h.req_header("x-goog-api-key").as_deref(), Some("gk"));
+        assert_eq!(
+            h.req_header(":path").as_deref(),
+            Some("/v1beta/models/gemini-2.0-flash:streamGenerateContent?alt=sse")
+        );
+        let mut h = host(
+            "/v1/embeddings",
+            json!({"model": "azure/text-embedding-3-small", "input": "hi"}),
+        );
+        forward(&mut h);
+        assert_eq!(h.req_header("authorization"), None);
+        assert_eq!(h.req_header("api-key").as_deref(), Some("azk"));
+    }
+
+    #[test]
+    fn bedrock_stream_through_the_flow_reports_usage() {
+        let mut h = host(
+            "/v1/chat/completions",
+            json!({"model": B, "messages": [user("hi")], "stream": true}),
+        );
+        let mut f = forward(&mut h);
+        let body = bedrock_stream();
+        h.resp_headers = vec![
+            (":status".into(), "200".into()),
+            (
+                "content-type".into(),
+                "application/vnd.amazon.eventstream".into(),
+            ),
+        ];
+        assert_eq!(f.on_response_headers(&mut h, false), Action::Continue);
+        assert_eq!(
+            h.resp_header("content-type").as_deref(),
+            Some("text/event-stream")
+        );
+        let mut out = Vec::new();
+        for (i, part) in body.chunks(97).enumerate() {
+            h.resp_body = part.to_vec();
+            let last = (i + 1) * 97 >= body.len();
+            f.on_response_body(&mut h, part.len(), last);
+            out.extend_from_slice(&h.resp_body);
+        }
+        check(&out, false, "tu1");
+        f.on_log(&mut h);
+        let (_, _, report) = h.posts.last().unwrap();
+        let r: Value = serde_json::from_slice(report).unwrap();
+        assert_eq!(
+            (
+                r["model"].as_str(),
+                r["prompt_tokens"].as_u64(),
+                r["completion_tokens"].as_u64()
+            ),
+            (
+                Some("bedrock/anthropic.claude-3-haiku-20240307-v1:0"),
+                Some(11),
+                Some(6)
+            )
+        );
+    }
+}
