@@ -284,3 +284,50 @@ def test_bedrock_json_mode_through_a_forced_tool(stack, client, stream):
     assert finish == ["stop"]
     tc = last_request(stack)["body"]["toolConfig"]
     assert tc["toolChoice"] == {"tool": {"name": "json_response"}}
+
+
+def _plugin_variant(tmp_path, edit):
+    """envoy.yaml with the tollgate plugin JSON passed through edit(dict)."""
+    import re
+    from stack import ROOT
+    text = (ROOT / "envoy.yaml").read_text()
+    m = re.search(r"(value: \|\n)((?:[ ]{20}.*\n)+)", text)
+    assert m, "tollgate plugin configuration block not found"
+    cfg = json.loads(m.group(2))
+    edit(cfg)
+    block = "".join(" " * 20 + line + "\n" for line in json.dumps(cfg, indent=2).splitlines())
+    out = tmp_path / "envoy-provider-keys.yaml"
+    out.write_text(text[:m.start(2)] + block + text[m.end(2):])
+    return out
+
+
+def test_refused_credentials_cool_the_key(make_stack, demo_key, tmp_path):
+    """Gemini refuses a bad key with 400 API_KEY_INVALID and Bedrock with 403:
+    the client gets 502 provider_auth_failed, and the key is skipped after."""
+    def edit(cfg):
+        cfg["providers"]["gemini"]["keys"] = [
+            {"id": "gemini-401", "value": "mock-gemini-key-401", "weight": 1000},
+            {"id": "gemini-1", "value": "mock-gemini-key-1", "weight": 1},
+        ]
+        cfg["providers"]["bedrock"]["keys"] = [
+            {"id": "bedrock-401", "access_key_id": "AKIDMOCKBEDROCK401", "value": "mock-bedrock-secret-401",
+             "weight": 1000},
+            {"id": "bedrock-1", "access_key_id": "AKIDMOCKBEDROCK1", "value": "mock-bedrock-secret-1", "weight": 1},
+        ]
+        cfg["key_cooldown_seconds"] = 60
+    s = make_stack(envoy_config=_plugin_variant(tmp_path, edit))
+    client = openai.OpenAI(base_url=s.base_url, api_key=demo_key, max_retries=0, timeout=20)
+    for model, bad in [(GEMINI, "gemini-401"), (BEDROCK, "bedrock-401")]:
+        failures = 0
+        for _ in range(6):
+            try:
+                client.chat.completions.create(model=model, messages=HI)
+            except openai.APIStatusError as e:
+                assert e.status_code == 502, e
+                assert e.body["code"] == "provider_auth_failed"
+                failures += 1
+        # Weight 1000:1 picks the bad key first (p ≈ 0.999); once refused it
+        # cools down and every later request goes to the good key.
+        assert failures <= 1
+        by_key = {r["key_id"]: r["status"] for r in recent(s) if r["key_id"] in (bad, bad.replace("-401", "-1"))}
+        assert by_key.get(bad.replace("-401", "-1")) == 200

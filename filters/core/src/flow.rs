@@ -619,7 +619,27 @@ impl Flow {
                     return Action::Pause;
                 }
                 let body = h.response_body(body_size).unwrap_or_default();
-                let b = tr.error(*status, &body).body();
+                let e = tr.error(*status, &body);
+                // The body can say more than the status (Gemini answers a bad
+                // key with 400 API_KEY_INVALID): the translated error decides.
+                h.set_response_header(":status", Some(&e.status.to_string()));
+                if e.code.as_deref() == Some("provider_auth_failed") && *status != 401 {
+                    // 401 already cooled the key on the headers; other
+                    // credential refusals (Bedrock 403, Gemini 400) do here.
+                    if let Some(key) = provider.keys.get(route.key) {
+                        let now = h.now_ms();
+                        let until = now.saturating_add(self.rt.cooldown_ms);
+                        h.shared_set(
+                            &format!("{COOLDOWN_PREFIX}{}", key.id),
+                            until.to_string().as_bytes(),
+                        );
+                        h.log(
+                            Level::Warn,
+                            &format!("tollgate: provider {} refused the credentials of key {} ({status}); cooling it down for {} ms", provider.name, key.id, self.rt.cooldown_ms),
+                        );
+                    }
+                }
+                let b = e.body();
                 h.set_response_header("content-length", Some(&b.len().to_string()));
                 h.set_response_body(body_size, &b);
                 Action::Continue

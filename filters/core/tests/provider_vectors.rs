@@ -1113,4 +1113,46 @@ mod flow_level {
             )
         );
     }
+
+    fn upstream_error(model: &str, status: u16, body: &[u8]) -> (FakeHost, Value) {
+        let mut h = host(
+            "/v1/chat/completions",
+            json!({"model": model, "messages": [user("hi")]}),
+        );
+        let mut f = forward(&mut h);
+        h.resp_headers = vec![
+            (":status".into(), status.to_string()),
+            ("content-type".into(), "application/json".into()),
+        ];
+        assert_eq!(f.on_response_headers(&mut h, false), Action::Pause);
+        h.resp_body = body.to_vec();
+        f.on_response_body(&mut h, body.len(), true);
+        let v = serde_json::from_slice(&h.resp_body).unwrap();
+        (h, v)
+    }
+
+    #[test]
+    fn credential_refusals_cool_the_key_whatever_the_status() {
+        let (h, v) = upstream_error(G, 400, br#"{"error":{"code":400,"message":"API key not valid. Please pass a valid API key.","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"API_KEY_INVALID"}]}}"#);
+        assert_eq!(h.resp_header(":status").as_deref(), Some("502"));
+        assert_eq!(v["error"]["code"], "provider_auth_failed");
+        assert!(h.shared.borrow().contains_key("tollgate.cooldown.g1"));
+        let (h, v) = upstream_error(
+            B,
+            403,
+            br#"{"message":"The security token included in the request is invalid."}"#,
+        );
+        assert_eq!(h.resp_header(":status").as_deref(), Some("502"));
+        assert_eq!(v["error"]["code"], "provider_auth_failed");
+        assert!(h.shared.borrow().contains_key("tollgate.cooldown.b1"));
+        // An ordinary 400 keeps its status and the key.
+        let (h, v) = upstream_error(
+            G,
+            400,
+            br#"{"error":{"code":400,"message":"* contents: bad","status":"INVALID_ARGUMENT"}}"#,
+        );
+        assert_eq!(h.resp_header(":status").as_deref(), Some("400"));
+        assert_eq!(v["error"]["message"], "* contents: bad");
+        assert!(h.shared.borrow().is_empty());
+    }
 }
