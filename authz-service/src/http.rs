@@ -8,6 +8,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use serde::Deserialize;
 
 use crate::authz::{error_body, Authorizer, UsageError, UsageReport};
 use crate::storage::Store;
@@ -50,35 +51,68 @@ async fn metrics<S: Store>(State(authz): State<Arc<Authorizer<S>>>) -> Response 
         .into_response()
 }
 
+/// One report, or an array of them (the filter's per-worker batches). Every
+/// report of an array is recorded even when another one fails; the answer is
+/// then the first failure's, naming how many were not recorded.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Reports {
+    One(UsageReport),
+    Many(Vec<UsageReport>),
+}
+
 async fn usage<S: Store>(State(authz): State<Arc<Authorizer<S>>>, body: Bytes) -> Response {
-    let report: UsageReport = match serde_json::from_slice(&body) {
-        Ok(r) => r,
-        Err(e) => {
+    let reports = match serde_json::from_slice::<Reports>(&body) {
+        Ok(Reports::One(r)) => vec![r],
+        Ok(Reports::Many(rs)) => rs,
+        Err(_) => {
             authz
                 .metrics()
                 .usage_reports
                 .with_label_values(&["bad_request"])
                 .inc();
-            let msg = format!("Invalid usage report: {e}");
+            // The untagged enum's own error says nothing useful: name what
+            // is wrong with the report as a single one.
+            let msg = match serde_json::from_slice::<UsageReport>(&body) {
+                Err(e) => format!("Invalid usage report: {e}"),
+                Ok(_) => "Invalid usage report.".to_string(),
+            };
             return json(
                 StatusCode::BAD_REQUEST,
                 error_body(&msg, "invalid_request_error", "invalid_usage_report"),
             );
         }
     };
-    match authz.record_usage(&report).await {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(e @ UsageError::UnknownKey(..)) => json(
-            StatusCode::BAD_REQUEST,
-            error_body(&format!("{e}."), "invalid_request_error", "unknown_key"),
-        ),
-        Err(UsageError::Store(_)) => json(
-            StatusCode::SERVICE_UNAVAILABLE,
-            error_body(
-                "The rate-limit store is unavailable; usage was not recorded.",
-                "server_error",
-                "store_unavailable",
-            ),
-        ),
+    let total = reports.len();
+    let mut failed = 0;
+    let mut first: Option<UsageError> = None;
+    for report in &reports {
+        if let Err(e) = authz.record_usage(report).await {
+            failed += 1;
+            first.get_or_insert(e);
+        }
     }
+    let Some(e) = first else {
+        return StatusCode::NO_CONTENT.into_response();
+    };
+    let (status, msg, kind, code) = match e {
+        UsageError::UnknownKey(..) => (
+            StatusCode::BAD_REQUEST,
+            format!("{e}."),
+            "invalid_request_error",
+            "unknown_key",
+        ),
+        UsageError::Store(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "The rate-limit store is unavailable; usage was not recorded.".to_string(),
+            "server_error",
+            "store_unavailable",
+        ),
+    };
+    let msg = if total > 1 {
+        format!("{failed} of {total} usage reports were not recorded. First: {msg}")
+    } else {
+        msg
+    };
+    json(status, error_body(&msg, kind, code))
 }

@@ -240,6 +240,39 @@ async fn check_over_grpc_with_redis() {
         400
     );
 
+    // A batch (the filter's per-worker sums): every report is recorded, and
+    // one bad report does not lose the others.
+    let demo = |p: u64| {
+        format!(
+            r#"{{"tenant":"demo","key_id":"demo-key","model":"openai/gpt-4o-mini","prompt_tokens":{p},"completion_tokens":1}}"#
+        )
+    };
+    let batch = format!("[{},{}]", demo(6), demo(4));
+    assert_eq!(post_usage(&http, &batch).await, 204);
+    assert!(!redis.cli(&["GET", "tg:{demo}:tm:k:demo-key"]).is_empty());
+    let mixed = format!(
+        r#"[{},{{"tenant":"demo","key_id":"nope","prompt_tokens":1}}]"#,
+        demo(2)
+    );
+    let json = [("content-type", "application/json")];
+    let (status, _, body) = http1(&http, "POST", "/v1/usage", &json, &mixed).await;
+    assert_eq!(status, 400);
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["error"]["code"], "unknown_key");
+    let msg = body["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("1 of 2 usage reports were not recorded."),
+        "{msg}"
+    );
+    assert_eq!(post_usage(&http, "[]").await, 204);
+    assert_eq!(post_usage(&http, r#"[{"tenant":"demo"}]"#).await, 400);
+    let (_, _, metrics) = http1(&http, "GET", "/metrics", &[], "").await;
+    // 6+1 + 4+1 + 2+1 tokens for demo.
+    assert!(
+        metrics.contains(r#"tollgate_authz_usage_tokens_total{tenant="demo"} 15"#),
+        "{metrics}"
+    );
+
     // Metrics count decisions by result and reason.
     let (_, _, metrics) = http1(&http, "GET", "/metrics", &[], "").await;
     assert!(
