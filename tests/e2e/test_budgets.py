@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import openai
 import pytest
@@ -101,3 +102,27 @@ def test_redis_down_fails_open_then_limits_return(make_stack):
             break
         time.sleep(0.1)
     assert statuses[-1] == 429, statuses
+
+
+def test_usage_of_concurrent_answers_reaches_authz_as_one_sum(stack):
+    """The filter sums usage per worker and posts it every usage_flush_ms
+    (100 ms): answers close together arrive as one report per key and model,
+    carrying all their tokens."""
+    client = openai.OpenAI(base_url=stack.base_url, api_key="tg-demo-key", max_retries=0)
+    time.sleep(0.3)  # what earlier tests left in the batch has been posted
+    reports0 = metric(stack, "tollgate_authz_usage_reports_total")
+    tokens0 = metric(stack, "tollgate_authz_usage_tokens_total")
+    n = 6
+    start = time.monotonic()
+    with ThreadPoolExecutor(n) as pool:
+        answers = list(pool.map(lambda _: client.chat.completions.create(
+            model="anthropic/claude-sonnet-4-5", messages=HI), range(n)))
+    span = time.monotonic() - start
+    want = sum(a.usage.total_tokens for a in answers)
+    deadline = time.monotonic() + 5
+    while metric(stack, "tollgate_authz_usage_tokens_total") - tokens0 < want and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert metric(stack, "tollgate_authz_usage_tokens_total") - tokens0 == want
+    # One report per flush: answers spanning `span` seconds meet at most
+    # span/0.1 + 1 ticks (one per answer would be n reports).
+    assert metric(stack, "tollgate_authz_usage_reports_total") - reports0 <= min(n - 1, int(span / 0.1) + 1), span

@@ -70,6 +70,9 @@ fn default_usage_path() -> String {
 fn default_usage_timeout() -> u64 {
     2000
 }
+fn default_usage_flush() -> u64 {
+    100
+}
 /// Azure OpenAI `api-version` sent when the config names none (GA).
 pub const DEFAULT_AZURE_API_VERSION: &str = "2024-10-21";
 
@@ -90,6 +93,10 @@ struct RawConfig {
     usage_path: String,
     #[serde(default = "default_usage_timeout")]
     usage_timeout_ms: u64,
+    /// Sum usage per worker and post it every this many ms; 0 posts one
+    /// report per answer.
+    #[serde(default = "default_usage_flush")]
+    usage_flush_ms: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -221,6 +228,8 @@ pub struct UsageTarget {
     pub cluster: String,
     pub path: String,
     pub timeout_ms: u64,
+    /// 0: one report per answer; otherwise batched (see [`crate::usage`]).
+    pub flush_ms: u64,
 }
 
 /// The compiled configuration.
@@ -298,6 +307,9 @@ impl Runtime {
         }
         if !raw.usage_path.starts_with('/') {
             return err("usage_path: must start with '/'".into());
+        }
+        if raw.usage_flush_ms > 60_000 {
+            return err("usage_flush_ms: at most 60000 (a minute of unreported usage)".into());
         }
         let mut providers = Vec::new();
         let mut by_name = HashMap::new();
@@ -565,6 +577,7 @@ impl Runtime {
                     cluster: raw.usage_cluster,
                     path: raw.usage_path,
                     timeout_ms: raw.usage_timeout_ms,
+                    flush_ms: raw.usage_flush_ms,
                 })
             },
         };

@@ -8,6 +8,8 @@
 //! incrementally for SSE), turn provider errors into OpenAI errors, cool
 //! down keys that got 429/401, and after the stream report usage and stats.
 
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::Arc;
 
 use serde_json::json;
@@ -18,6 +20,7 @@ use crate::host::{Host, Level, MetricKind};
 use crate::translate::{
     for_kind, parse_client_body, Endpoint, RequestCtx, ResponseCtx, StreamTranslator, Usage,
 };
+use crate::usage::{Report, UsageBatch};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
@@ -105,6 +108,8 @@ pub struct Flow {
     drained: u64,
     /// The response is Envoy's own local reply (left untouched).
     envoy_reply: bool,
+    /// The worker's usage batch, when batching is on.
+    batch: Option<Rc<RefCell<UsageBatch>>>,
 }
 
 /// Metric-safe fragment: model names may contain '.', '/', ':'.
@@ -139,7 +144,15 @@ impl Flow {
             logged: false,
             drained: 0,
             envoy_reply: false,
+            batch: None,
         }
+    }
+
+    /// Add this request's usage to a worker's batch instead of posting it on
+    /// its own; the owner of the batch posts it (see [`crate::usage`]).
+    pub fn with_usage_batch(mut self, batch: Rc<RefCell<UsageBatch>>) -> Flow {
+        self.batch = Some(batch);
+        self
     }
 
     fn reply(&mut self, h: &mut dyn Host, e: &ApiError) -> Action {
@@ -687,15 +700,28 @@ impl Flow {
         ) else {
             return;
         };
-        let body = json!({
-            "tenant": tenant,
-            "key_id": key_id,
-            "model": route.canonical,
-            "prompt_tokens": u.prompt_tokens,
-            "completion_tokens": u.completion_tokens,
-        });
-        let bytes = serde_json::to_vec(&body).unwrap_or_default();
-        if !h.post(&target.cluster, &target.path, &bytes, target.timeout_ms) {
+        let report = Report {
+            tenant: tenant.clone(),
+            key_id: key_id.clone(),
+            model: route.canonical.clone(),
+            prompt_tokens: u.prompt_tokens,
+            completion_tokens: u.completion_tokens,
+        };
+        let body = match &self.batch {
+            None => report.body(),
+            Some(b) => {
+                let mut b = b.borrow_mut();
+                if !b.add(report) {
+                    return;
+                }
+                // Full: send now rather than wait for the tick.
+                match b.take_body() {
+                    Some(body) => body,
+                    None => return,
+                }
+            }
+        };
+        if !h.post(&target.cluster, &target.path, &body, target.timeout_ms) {
             h.log(
                 Level::Warn,
                 &format!(

@@ -28,7 +28,8 @@
 //! Modules: [`config`] (plugin JSON → [`config::Runtime`]), [`keys`]
 //! (weighted choice), [`sse`] (incremental SSE parser), [`translate`] (one
 //! `<from>_<to>` module per provider family), [`flow`] (the per-request state
-//! machine), [`host`] (the one host boundary).
+//! machine), [`usage`] (usage reports and their batches), [`host`] (the one
+//! host boundary).
 
 #![cfg_attr(
     not(test),
@@ -42,3 +43,4 @@ pub mod host;
 pub mod keys;
 pub mod sse;
 pub mod translate;
+pub mod usage;

@@ -3,12 +3,15 @@
 
 mod common;
 
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
 use tollgate_core::flow::{Action, Flow};
 use tollgate_core::host::fake::FakeHost;
 use tollgate_core::keys::XorShift;
+use tollgate_core::usage::{Report, UsageBatch};
 
 fn host(method: &str, path: &str, body: &[u8]) -> FakeHost {
     let mut h = FakeHost {
@@ -34,7 +37,10 @@ fn flow() -> Flow {
 
 /// Run the request side; returns the flow and whether it was forwarded.
 fn request(h: &mut FakeHost, body_eos: bool) -> (Flow, bool) {
-    let mut f = flow();
+    request_with(flow(), h, body_eos)
+}
+
+fn request_with(mut f: Flow, h: &mut FakeHost, body_eos: bool) -> (Flow, bool) {
     if f.on_request_headers(h, false) == Action::Continue {
         return (f, true);
     }
@@ -76,6 +82,61 @@ fn chat(model: &str) -> Vec<u8> {
         .unwrap()
 }
 
+const OPENAI_ANSWER: &[u8] = br#"{"id":"c","object":"chat.completion","choices":[],"usage":{"prompt_tokens":4,"completion_tokens":2,"total_tokens":6}}"#;
+
+/// One OpenAI answer of 4 + 2 tokens through a flow using `batch`.
+fn answer_into(batch: &Rc<RefCell<UsageBatch>>) -> FakeHost {
+    let mut h = host("POST", "/v1/chat/completions", &chat("openai/gpt-4o-mini"));
+    let f = flow().with_usage_batch(Rc::clone(batch));
+    let (mut f, fwd) = request_with(f, &mut h, true);
+    assert!(fwd);
+    respond(&mut f, &mut h, 200, "application/json", OPENAI_ANSWER);
+    h
+}
+
+#[test]
+fn batched_usage_is_summed_for_the_worker_to_post() {
+    let batch = Rc::new(RefCell::new(UsageBatch::default()));
+    for _ in 0..3 {
+        let h = answer_into(&batch);
+        assert!(h.posts.is_empty(), "nothing posted per answer");
+        assert_eq!(
+            h.metrics["tollgate.provider.openai.model.gpt-4o-mini.prompt_tokens"], 4,
+            "stats stay per answer"
+        );
+    }
+    let body = batch.borrow_mut().take_body().unwrap();
+    assert_eq!(
+        serde_json::from_slice::<Value>(&body).unwrap(),
+        json!([{"tenant": "demo", "key_id": "demo-key", "model": "openai/gpt-4o-mini", "prompt_tokens": 12, "completion_tokens": 6}])
+    );
+}
+
+#[test]
+fn a_full_batch_is_posted_by_the_answer_that_fills_it() {
+    let batch = Rc::new(RefCell::new(UsageBatch::default()));
+    for i in 0..UsageBatch::MAX_ENTRIES - 1 {
+        batch.borrow_mut().add(Report {
+            tenant: "t".into(),
+            key_id: format!("k{i}"),
+            model: "openai/gpt-4o-mini".into(),
+            prompt_tokens: 1,
+            completion_tokens: 1,
+        });
+    }
+    let h = answer_into(&batch);
+    assert_eq!(h.posts.len(), 1);
+    let (cluster, path, body) = &h.posts[0];
+    assert_eq!(
+        (cluster.as_str(), path.as_str()),
+        ("tollgate_authz_http", "/v1/usage")
+    );
+    let sent: Value = serde_json::from_slice(body).unwrap();
+    assert_eq!(sent.as_array().unwrap().len(), UsageBatch::MAX_ENTRIES);
+    assert_eq!(sent[UsageBatch::MAX_ENTRIES - 1]["key_id"], "demo-key");
+    assert!(batch.borrow().is_empty());
+}
+
 #[test]
 fn openai_request_is_rewritten() {
     let mut h = host("POST", "/v1/chat/completions", &chat("openai/gpt-4o-mini"));
@@ -110,11 +171,10 @@ fn openai_request_is_rewritten() {
         Some(h.req_body.len().to_string())
     );
 
-    let body = br#"{"id":"c","object":"chat.completion","choices":[],"usage":{"prompt_tokens":4,"completion_tokens":2,"total_tokens":6}}"#;
-    respond(&mut f, &mut h, 200, "application/json", body);
+    respond(&mut f, &mut h, 200, "application/json", OPENAI_ANSWER);
     assert_eq!(
         h.resp_body,
-        body.to_vec(),
+        OPENAI_ANSWER.to_vec(),
         "OpenAI bodies pass through untouched"
     );
     assert_eq!(

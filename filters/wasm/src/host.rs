@@ -311,34 +311,19 @@ impl Host for WasmHost {
         }
     }
     fn post(&mut self, cluster: &str, path: &str, body: &[u8], timeout_ms: u64) -> bool {
-        let hdrs = vec![
-            (":method", "POST"),
-            (":path", path),
-            (":authority", cluster),
-            ("content-type", "application/json"),
-        ];
         // The call is made on behalf of the root context, which outlives this
         // request: a callout owned by the request's context would be
-        // cancelled when that context is destroyed right after on_log. The
-        // SDK's dispatch_http_call registers the token with the SDK
-        // dispatcher (its answer, a 204, is then ignored); it only panics on
-        // statuses Envoy does not return for proxy_http_call.
+        // cancelled when that context is destroyed right after on_log.
         // SAFETY: plain value.
         unsafe {
             let _ = proxy_set_effective_context(self.root_id);
         }
-        let r = proxy_wasm::hostcalls::dispatch_http_call(
-            cluster,
-            hdrs,
-            Some(body),
-            vec![],
-            Duration::from_millis(timeout_ms),
-        );
+        let r = post(cluster, path, body, timeout_ms);
         // SAFETY: plain value.
         unsafe {
             let _ = proxy_set_effective_context(self.context_id);
         }
-        r.is_ok()
+        r
     }
     fn metric(&mut self, kind: MetricKind, name: &str, value: u64) {
         let id = METRICS.with(|m| {
@@ -378,4 +363,25 @@ impl Host for WasmHost {
         };
         log(l, msg);
     }
+}
+
+/// Fire-and-forget POST to an Envoy cluster from the current context. The
+/// SDK's dispatch_http_call registers the token with the SDK dispatcher (its
+/// answer, a 204, is then ignored); it only panics on statuses Envoy does not
+/// return for proxy_http_call.
+pub fn post(cluster: &str, path: &str, body: &[u8], timeout_ms: u64) -> bool {
+    let hdrs = vec![
+        (":method", "POST"),
+        (":path", path),
+        (":authority", cluster),
+        ("content-type", "application/json"),
+    ];
+    proxy_wasm::hostcalls::dispatch_http_call(
+        cluster,
+        hdrs,
+        Some(body),
+        vec![],
+        Duration::from_millis(timeout_ms),
+    )
+    .is_ok()
 }

@@ -1,13 +1,18 @@
 //! Tollgate's proxy-wasm filter: a thin shim. Each callback is forwarded to
 //! `tollgate_core::flow::Flow` with a [`host::WasmHost`], the only place
 //! that talks to Envoy. Configuration is parsed once per VM in `on_configure`
-//! and shared with every request through an `Arc`.
+//! and shared with every request through an `Arc`. With usage batching on,
+//! the requests of a VM add their usage to the root's batch, which the root
+//! posts on its tick.
 
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod host;
 
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Duration;
 
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action as WasmAction, BufferType, ContextType, LogLevel};
@@ -15,6 +20,7 @@ use tollgate_core::config::Runtime;
 use tollgate_core::error::{ApiError, SERVER};
 use tollgate_core::flow::{Action, Flow};
 use tollgate_core::host::Host;
+use tollgate_core::usage::UsageBatch;
 
 use host::WasmHost;
 
@@ -24,16 +30,46 @@ proxy_wasm::main! {{
         host::log(LogLevel::Critical, &format!("tollgate: panic: {info}"));
     }));
     proxy_wasm::set_root_context(|context_id| -> Box<dyn RootContext> {
-        Box::new(Root { context_id, runtime: None })
+        Box::new(Root { context_id, runtime: None, batch: None })
     });
 }}
 
 struct Root {
     context_id: u32,
     runtime: Option<Arc<Runtime>>,
+    /// This VM's pending usage, when `usage_flush_ms` > 0.
+    batch: Option<Rc<RefCell<UsageBatch>>>,
 }
 
-impl Context for Root {}
+impl Root {
+    fn flush_usage(&self) {
+        let (Some(batch), Some(target)) = (
+            self.batch.as_ref(),
+            self.runtime.as_ref().and_then(|rt| rt.usage.as_ref()),
+        ) else {
+            return;
+        };
+        let Some(body) = batch.borrow_mut().take_body() else {
+            return;
+        };
+        if !host::post(&target.cluster, &target.path, &body, target.timeout_ms) {
+            host::log(
+                LogLevel::Warn,
+                &format!(
+                    "tollgate: could not send the usage report to cluster {}",
+                    target.cluster
+                ),
+            );
+        }
+    }
+}
+
+impl Context for Root {
+    fn on_done(&mut self) -> bool {
+        self.flush_usage();
+        true
+    }
+}
 
 impl RootContext for Root {
     fn on_configure(&mut self, size: usize) -> bool {
@@ -50,6 +86,17 @@ impl RootContext for Root {
                         models
                     ),
                 );
+                let flush_ms = rt.usage.as_ref().map_or(0, |u| u.flush_ms);
+                // A reconfiguration sends what the old settings held back.
+                self.flush_usage();
+                if flush_ms > 0 {
+                    // Kept across reconfigurations: requests in flight hold it.
+                    self.batch.get_or_insert_with(Rc::default);
+                    self.set_tick_period(Duration::from_millis(flush_ms));
+                } else {
+                    self.batch = None;
+                    self.set_tick_period(Duration::ZERO);
+                }
                 self.runtime = Some(Arc::new(rt));
                 true
             }
@@ -64,9 +111,19 @@ impl RootContext for Root {
         // Never None: the SDK panics on None. Without a runtime (cannot
         // happen once on_configure succeeded) requests get a 503.
         Some(Box::new(Http {
-            flow: self.runtime.as_ref().map(|rt| Flow::new(Arc::clone(rt))),
+            flow: self.runtime.as_ref().map(|rt| {
+                let flow = Flow::new(Arc::clone(rt));
+                match &self.batch {
+                    Some(b) => flow.with_usage_batch(Rc::clone(b)),
+                    None => flow,
+                }
+            }),
             host: WasmHost::new(context_id, self.context_id),
         }))
+    }
+
+    fn on_tick(&mut self) {
+        self.flush_usage();
     }
 
     fn get_type(&self) -> Option<ContextType> {

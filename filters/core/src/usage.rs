@@ -1,0 +1,145 @@
+//! Usage reports for the authz service (`POST /v1/usage`).
+//!
+//! A report is one JSON object; a batch is a JSON array of them. With
+//! batching on (`usage_flush_ms` > 0) each Wasm VM sums the answers of one
+//! flush interval per (tenant, key, model) and posts the sums on its tick, so
+//! the debit costs one callout per interval instead of one per answer. The
+//! authz service adds them up either way.
+
+use serde::Serialize;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Report {
+    pub tenant: String,
+    pub key_id: String,
+    pub model: String,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+impl Report {
+    pub fn body(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    fn same_account(&self, other: &Report) -> bool {
+        self.tenant == other.tenant && self.key_id == other.key_id && self.model == other.model
+    }
+}
+
+/// Reports waiting for the next flush, summed per (tenant, key, model).
+#[derive(Debug, Default)]
+pub struct UsageBatch {
+    entries: Vec<Report>,
+}
+
+impl UsageBatch {
+    /// Distinct (tenant, key, model) sums held before a flush is due anyway.
+    pub const MAX_ENTRIES: usize = 256;
+
+    /// Adds a report; true when the batch is full and should be flushed now.
+    pub fn add(&mut self, r: Report) -> bool {
+        match self.entries.iter_mut().find(|e| e.same_account(&r)) {
+            Some(e) => {
+                e.prompt_tokens = e.prompt_tokens.saturating_add(r.prompt_tokens);
+                e.completion_tokens = e.completion_tokens.saturating_add(r.completion_tokens);
+            }
+            None => self.entries.push(r),
+        }
+        self.entries.len() >= Self::MAX_ENTRIES
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The pending sums as a JSON array, leaving the batch empty; None when
+    /// there is nothing to send.
+    pub fn take_body(&mut self) -> Option<Vec<u8>> {
+        if self.entries.is_empty() {
+            return None;
+        }
+        let body = serde_json::to_vec(&self.entries).unwrap_or_default();
+        self.entries.clear();
+        Some(body)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn report(tenant: &str, key: &str, model: &str, p: u64, c: u64) -> Report {
+        Report {
+            tenant: tenant.into(),
+            key_id: key.into(),
+            model: model.into(),
+            prompt_tokens: p,
+            completion_tokens: c,
+        }
+    }
+
+    #[test]
+    fn a_report_is_one_object() {
+        let v: Value = serde_json::from_slice(&report("t", "k", "openai/m", 3, 4).body()).unwrap();
+        assert_eq!(
+            v,
+            json!({"tenant": "t", "key_id": "k", "model": "openai/m",
+                   "prompt_tokens": 3, "completion_tokens": 4})
+        );
+    }
+
+    #[test]
+    fn sums_per_tenant_key_and_model_in_arrival_order() {
+        let mut b = UsageBatch::default();
+        assert!(b.take_body().is_none(), "nothing to send");
+        b.add(report("t", "k", "a/m", 1, 10));
+        b.add(report("t", "k2", "a/m", 2, 20));
+        b.add(report("t", "k", "a/m", 3, 30));
+        b.add(report("t", "k", "b/m", 4, 40));
+        b.add(report("u", "k", "a/m", 5, 50));
+        assert_eq!(b.len(), 4);
+        let v: Value = serde_json::from_slice(&b.take_body().unwrap()).unwrap();
+        assert_eq!(
+            v,
+            json!([
+                {"tenant": "t", "key_id": "k", "model": "a/m", "prompt_tokens": 4, "completion_tokens": 40},
+                {"tenant": "t", "key_id": "k2", "model": "a/m", "prompt_tokens": 2, "completion_tokens": 20},
+                {"tenant": "t", "key_id": "k", "model": "b/m", "prompt_tokens": 4, "completion_tokens": 40},
+                {"tenant": "u", "key_id": "k", "model": "a/m", "prompt_tokens": 5, "completion_tokens": 50},
+            ])
+        );
+        assert!(
+            b.is_empty() && b.take_body().is_none(),
+            "taking empties the batch"
+        );
+    }
+
+    #[test]
+    fn full_when_the_distinct_sums_reach_the_limit() {
+        let mut b = UsageBatch::default();
+        for i in 0..UsageBatch::MAX_ENTRIES - 1 {
+            assert!(!b.add(report("t", &format!("k{i}"), "a/m", 1, 1)));
+        }
+        assert!(
+            !b.add(report("t", "k0", "a/m", 1, 1)),
+            "a repeat adds no entry"
+        );
+        assert!(b.add(report("t", "last", "a/m", 1, 1)));
+    }
+
+    #[test]
+    fn sums_saturate() {
+        let mut b = UsageBatch::default();
+        b.add(report("t", "k", "a/m", u64::MAX, 1));
+        b.add(report("t", "k", "a/m", 1, 1));
+        let v: Value = serde_json::from_slice(&b.take_body().unwrap()).unwrap();
+        assert_eq!(v[0]["prompt_tokens"], json!(u64::MAX));
+        assert_eq!(v[0]["completion_tokens"], json!(2));
+    }
+}
