@@ -53,7 +53,7 @@ def test_slow_provider_is_504_upstream_timeout(make_stack, demo_key, tmp_path):
 def test_full_queue_is_503_gateway_overloaded(make_stack, demo_key, tmp_path):
     cfg = variant(tmp_path,
                   c=(r"max_connections: 10000", "max_connections: 1"),
-                  p=(r"max_pending_requests: 1024", "max_pending_requests: 1"),
+                  p=(r"max_pending_requests: 10000", "max_pending_requests: 1"),
                   r=(r"max_requests: 10000", "max_requests: 1"))
     s = make_stack(envoy_config=cfg)
     headers = {**auth(demo_key), "x-mock-latency-ms": "1500"}
