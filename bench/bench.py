@@ -29,10 +29,12 @@ import json
 import os
 import platform
 import re
+import resource
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -183,10 +185,15 @@ def fortio(url: str, payload: str, headers: dict[str, str], qps: float, conns: i
     for k, v in headers.items():
         cmd += ["-H", f"{k}: {v}"]
     cmd.append(url)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if run.returncode != 0 or not out.exists():
         raise BenchFailure(f"fortio failed ({run.returncode}): {run.stderr[-2000:]}")
-    return json.loads(out.read_text())
+    raw = json.loads(out.read_text())
+    # The load generator's own CPU: near the machine's cores, it is the limit.
+    raw["tollgate_fortio_cpu_s"] = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return raw
 
 
 def summarize(raw: dict, cpu: dict[str, float], rss: dict[str, int]) -> dict:
@@ -204,6 +211,7 @@ def summarize(raw: dict, cpu: dict[str, float], rss: dict[str, int]) -> dict:
         "cpu_us_per_request": {n: round(v, 1) for n, v in cpu_us.items()},
         "gateway_cpu_us_per_request": round(gateway, 1),
         "peak_rss_mb": {n: round(b / 2**20, 1) for n, b in rss.items()},
+        "fortio_cpu_cores": round(raw.get("tollgate_fortio_cpu_s", 0) / (raw["ActualDuration"] / 1e9), 2),
     }
 
 
@@ -241,6 +249,7 @@ def run_load(stack: Stack, sc: Scenario, qps: float, seconds: float, conns: int,
     url = (f"{stack.mock_url}/v1/chat/completions" if sc.envoy is None
            else f"{stack.base_url}/chat/completions")
     pids = {n: p.pid for n, p in stack.procs.items()}
+    fail_open = authz_fail_opens(stack)
     before = {n: cpu_seconds(pid) for n, pid in pids.items()}
     sampler = RssSampler(pids)
     sampler.start()
@@ -249,7 +258,20 @@ def run_load(stack: Stack, sc: Scenario, qps: float, seconds: float, conns: int,
     finally:
         rss = sampler.stop()
     cpu = {n: cpu_seconds(pid) - before[n] for n, pid in pids.items()}
-    return summarize(raw, cpu, rss)
+    r = summarize(raw, cpu, rss)
+    if fail_open is not None:
+        # Checks admitted without a Redis answer (its in-flight limit or
+        # deadline): budgets were not enforced for these.
+        r["authz_fail_open"] = int(authz_fail_opens(stack) - fail_open)
+    return r
+
+
+def authz_fail_opens(stack: Stack) -> float | None:
+    if "authz" not in stack.procs:
+        return None
+    with urllib.request.urlopen(f"{stack.authz_http_url}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    return sum(float(v) for v in re.findall(r"^tollgate_authz_fail_open_total(?:{[^}]*})? (\S+)$", text, re.M))
 
 
 def start_stack(sc: Scenario, workdir: Path, mock_config: Path | None = None) -> Stack:
@@ -296,7 +318,8 @@ def bifrost(plan: Plan, out: Path, full: Scenario) -> dict:
                 steps[f"{qps:g}"] = r
                 print(f"  {label} {qps:>6g} rps: {'held' if r['held'] else 'NOT held'}, {r['actual_qps']} served, "
                       f"success {r['success_rate']:.2%}, +p50 {r['added_ms']['50']} ms, +p99 {r['added_ms']['99']} ms, "
-                      f"gateway RSS {r['gateway_peak_rss_mb']} MB", flush=True)
+                      f"gateway RSS {r['gateway_peak_rss_mb']} MB, fail-open {r.get('authz_fail_open')}, "
+                      f"fortio {r['fortio_cpu_cores']} cores", flush=True)
                 if not r["held"]:
                     break
         except BaseException:
@@ -304,8 +327,8 @@ def bifrost(plan: Plan, out: Path, full: Scenario) -> dict:
             raise
         finally:
             stack.stop()
-        held = [float(q) for q, r in steps.items() if r["held"]]
-        results[label] = {"steps": steps, "highest_rate_held": max(held) if held else None}
+        rates_held = [float(q) for q, r in steps.items() if r["held"]]
+        results[label] = {"steps": steps, "highest_rate_held": max(rates_held) if rates_held else None}
     return results
 
 

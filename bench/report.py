@@ -40,8 +40,8 @@ def latency_table(s: dict, rate: str) -> list[str]:
 
 def cpu_table(s: dict, rate: str) -> list[str]:
     rows = ["| scenario | Envoy µs/req | authz µs/req | Redis µs/req | gateway sum µs/req | × envoy | "
-            "mock µs/req | peak RSS Envoy / authz / Redis / mock MB |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+            "mock µs/req | peak RSS Envoy / authz / Redis / mock MB | fortio cores | authz fail-open |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     envoy = s["scenarios"].get("envoy", {}).get("rates", {}).get(rate)
     for name, sc in s["scenarios"].items():
         r = sc["rates"].get(rate)
@@ -52,7 +52,8 @@ def cpu_table(s: dict, rate: str) -> list[str]:
                  if envoy and envoy["gateway_cpu_us_per_request"] else "–")
         rows.append(f"| {name} | {_fmt(c.get('envoy'))} | {_fmt(c.get('authz'))} | {_fmt(c.get('redis'))} | "
                     f"{_fmt(r['gateway_cpu_us_per_request'])} | {ratio} | {_fmt(c.get('mock'))} | "
-                    + " / ".join(_fmt(m.get(n)) for n in ("envoy", "authz", "redis", "mock")) + " |")
+                    + " / ".join(_fmt(m.get(n)) for n in ("envoy", "authz", "redis", "mock"))
+                    + f" | {r.get('fortio_cpu_cores', '–')} | {_fmt(r.get('authz_fail_open'))} |")
     return rows
 
 
@@ -110,6 +111,11 @@ def write_report(s: dict, out: Path) -> None:
              "- **Gateway CPU per request**: user+system CPU seconds of Envoy, authz-service and Redis "
              "during the load (from /proc/PID/stat), divided by the requests served. The mock's CPU is "
              "reported apart. `× envoy` is a scenario's gateway sum over the plain Envoy's.",
+             "- **Latency** from fortio's histogram with 10 µs buckets (`-r 0.00001`), clients spread over "
+             "each interval (`-uniform`) rather than firing together. `fortio cores` is the load "
+             "generator's own CPU (CPU seconds per second): near the machine's core count, the generator "
+             "is the limit. `authz fail-open` counts checks admitted without a Redis answer (its "
+             "in-flight limit or deadline).",
              f"- Load: fortio, {p['conns']} connections, {p['seconds']} s per rate, 127.0.0.1 only. "
              f"Max throughput: offered load stepped over {p['max_steps'] or 'no steps (smoke)'}, "
              f"{p['step_seconds']} s each; a step passes with 100% success, p99 ≤ {p['p99_bound_ms']} ms "
@@ -133,15 +139,18 @@ def write_report(s: dict, out: Path) -> None:
                   "Whole gateway, provider latency 1.5 s, 0.13 KB requests; each rate offered for "
                   f"{p.get('bifrost_seconds')} s with connections = rate × 1.5 s × 1.3; a rate is held with 100% "
                   "success and ≥ 95% of the offered requests sent. Added latency is the "
-                  "percentile minus 1.5 s. Gateway memory is the peak RSS of Envoy + authz-service + Redis "
+                  "percentile minus 1.5 s (fortio's histogram is offset by the 1.5 s, so its 10 µs buckets "
+                  "cover the added part). Gateway memory is the peak RSS of Envoy + authz-service + Redis "
                   "(Bifrost reports 1,312.79 MB on 2 vCPU / 4 GB and 3,340.44 MB on 4 vCPU / 16 GB at 5,000 rps).", "",
-                  "| answer | offered rps | served rps | success | held | +p50 ms | +p99 ms | gateway MB |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "| answer | offered rps | served rps | success | held | +p50 ms | +p99 ms | gateway MB | "
+                  "gateway CPU µs/req | fortio cores | authz fail-open |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for label, b in s["bifrost"].items():
             for qps, r in b["steps"].items():
                 lines.append(f"| {label} | {float(qps):,.0f} | {r['actual_qps']:,.0f} | {r['success_rate']:.2%} | "
                              f"{'yes' if r['held'] else 'no'} | {r['added_ms']['50']} | {r['added_ms']['99']} | "
-                             f"{r['gateway_peak_rss_mb']:,.0f} |")
+                             f"{r['gateway_peak_rss_mb']:,.0f} | {_fmt(r['gateway_cpu_us_per_request'])} | "
+                             f"{r.get('fortio_cpu_cores', '–')} | {_fmt(r.get('authz_fail_open'))} |")
         lines += [""] + [f"Highest rate held with {label} answers: {_fmt(b['highest_rate_held'])} requests/s."
                          for label, b in s["bifrost"].items()]
     made = charts(s, out)
