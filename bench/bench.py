@@ -239,8 +239,9 @@ PLANS = {
     "smoke": Plan(rates=[100], seconds=2, conns=4, max_steps=[], step_seconds=0, p99_bound_ms=1000),
     "quick": Plan(rates=[500, 1000, 2000], seconds=8, conns=32, max_steps=[1000, 2000, 3000, 4000, 6000],
                   step_seconds=5, p99_bound_ms=50),
-    "full": Plan(rates=[500, 1000, 2000], seconds=30, conns=64, max_steps=[1000, 2000, 3000, 4000, 5000, 6000, 8000],
-                 step_seconds=15, p99_bound_ms=50, bifrost_rates=[1000, 2000, 3000, 5000], bifrost_seconds=60),
+    "full": Plan(rates=[500, 1000, 2000], seconds=30, conns=64,
+                 max_steps=[1000, 2000, 3000, 4000, 5000, 6000, 8000, 10000, 12000], step_seconds=15,
+                 p99_bound_ms=50, bifrost_rates=[1000, 2000, 3000, 5000], bifrost_seconds=60),
 }
 
 
