@@ -138,11 +138,11 @@ async fn check_over_grpc_with_redis() {
     );
     assert_eq!(
         resp.get("x-ratelimit-limit-tokens").map(String::as_str),
-        Some("100000000")
+        Some("10000000000")
     );
     assert_eq!(
         resp.get("x-ratelimit-remaining-tokens").map(String::as_str),
-        Some("100000000")
+        Some("10000000000")
     );
     assert_eq!(
         resp.get("x-ratelimit-reset-tokens").map(String::as_str),
