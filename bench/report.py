@@ -145,7 +145,8 @@ def write_report(s: dict, out: Path) -> None:
         lines += ["", "## Bifrost replica", "",
                   "Whole gateway, provider latency 1.5 s, 0.13 KB requests; each rate offered for "
                   f"{p.get('bifrost_seconds')} s with connections = rate × 1.5 s × 1.3; a rate is held with 100% "
-                  "success and ≥ 95% of the offered requests sent. Added latency is the "
+                  "success and ≥ 95% of the offered requests sent (fortio stops a run when a connection's first "
+                  "request fails; such a rate shows fortio's message). Added latency is the "
                   "percentile minus 1.5 s (fortio's histogram is offset by the 1.5 s, so its 10 µs buckets "
                   "cover the added part). Gateway memory is the peak RSS of Envoy + authz-service + Redis "
                   "(Bifrost reports 1,312.79 MB on 2 vCPU / 4 GB and 3,340.44 MB on 4 vCPU / 16 GB at 5,000 rps).", "",
@@ -154,6 +155,9 @@ def write_report(s: dict, out: Path) -> None:
                   "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for label, b in s["bifrost"].items():
             for qps, r in b["steps"].items():
+                if "error" in r:
+                    lines.append(f"| {label} | {float(qps):,.0f} | – | – | no | {r['error']} |" + " – |" * 5)
+                    continue
                 lines.append(f"| {label} | {float(qps):,.0f} | {r['actual_qps']:,.0f} | {r['success_rate']:.2%} | "
                              f"{'yes' if r['held'] else 'no'} | {r['added_ms']['50']} | {r['added_ms']['99']} | "
                              f"{r['gateway_peak_rss_mb']:,.0f} | {_fmt(r['gateway_cpu_us_per_request'])} | "
