@@ -377,7 +377,7 @@ def main() -> int:
         print(f"bench: {sc.name}: {sc.what}", flush=True)
         stack = start_stack(sc, out)
         try:
-            result = {"what": sc.what, "rates": {}, "max_throughput": None}
+            result = {"what": sc.what, "rates": {}, "steps": {}, "max_throughput": None}
             for qps in plan.rates:
                 r = run_load(stack, sc, qps, plan.seconds, plan.conns, out / "raw" / f"{sc.name}-{qps:g}.json")
                 result["rates"][f"{qps:g}"] = r
@@ -391,6 +391,8 @@ def main() -> int:
                 r = run_load(stack, sc, qps, plan.step_seconds, plan.conns,
                              out / "raw" / f"{sc.name}-step-{qps:g}.json")
                 passed = held(r, qps, plan.step_seconds) and r["latency_us"]["99"] <= plan.p99_bound_ms * 1000
+                result["steps"][f"{qps:g}"] = {"actual_qps": r["actual_qps"], "p99_us": r["latency_us"]["99"],
+                                               "success_rate": r["success_rate"], "passed": passed}
                 print(f"  step {qps:>6g} rps: {'pass' if passed else 'fail'} ({r['actual_qps']} served, "
                       f"p99 {r['latency_us']['99'] / 1000:.1f} ms)", flush=True)
                 if not passed:
