@@ -370,6 +370,42 @@ fn request_errors_name_the_parameter() {
             "tool_choice",
             "invalid_value",
         ),
+        (
+            json!({"model": "smart", "messages": [user("q")], "tool_choice": "auto"}),
+            400,
+            "tool_choice",
+            "invalid_value",
+        ),
+        (
+            json!({"model": "smart", "messages": [user("q"), {"role": "tool", "tool_call_id": "nope", "content": "x"}]}),
+            400,
+            "messages[1].tool_call_id",
+            "invalid_value",
+        ),
+        (
+            json!({"model": "smart", "messages": [user("q")], "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {"type": "array"}}}}),
+            400,
+            "response_format.json_schema.schema",
+            "unsupported_parameter",
+        ),
+        (
+            json!({"model": "smart", "messages": [user("q")], "response_format": {"type": "json_object"}, "tools": [{"type": "function", "function": {"name": "f"}}]}),
+            400,
+            "response_format",
+            "unsupported_parameter",
+        ),
+        (
+            json!({"model": "smart", "messages": [user("q")], "n": 2}),
+            400,
+            "n",
+            "unsupported_parameter",
+        ),
+        (
+            json!({"model": "smart", "messages": [user("q")], "presence_penalty": 0.5}),
+            400,
+            "presence_penalty",
+            "unsupported_parameter",
+        ),
     ];
     for (input, status, param, code) in cases {
         let got = translate("smart", input.clone());

@@ -1,5 +1,6 @@
 //! A provider-neutral reading of an OpenAI chat request, shared by the
-//! translators whose native shapes are turn/part based (Gemini, Bedrock):
+//! translators whose native shapes are turn/part based (Anthropic, Gemini,
+//! Bedrock):
 //! system text, alternating user/assistant turns of parts (text, image,
 //! tool call, tool result — each tool result carrying its function's name,
 //! found from the earlier assistant tool call), and the sampling, stop,
@@ -18,6 +19,12 @@ pub enum Part {
     Image {
         media: String,
         data: String,
+    },
+    /// An http(s) image URL, with the parameter it came from for errors:
+    /// providers that cannot fetch URLs refuse it with [`image_url_refused`].
+    ImageUrl {
+        url: String,
+        at: String,
     },
     ToolCall {
         id: String,
@@ -74,6 +81,10 @@ pub struct Chat {
     pub json: Option<Option<Value>>,
     pub stream: bool,
     pub seed: Option<Value>,
+    /// `parallel_tool_calls`, when given.
+    pub parallel_tool_calls: Option<bool>,
+    /// `user`, when given.
+    pub user: Option<String>,
     pub presence_penalty: Option<Value>,
     pub frequency_penalty: Option<Value>,
     pub n: Option<u64>,
@@ -165,17 +176,7 @@ fn content_parts(
                             },
                             _ => return Err(bad(&format!("{pat}.image_url"), format!("Missing '{pat}.image_url'"))),
                         };
-                        let uat = format!("{pat}.image_url.url");
-                        let Some((media, data)) = data_url(url) else {
-                            return Err(ApiError {
-                                message: format!("Provider '{provider}' takes images only as base64 data: URLs ('{uat}')"),
-                                ..ApiError::unsupported_param(&uat, provider)
-                            });
-                        };
-                        if !matches!(media, "image/jpeg" | "image/png" | "image/gif" | "image/webp") {
-                            return Err(bad(&uat, format!("Unsupported image type '{media}' in '{uat}' (jpeg, png, gif, webp)")));
-                        }
-                        out.push(Part::Image { media: media.to_string(), data: data.to_string() });
+                        out.push(image(url, &format!("{pat}.image_url.url"))?);
                     }
                     Some(other) => {
                         return Err(ApiError {
@@ -195,6 +196,50 @@ fn content_parts(
         }
     }
     Ok(out)
+}
+
+/// An `image_url` URL: a base64 data: URL of a supported type, or http(s).
+fn image(url: &str, at: &str) -> Result<Part, ApiError> {
+    if url.starts_with("https://") || url.starts_with("http://") {
+        return Ok(Part::ImageUrl {
+            url: url.to_string(),
+            at: at.to_string(),
+        });
+    }
+    if !url.starts_with("data:") {
+        return Err(bad(
+            at,
+            format!("Invalid image URL in '{at}': expected a data: or http(s) URL"),
+        ));
+    }
+    let Some((media, data)) = data_url(url) else {
+        return Err(bad(
+            at,
+            format!("Invalid data URL in '{at}': expected data:<type>;base64,<data>"),
+        ));
+    };
+    if !matches!(
+        media,
+        "image/jpeg" | "image/png" | "image/gif" | "image/webp"
+    ) {
+        return Err(bad(
+            at,
+            format!("Unsupported image type '{media}' in '{at}' (jpeg, png, gif, webp)"),
+        ));
+    }
+    Ok(Part::Image {
+        media: media.to_string(),
+        data: data.to_string(),
+    })
+}
+
+/// The error for a [`Part::ImageUrl`] sent to a provider that takes images
+/// only inline.
+pub fn image_url_refused(at: &str, provider: &str) -> ApiError {
+    ApiError {
+        message: format!("Provider '{provider}' takes images only as base64 data: URLs ('{at}')"),
+        ..ApiError::unsupported_param(at, provider)
+    }
 }
 
 fn tool_calls(calls: &Value, at: &str) -> Result<Vec<Part>, ApiError> {
@@ -565,19 +610,21 @@ pub fn parse(body: &Value, acc: &Accept) -> Result<Chat, ApiError> {
             }
         },
     };
-    match obj.get("user") {
-        None | Some(Value::Null) | Some(Value::String(_)) => {}
+    chat.user = match obj.get("user") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(u)) => Some(u.clone()),
         Some(_) => return Err(bad("user", "Invalid type for 'user': expected a string")),
-    }
-    match obj.get("parallel_tool_calls") {
-        None | Some(Value::Null) | Some(Value::Bool(_)) => {}
+    };
+    chat.parallel_tool_calls = match obj.get("parallel_tool_calls") {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(b)) => Some(*b),
         Some(_) => {
             return Err(bad(
                 "parallel_tool_calls",
                 "Invalid type for 'parallel_tool_calls': expected a boolean",
             ))
         }
-    }
+    };
     chat.stream = stream_flag(body)?;
     super::include_usage_flag(body)?;
     Ok(chat)

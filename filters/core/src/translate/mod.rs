@@ -16,7 +16,7 @@ pub mod openai_gemini;
 pub mod openai_openai;
 pub mod sigv4;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::config::{Key, Kind, ModelCfg, Provider};
 use crate::error::{ApiError, INVALID_REQUEST, RATE_LIMIT, SERVER};
@@ -425,6 +425,39 @@ pub fn data_url(url: &str) -> Option<(&str, &str)> {
     let (meta, data) = rest.split_once(',')?;
     let media = meta.strip_suffix(";base64")?;
     Some((media, data))
+}
+
+/// A `chat.completion` choice's message: text and tool calls (`content`
+/// null when the answer is only tool calls).
+pub(crate) fn assistant_message(text: String, calls: Vec<Value>) -> Value {
+    let mut message = Map::new();
+    message.insert("role".into(), Value::String("assistant".into()));
+    let content = if text.is_empty() && !calls.is_empty() {
+        Value::Null
+    } else {
+        Value::String(text)
+    };
+    message.insert("content".into(), content);
+    if !calls.is_empty() {
+        message.insert("tool_calls".into(), Value::Array(calls));
+    }
+    message.insert("refusal".into(), Value::Null);
+    Value::Object(message)
+}
+
+/// The end of a `chat.completion.chunk` whose prefix and delta are written:
+/// `,"logprobs":null,"finish_reason":…}]}` and the SSE event's end.
+pub(crate) fn chunk_tail(out: &mut Vec<u8>, finish: Option<&str>) {
+    out.extend_from_slice(b",\"logprobs\":null,\"finish_reason\":");
+    match finish {
+        Some(f) => {
+            out.push(b'"');
+            out.extend_from_slice(f.as_bytes());
+            out.push(b'"');
+        }
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b"}]}\n\n");
 }
 
 /// Append `data: <json>\n\n`.

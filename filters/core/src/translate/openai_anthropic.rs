@@ -23,9 +23,11 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Map, Value};
 
+use super::chat_ir::{self, Accept, Chat, Part, Role, ToolChoice};
 use super::{
-    include_usage_flag, push_data, stream_flag, upstream_error, usage_json, Endpoint, RequestCtx,
-    ResponseCtx, StreamTranslator, Translated, Translator, UpstreamRequest, Usage, DONE,
+    assistant_message, chunk_tail, include_usage_flag, push_data, upstream_error, usage_json,
+    Endpoint, RequestCtx, ResponseCtx, StreamTranslator, Translated, Translator, UpstreamRequest,
+    Usage, DONE,
 };
 use crate::config::{Key, Kind, Provider};
 use crate::error::{ApiError, INVALID_REQUEST};
@@ -35,507 +37,77 @@ pub struct OpenAiAnthropic;
 
 const PROVIDER: &str = "anthropic";
 
-fn bad(param: &str, msg: impl Into<String>) -> ApiError {
-    ApiError::bad_param(param, msg)
-}
-
 fn unsupported(param: &str) -> ApiError {
     ApiError::unsupported_param(param, PROVIDER)
-}
-
-/// Text of a system/developer/tool message: a string or text parts.
-fn text_of(content: &Value, at: &str) -> Result<String, ApiError> {
-    match content {
-        Value::String(s) => Ok(s.clone()),
-        Value::Null => Ok(String::new()),
-        Value::Array(parts) => {
-            let mut out = String::new();
-            for (j, p) in parts.iter().enumerate() {
-                match (p.get("type").and_then(Value::as_str), p.get("text")) {
-                    (Some("text"), Some(Value::String(t))) => {
-                        if !out.is_empty() {
-                            out.push('\n');
-                        }
-                        out.push_str(t);
-                    }
-                    _ => {
-                        return Err(bad(
-                            &format!("{at}[{j}]"),
-                            format!(
-                            "Invalid content part at '{at}[{j}]': only text parts are allowed here"
-                        ),
-                        ))
-                    }
-                }
-            }
-            Ok(out)
-        }
-        _ => Err(bad(
-            at,
-            format!("Invalid type for '{at}': expected a string or an array of content parts"),
-        )),
-    }
-}
-
-fn image_block(url: &str, at: &str) -> Result<Value, ApiError> {
-    if let Some(rest) = url.strip_prefix("data:") {
-        let Some((meta, data)) = rest.split_once(',') else {
-            return Err(bad(at, format!("Invalid data URL in '{at}'")));
-        };
-        let Some(media) = meta.strip_suffix(";base64") else {
-            return Err(bad(
-                at,
-                format!("Data URL in '{at}' must be base64-encoded"),
-            ));
-        };
-        if !matches!(
-            media,
-            "image/jpeg" | "image/png" | "image/gif" | "image/webp"
-        ) {
-            return Err(bad(
-                at,
-                format!("Unsupported image type '{media}' in '{at}' (jpeg, png, gif, webp)"),
-            ));
-        }
-        Ok(json!({"type":"image","source":{"type":"base64","media_type":media,"data":data}}))
-    } else if url.starts_with("https://") || url.starts_with("http://") {
-        Ok(json!({"type":"image","source":{"type":"url","url":url}}))
-    } else {
-        Err(bad(
-            at,
-            format!("Invalid image URL in '{at}': expected a data: or http(s) URL"),
-        ))
-    }
-}
-
-/// Content of a user or assistant message → Anthropic blocks.
-fn content_blocks(content: &Value, at: &str, images: bool) -> Result<Vec<Value>, ApiError> {
-    let mut blocks = Vec::new();
-    match content {
-        Value::Null => {}
-        Value::String(s) => {
-            if !s.is_empty() {
-                blocks.push(json!({"type":"text","text":s}));
-            }
-        }
-        Value::Array(parts) => {
-            for (j, p) in parts.iter().enumerate() {
-                let pat = format!("{at}[{j}]");
-                match p.get("type").and_then(Value::as_str) {
-                    Some("text") => match p.get("text") {
-                        Some(Value::String(t)) => {
-                            if !t.is_empty() {
-                                blocks.push(json!({"type":"text","text":t}));
-                            }
-                        }
-                        _ => return Err(bad(&format!("{pat}.text"), format!("Invalid type for '{pat}.text': expected a string"))),
-                    },
-                    Some("refusal") if !images => {
-                        if let Some(Value::String(t)) = p.get("refusal") {
-                            if !t.is_empty() {
-                                blocks.push(json!({"type":"text","text":t}));
-                            }
-                        }
-                    }
-                    Some("image_url") if images => {
-                        let url = match p.get("image_url") {
-                            Some(Value::String(u)) => u.as_str(),
-                            Some(Value::Object(o)) => match o.get("url") {
-                                Some(Value::String(u)) => u.as_str(),
-                                _ => return Err(bad(&format!("{pat}.image_url.url"), format!("Missing '{pat}.image_url.url'"))),
-                            },
-                            _ => return Err(bad(&format!("{pat}.image_url"), format!("Missing '{pat}.image_url'"))),
-                        };
-                        blocks.push(image_block(url, &format!("{pat}.image_url.url"))?);
-                    }
-                    Some(other) => {
-                        return Err(ApiError {
-                            message: format!(
-                                "Content part type '{other}' at '{pat}' is not supported by provider '{PROVIDER}'"
-                            ),
-                            ..unsupported(&format!("{pat}.type"))
-                        })
-                    }
-                    None => return Err(bad(&format!("{pat}.type"), format!("Missing '{pat}.type'"))),
-                }
-            }
-        }
-        _ => {
-            return Err(bad(
-                at,
-                format!("Invalid type for '{at}': expected a string or an array of content parts"),
-            ))
-        }
-    }
-    Ok(blocks)
-}
-
-fn tool_use_blocks(calls: &Value, at: &str) -> Result<Vec<Value>, ApiError> {
-    let Value::Array(calls) = calls else {
-        if calls.is_null() {
-            return Ok(Vec::new());
-        }
-        return Err(bad(
-            at,
-            format!("Invalid type for '{at}': expected an array"),
-        ));
-    };
-    let mut out = Vec::new();
-    for (j, c) in calls.iter().enumerate() {
-        let cat = format!("{at}[{j}]");
-        let id = c
-            .get("id")
-            .and_then(Value::as_str)
-            .ok_or_else(|| bad(&format!("{cat}.id"), format!("Missing '{cat}.id'")))?;
-        let f = c.get("function").ok_or_else(|| {
-            bad(
-                &format!("{cat}.function"),
-                format!("Missing '{cat}.function'"),
-            )
-        })?;
-        let name = f.get("name").and_then(Value::as_str).ok_or_else(|| {
-            bad(
-                &format!("{cat}.function.name"),
-                format!("Missing '{cat}.function.name'"),
-            )
-        })?;
-        let input = match f.get("arguments") {
-            None | Some(Value::Null) => json!({}),
-            Some(Value::String(s)) if s.trim().is_empty() => json!({}),
-            Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
-                Ok(v @ Value::Object(_)) => v,
-                _ => {
-                    return Err(bad(
-                        &format!("{cat}.function.arguments"),
-                        format!(
-                            "'{cat}.function.arguments' must be a JSON object encoded as a string"
-                        ),
-                    ))
-                }
-            },
-            Some(_) => {
-                return Err(bad(
-                    &format!("{cat}.function.arguments"),
-                    format!("Invalid type for '{cat}.function.arguments': expected a string"),
-                ))
-            }
-        };
-        out.push(json!({"type":"tool_use","id":id,"name":name,"input":input}));
-    }
-    Ok(out)
-}
-
-fn push_turn(turns: &mut Vec<(&'static str, Vec<Value>)>, role: &'static str, blocks: Vec<Value>) {
-    if blocks.is_empty() {
-        return;
-    }
-    if let Some((r, b)) = turns.last_mut() {
-        if *r == role {
-            b.extend(blocks);
-            return;
-        }
-    }
-    turns.push((role, blocks));
-}
-
-fn is_tool_result(b: &Value) -> bool {
-    b.get("type").and_then(Value::as_str) == Some("tool_result")
-}
-
-fn number(body: &Map<String, Value>, name: &str) -> Result<Option<Value>, ApiError> {
-    match body.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v @ Value::Number(_)) => Ok(Some(v.clone())),
-        Some(_) => Err(bad(
-            name,
-            format!("Invalid type for '{name}': expected a number"),
-        )),
-    }
-}
-
-fn positive_int(body: &Map<String, Value>, name: &str) -> Result<Option<u64>, ApiError> {
-    match body.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => match v.as_u64() {
-            Some(n) if n > 0 => Ok(Some(n)),
-            _ => Err(bad(
-                name,
-                format!("Invalid value for '{name}': expected a positive integer"),
-            )),
-        },
-    }
 }
 
 /// Name of the tool that carries JSON-mode answers (`response_format`).
 pub const JSON_TOOL: &str = "json_response";
 
-/// `response_format` → the JSON schema the answer must follow (JSON mode is
-/// done by forcing a single tool with that input schema), or `None`.
-fn json_mode_schema(rf: Option<&Value>) -> Result<Option<Value>, ApiError> {
-    let Some(rf) = rf.filter(|v| !v.is_null()) else {
-        return Ok(None);
-    };
-    match rf.get("type").and_then(Value::as_str) {
-        Some("text") => Ok(None),
-        Some("json_object") => Ok(Some(json!({"type": "object"}))),
-        Some("json_schema") => {
-            let schema = rf.get("json_schema").and_then(|j| j.get("schema"));
-            match schema {
-                Some(s @ Value::Object(o))
-                    if o.get("type").and_then(Value::as_str) == Some("object") =>
-                {
-                    Ok(Some(s.clone()))
-                }
-                Some(Value::Object(_)) => Err(ApiError {
-                    message: format!(
-                        "Provider '{PROVIDER}' supports 'response_format.json_schema.schema' only with \"type\": \"object\" at the top"
-                    ),
-                    ..unsupported("response_format.json_schema.schema")
-                }),
-                _ => Err(bad(
-                    "response_format.json_schema.schema",
-                    "Missing 'response_format.json_schema.schema' (a JSON schema object)",
-                )),
-            }
-        }
-        _ => Err(bad(
-            "response_format.type",
-            "Invalid value for 'response_format.type': expected text, json_object or json_schema",
-        )),
+/// The JSON schema a JSON-mode answer must follow (JSON mode is done by
+/// forcing a single tool with that input schema, and a tool's input is an
+/// object): `{"type": "object"}` for `json_object`.
+fn json_mode_schema(json: &Option<Value>) -> Result<Value, ApiError> {
+    match json {
+        None => Ok(json!({"type": "object"})),
+        Some(s) if s.get("type").and_then(Value::as_str) == Some("object") => Ok(s.clone()),
+        Some(_) => Err(ApiError {
+            message: format!(
+                "Provider '{PROVIDER}' supports 'response_format.json_schema.schema' only with \"type\": \"object\" at the top"
+            ),
+            ..unsupported("response_format.json_schema.schema")
+        }),
     }
 }
 
-fn translate_request(ctx: &RequestCtx<'_>, body: &Value) -> Result<Value, ApiError> {
-    let Some(obj) = body.as_object() else {
-        return Err(ApiError::invalid_json("expected an object"));
-    };
-    // Parameters: handled, harmless, or refused.
-    for (k, v) in obj {
-        match k.as_str() {
-            "model"
-            | "messages"
-            | "stream"
-            | "stream_options"
-            | "max_tokens"
-            | "max_completion_tokens"
-            | "temperature"
-            | "top_p"
-            | "stop"
-            | "tools"
-            | "tool_choice"
-            | "parallel_tool_calls"
-            | "user"
-            | "seed"
-            | "store"
-            | "service_tier"
-            | "metadata"
-            | "n"
-            | "response_format" => {}
-            "presence_penalty" | "frequency_penalty" => {
-                if !(v.is_null() || v.as_f64() == Some(0.0)) {
-                    return Err(unsupported(k));
-                }
-            }
-            "logprobs" => {
-                if !(v.is_null() || *v == Value::Bool(false)) {
-                    return Err(unsupported(k));
-                }
-            }
-            _ => {
-                if !v.is_null() {
-                    return Err(unsupported(k));
-                }
-            }
+fn block(p: Part) -> Value {
+    match p {
+        Part::Text(t) => json!({"type": "text", "text": t}),
+        Part::Image { media, data } => {
+            json!({"type": "image", "source": {"type": "base64", "media_type": media, "data": data}})
+        }
+        Part::ImageUrl { url, .. } => {
+            json!({"type": "image", "source": {"type": "url", "url": url}})
+        }
+        Part::ToolCall { id, name, args } => {
+            json!({"type": "tool_use", "id": id, "name": name, "input": args})
+        }
+        Part::ToolResult { id, content, .. } => {
+            json!({"type": "tool_result", "tool_use_id": id, "content": content})
         }
     }
-    match obj.get("n") {
-        None | Some(Value::Null) => {}
-        Some(v) if v.as_u64() == Some(1) => {}
-        Some(_) => return Err(unsupported("n")),
-    }
-    let json_schema = json_mode_schema(obj.get("response_format"))?;
-    let msgs = super::check_messages(body)?;
-    let mut system: Vec<String> = Vec::new();
-    let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
-    for (i, m) in msgs.iter().enumerate() {
-        let at = format!("messages[{i}]");
-        let role = m.get("role").and_then(Value::as_str).unwrap_or("");
-        let content = m.get("content").unwrap_or(&Value::Null);
-        match role {
-            "system" | "developer" => {
-                let t = text_of(content, &format!("{at}.content"))?;
-                if !t.is_empty() {
-                    system.push(t);
-                }
-            }
-            "user" => {
-                let blocks = content_blocks(content, &format!("{at}.content"), true)?;
-                push_turn(&mut turns, "user", blocks);
-            }
-            "assistant" => {
-                let mut blocks = content_blocks(content, &format!("{at}.content"), false)?;
-                if let Some(calls) = m.get("tool_calls") {
-                    blocks.extend(tool_use_blocks(calls, &format!("{at}.tool_calls"))?);
-                }
-                push_turn(&mut turns, "assistant", blocks);
-            }
-            "tool" => {
-                let id = m
-                    .get("tool_call_id")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| {
-                        bad(
-                            &format!("{at}.tool_call_id"),
-                            format!("Missing '{at}.tool_call_id'"),
-                        )
-                    })?;
-                let text = text_of(content, &format!("{at}.content"))?;
-                push_turn(
-                    &mut turns,
-                    "user",
-                    vec![json!({"type":"tool_result","tool_use_id":id,"content":text})],
-                );
-            }
-            other => {
-                return Err(bad(
-                    &format!("{at}.role"),
-                    format!("Unsupported role '{other}' at '{at}.role'"),
-                ))
-            }
-        }
-    }
-    if turns.is_empty() {
-        return Err(bad(
-            "messages",
-            "'messages' must contain at least one non-empty user or assistant message",
-        ));
-    }
-    let messages: Vec<Value> = turns
+}
+
+fn translate_request(ctx: &RequestCtx<'_>, mut chat: Chat) -> Result<Value, ApiError> {
+    let messages: Vec<Value> = std::mem::take(&mut chat.turns)
         .into_iter()
-        .map(|(role, mut blocks)| {
-            if role == "user" && blocks.iter().any(is_tool_result) {
-                // Stable: tool results first, then the rest in order.
-                let (mut tr, rest): (Vec<Value>, Vec<Value>) =
-                    blocks.drain(..).partition(is_tool_result);
-                tr.extend(rest);
-                blocks = tr;
-            }
-            json!({"role": role, "content": blocks})
+        .map(|t| {
+            let role = match t.role {
+                Role::User => "user",
+                Role::Assistant => "assistant",
+            };
+            json!({"role": role, "content": t.parts.into_iter().map(block).collect::<Vec<_>>()})
         })
         .collect();
-
     let mut out = Map::new();
     out.insert("model".into(), Value::String(ctx.model.to_string()));
-    let max_tokens = match positive_int(obj, "max_completion_tokens")? {
-        Some(n) => n,
-        None => positive_int(obj, "max_tokens")?.unwrap_or(ctx.model_cfg.max_tokens as u64),
-    };
+    let max_tokens = chat.max_tokens.unwrap_or(ctx.model_cfg.max_tokens as u64);
     out.insert("max_tokens".into(), json!(max_tokens));
-    if !system.is_empty() {
-        out.insert("system".into(), Value::String(system.join("\n\n")));
+    if !chat.system.is_empty() {
+        out.insert("system".into(), Value::String(chat.system.join("\n\n")));
     }
     out.insert("messages".into(), Value::Array(messages));
-    if let Some(t) = number(obj, "temperature")? {
-        out.insert("temperature".into(), t);
+    if let Some(t) = &chat.temperature {
+        out.insert("temperature".into(), t.clone());
     }
-    if let Some(t) = number(obj, "top_p")? {
-        out.insert("top_p".into(), t);
+    if let Some(t) = &chat.top_p {
+        out.insert("top_p".into(), t.clone());
     }
-    match obj.get("stop") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(s)) => {
-            out.insert("stop_sequences".into(), json!([s]));
-        }
-        Some(Value::Array(a)) if a.iter().all(Value::is_string) => {
-            if !a.is_empty() {
-                out.insert("stop_sequences".into(), Value::Array(a.clone()));
-            }
-        }
-        Some(_) => {
-            return Err(bad(
-                "stop",
-                "Invalid type for 'stop': expected a string or an array of strings",
-            ))
-        }
+    if !chat.stop.is_empty() {
+        out.insert("stop_sequences".into(), json!(chat.stop));
     }
-    let mut has_tools = false;
-    match obj.get("tools") {
-        None | Some(Value::Null) => {}
-        Some(Value::Array(tools)) => {
-            let mut out_tools = Vec::new();
-            for (j, t) in tools.iter().enumerate() {
-                let at = format!("tools[{j}]");
-                if t.get("type").and_then(Value::as_str) != Some("function") {
-                    return Err(ApiError {
-                        message: format!("Only function tools are supported by provider '{PROVIDER}' ('{at}.type')"),
-                        ..unsupported(&format!("{at}.type"))
-                    });
-                }
-                let f = t.get("function").ok_or_else(|| {
-                    bad(
-                        &format!("{at}.function"),
-                        format!("Missing '{at}.function'"),
-                    )
-                })?;
-                let name = f.get("name").and_then(Value::as_str).ok_or_else(|| {
-                    bad(
-                        &format!("{at}.function.name"),
-                        format!("Missing '{at}.function.name'"),
-                    )
-                })?;
-                let mut tool = Map::new();
-                tool.insert("name".into(), Value::String(name.to_string()));
-                if let Some(Value::String(d)) = f.get("description") {
-                    tool.insert("description".into(), Value::String(d.clone()));
-                }
-                let schema = match f.get("parameters") {
-                    None | Some(Value::Null) => json!({"type":"object","properties":{}}),
-                    Some(v @ Value::Object(_)) => v.clone(),
-                    Some(_) => {
-                        return Err(bad(
-                            &format!("{at}.function.parameters"),
-                            format!(
-                                "Invalid type for '{at}.function.parameters': expected an object"
-                            ),
-                        ))
-                    }
-                };
-                tool.insert("input_schema".into(), schema);
-                out_tools.push(Value::Object(tool));
-            }
-            has_tools = !out_tools.is_empty();
-            if has_tools {
-                out.insert("tools".into(), Value::Array(out_tools));
-            }
-        }
-        Some(_) => return Err(bad("tools", "Invalid type for 'tools': expected an array")),
-    }
-    let parallel = match obj.get("parallel_tool_calls") {
-        None | Some(Value::Null) => true,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => {
-            return Err(bad(
-                "parallel_tool_calls",
-                "Invalid type for 'parallel_tool_calls': expected a boolean",
-            ))
-        }
-    };
-    let mut choice = match obj.get("tool_choice") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => match s.as_str() {
-            "auto" => Some(json!({"type":"auto"})),
-            "none" => Some(json!({"type":"none"})),
-            "required" => Some(json!({"type":"any"})),
-            _ => return Err(bad("tool_choice", format!("Invalid value for 'tool_choice': '{s}'"))),
-        },
-        Some(Value::Object(o)) => match o.get("function").and_then(|f| f.get("name")).and_then(Value::as_str) {
-            Some(name) => Some(json!({"type":"tool","name":name})),
-            None => return Err(bad("tool_choice", "Invalid value for 'tool_choice': expected {\"type\":\"function\",\"function\":{\"name\":...}}")),
-        },
-        Some(_) => return Err(bad("tool_choice", "Invalid type for 'tool_choice'")),
-    };
-    if let Some(schema) = json_schema {
-        if has_tools {
+    if let Some(json) = &chat.json {
+        if !chat.tools.is_empty() {
             return Err(ApiError {
                 message: format!(
                     "'response_format' json modes cannot be combined with 'tools' for provider '{PROVIDER}'"
@@ -545,33 +117,47 @@ fn translate_request(ctx: &RequestCtx<'_>, body: &Value) -> Result<Value, ApiErr
         }
         out.insert(
             "tools".into(),
-            json!([{"name": JSON_TOOL, "description": "Give the answer as JSON matching this schema.", "input_schema": schema}]),
+            json!([{"name": JSON_TOOL, "description": "Give the answer as JSON matching this schema.", "input_schema": json_mode_schema(json)?}]),
         );
         out.insert(
             "tool_choice".into(),
             json!({"type": "tool", "name": JSON_TOOL}),
         );
-    } else if has_tools {
-        if !parallel {
-            let c = choice.get_or_insert_with(|| json!({"type":"auto"}));
-            if c.get("type").and_then(Value::as_str) != Some("none") {
-                if let Some(o) = c.as_object_mut() {
-                    o.insert("disable_parallel_tool_use".into(), Value::Bool(true));
+    } else if !chat.tools.is_empty() {
+        let tools: Vec<Value> = chat
+            .tools
+            .iter()
+            .map(|t| {
+                let mut tool = Map::new();
+                tool.insert("name".into(), Value::String(t.name.clone()));
+                if let Some(d) = &t.description {
+                    tool.insert("description".into(), Value::String(d.clone()));
                 }
+                tool.insert("input_schema".into(), t.parameters.clone());
+                Value::Object(tool)
+            })
+            .collect();
+        out.insert("tools".into(), Value::Array(tools));
+        let mut choice = chat.tool_choice.as_ref().map(|c| match c {
+            ToolChoice::Auto => json!({"type": "auto"}),
+            ToolChoice::None => json!({"type": "none"}),
+            ToolChoice::Required => json!({"type": "any"}),
+            ToolChoice::Named(name) => json!({"type": "tool", "name": name}),
+        });
+        if chat.parallel_tool_calls == Some(false) && chat.tool_choice != Some(ToolChoice::None) {
+            let c = choice.get_or_insert_with(|| json!({"type": "auto"}));
+            if let Some(o) = c.as_object_mut() {
+                o.insert("disable_parallel_tool_use".into(), Value::Bool(true));
             }
         }
         if let Some(c) = choice {
             out.insert("tool_choice".into(), c);
         }
     }
-    match obj.get("user") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(u)) => {
-            out.insert("metadata".into(), json!({"user_id": u}));
-        }
-        Some(_) => return Err(bad("user", "Invalid type for 'user': expected a string")),
+    if let Some(u) = &chat.user {
+        out.insert("metadata".into(), json!({"user_id": u}));
     }
-    if stream_flag(body)? {
+    if chat.stream {
         out.insert("stream".into(), Value::Bool(true));
     }
     Ok(Value::Object(out))
@@ -594,10 +180,16 @@ impl Translator for OpenAiAnthropic {
                 )
             });
         }
-        let stream = stream_flag(body)?;
+        let chat = chat_ir::parse(
+            body,
+            &Accept {
+                provider: PROVIDER,
+                sampling_extras: false,
+            },
+        )?;
         let include_usage = include_usage_flag(body)?;
-        let json_mode = json_mode_schema(body.get("response_format"))?.is_some();
-        let out = translate_request(ctx, body)?;
+        let (stream, json_mode) = (chat.stream, chat.json.is_some());
+        let out = translate_request(ctx, chat)?;
         let bytes = serde_json::to_vec(&out).map_err(|e| ApiError::invalid_json(&e.to_string()))?;
         Ok(UpstreamRequest {
             path: format!("{}/messages", ctx.provider.base_path),
@@ -727,20 +319,7 @@ fn translate_response(ctx: &ResponseCtx, v: &Value) -> (Value, Usage) {
         Some(r) => finish_reason(r),
         None => "stop",
     };
-    let mut message = Map::new();
-    message.insert("role".into(), json!("assistant"));
-    message.insert(
-        "content".into(),
-        if text.is_empty() && !calls.is_empty() {
-            Value::Null
-        } else {
-            Value::String(text)
-        },
-    );
-    if !calls.is_empty() {
-        message.insert("tool_calls".into(), Value::Array(calls));
-    }
-    message.insert("refusal".into(), Value::Null);
+    let message = assistant_message(text, calls);
     let out = json!({
         "id": v.get("id").cloned().unwrap_or(Value::Null),
         "object": "chat.completion",
@@ -748,7 +327,7 @@ fn translate_response(ctx: &ResponseCtx, v: &Value) -> (Value, Usage) {
         "model": v.get("model").cloned().unwrap_or(Value::Null),
         "choices": [{
             "index": 0,
-            "message": Value::Object(message),
+            "message": message,
             "logprobs": null,
             "finish_reason": finish,
         }],
@@ -818,16 +397,7 @@ impl AnthropicStream {
         }
         out.extend_from_slice(self.prefix.as_bytes());
         out.extend_from_slice(delta.as_bytes());
-        out.extend_from_slice(b",\"logprobs\":null,\"finish_reason\":");
-        match finish {
-            Some(f) => {
-                out.push(b'"');
-                out.extend_from_slice(f.as_bytes());
-                out.push(b'"');
-            }
-            None => out.extend_from_slice(b"null"),
-        }
-        out.extend_from_slice(b"}]}\n\n");
+        chunk_tail(out, finish);
     }
 
     fn error_event(&mut self, out: &mut Vec<u8>, kind: &str, message: &str) {

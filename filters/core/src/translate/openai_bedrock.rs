@@ -36,9 +36,9 @@ use super::eventstream::{Decoder, Message};
 use super::openai_openai::error_message;
 use super::sigv4::{self, uri_encode, SignInput};
 use super::{
-    embedding_base64, embedding_dimensions, embedding_inputs, embedding_item, embedding_list,
-    push_data, upstream_error, usage_json, Endpoint, RequestCtx, ResponseCtx, StreamTranslator,
-    Translated, Translator, UpstreamRequest, Usage, DONE,
+    assistant_message, chunk_tail, embedding_base64, embedding_dimensions, embedding_inputs,
+    embedding_item, embedding_list, push_data, upstream_error, usage_json, Endpoint, RequestCtx,
+    ResponseCtx, StreamTranslator, Translated, Translator, UpstreamRequest, Usage, DONE,
 };
 use crate::config::{Key, Kind, Provider};
 use crate::error::{ApiError, INVALID_REQUEST, SERVER};
@@ -99,6 +99,7 @@ fn chat_request(body: &Value) -> Result<(Value, bool, bool), ApiError> {
                     let format = media.strip_prefix("image/").unwrap_or("png");
                     json!({"image": {"format": format, "source": {"bytes": data}}})
                 }
+                Part::ImageUrl { at, .. } => return Err(chat_ir::image_url_refused(at, PROVIDER)),
                 Part::ToolCall { id, name, args } => {
                     json!({"toolUse": {"toolUseId": id, "name": name, "input": args}})
                 }
@@ -400,20 +401,7 @@ fn chat_response(ctx: &ResponseCtx, v: &Value) -> (Value, Usage) {
         Some(r) => finish_reason(r),
         None => "stop",
     };
-    let mut message = Map::new();
-    message.insert("role".into(), json!("assistant"));
-    message.insert(
-        "content".into(),
-        if text.is_empty() && !calls.is_empty() {
-            Value::Null
-        } else {
-            Value::String(text)
-        },
-    );
-    if !calls.is_empty() {
-        message.insert("tool_calls".into(), Value::Array(calls));
-    }
-    message.insert("refusal".into(), Value::Null);
+    let message = assistant_message(text, calls);
     let out = json!({
         "id": "chatcmpl-bedrock",
         "object": "chat.completion",
@@ -468,16 +456,7 @@ impl BedrockStream {
     fn chunk(&mut self, out: &mut Vec<u8>, delta: &Value, finish: Option<&str>) {
         out.extend_from_slice(self.prefix.as_bytes());
         out.extend_from_slice(delta.to_string().as_bytes());
-        out.extend_from_slice(b",\"logprobs\":null,\"finish_reason\":");
-        match finish {
-            Some(f) => {
-                out.push(b'"');
-                out.extend_from_slice(f.as_bytes());
-                out.push(b'"');
-            }
-            None => out.extend_from_slice(b"null"),
-        }
-        out.extend_from_slice(b"}]}\n\n");
+        chunk_tail(out, finish);
     }
 
     fn start(&mut self, out: &mut Vec<u8>) {

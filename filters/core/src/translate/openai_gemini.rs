@@ -26,9 +26,10 @@ use serde_json::{json, Map, Value};
 
 use super::chat_ir::{self, Accept, Part, Role, ToolChoice};
 use super::{
-    embedding_base64, embedding_dimensions, embedding_inputs, embedding_item, embedding_list,
-    estimate_tokens, push_data, upstream_error, usage_json, Endpoint, RequestCtx, ResponseCtx,
-    StreamTranslator, Translated, Translator, UpstreamRequest, Usage, DONE,
+    assistant_message, chunk_tail, embedding_base64, embedding_dimensions, embedding_inputs,
+    embedding_item, embedding_list, estimate_tokens, push_data, upstream_error, usage_json,
+    Endpoint, RequestCtx, ResponseCtx, StreamTranslator, Translated, Translator, UpstreamRequest,
+    Usage, DONE,
 };
 use crate::config::{Key, Kind, Provider};
 use crate::error::{ApiError, SERVER};
@@ -87,6 +88,7 @@ fn chat_request(ctx: &RequestCtx<'_>, body: &Value) -> Result<(Value, bool), Api
                 Part::Image { media, data } => {
                     json!({"inlineData": {"mimeType": media, "data": data}})
                 }
+                Part::ImageUrl { at, .. } => return Err(chat_ir::image_url_refused(at, PROVIDER)),
                 Part::ToolCall { name, args, .. } => {
                     json!({"functionCall": {"name": name, "args": args}})
                 }
@@ -397,20 +399,7 @@ fn chat_response(ctx: &ResponseCtx, v: &Value) -> (Value, Usage) {
             Some(r) => finish_reason(r),
             None => "stop",
         };
-        let mut message = Map::new();
-        message.insert("role".into(), json!("assistant"));
-        message.insert(
-            "content".into(),
-            if text.is_empty() && !calls.is_empty() {
-                Value::Null
-            } else {
-                Value::String(text)
-            },
-        );
-        if !calls.is_empty() {
-            message.insert("tool_calls".into(), Value::Array(calls));
-        }
-        message.insert("refusal".into(), Value::Null);
+        let message = assistant_message(text, calls);
         let index = c.get("index").and_then(Value::as_u64).unwrap_or(i as u64);
         choices.push(
             json!({"index": index, "message": message, "logprobs": null, "finish_reason": finish}),
@@ -478,16 +467,7 @@ impl GeminiStream {
     fn chunk(&mut self, out: &mut Vec<u8>, delta: &Value, finish: Option<&str>) {
         out.extend_from_slice(self.prefix.as_bytes());
         out.extend_from_slice(delta.to_string().as_bytes());
-        out.extend_from_slice(b",\"logprobs\":null,\"finish_reason\":");
-        match finish {
-            Some(f) => {
-                out.push(b'"');
-                out.extend_from_slice(f.as_bytes());
-                out.push(b'"');
-            }
-            None => out.extend_from_slice(b"null"),
-        }
-        out.extend_from_slice(b"}]}\n\n");
+        chunk_tail(out, finish);
     }
 
     fn error_event(&mut self, out: &mut Vec<u8>, code: &str, message: &str) {
