@@ -8,7 +8,7 @@
 
 use serde_json::Value;
 
-use super::openai_openai::{error_message, parse_usage, prepare, OpenAiStream};
+use super::openai_openai::{error_message, passthrough_response, prepare, OpenAiStream};
 use super::{
     upstream_error, RequestCtx, ResponseCtx, StreamTranslator, Translated, Translator,
     UpstreamRequest,
@@ -60,10 +60,7 @@ impl Translator for OpenAiAzure {
     }
 
     fn response(&self, _ctx: &ResponseCtx, body: &[u8]) -> Result<Translated, ApiError> {
-        let usage = serde_json::from_slice::<Value>(body)
-            .ok()
-            .and_then(|v| v.get("usage").and_then(parse_usage));
-        Ok(Translated { body: None, usage })
+        Ok(passthrough_response(body))
     }
 
     fn error(&self, status: u16, body: &[u8]) -> ApiError {

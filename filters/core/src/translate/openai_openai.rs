@@ -49,10 +49,7 @@ impl Translator for OpenAiOpenAi {
     }
 
     fn response(&self, _ctx: &ResponseCtx, body: &[u8]) -> Result<Translated, ApiError> {
-        let usage = serde_json::from_slice::<Value>(body)
-            .ok()
-            .and_then(|v| v.get("usage").and_then(parse_usage));
-        Ok(Translated { body: None, usage })
+        Ok(passthrough_response(body))
     }
 
     fn error(&self, status: u16, body: &[u8]) -> ApiError {
@@ -62,6 +59,15 @@ impl Translator for OpenAiOpenAi {
     fn stream(&self, ctx: &ResponseCtx) -> Box<dyn StreamTranslator> {
         Box::new(OpenAiStream::new(ctx, false))
     }
+}
+
+/// An OpenAI-shaped answer goes to the client as it is; only its usage is
+/// read (shared with Azure).
+pub(crate) fn passthrough_response(body: &[u8]) -> Translated {
+    let usage = serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| v.get("usage").and_then(parse_usage));
+    Translated { body: None, usage }
 }
 
 /// Check and adjust an OpenAI-shaped body for an OpenAI-compatible upstream
