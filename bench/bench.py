@@ -49,6 +49,11 @@ GATEWAY_PROCS = ("envoy", "authz", "redis")
 PERCENTILES = (50, 90, 99, 99.9)
 
 
+# Envoy workers in the scenarios: one leaves the second core to fortio, the
+# mock and the rest of the stack.
+BENCH_ENVOY_CONCURRENCY = int(os.environ.get("BENCH_ENVOY_CONCURRENCY", "1"))
+
+
 class BenchFailure(RuntimeError):
     pass
 
@@ -275,7 +280,8 @@ def authz_fail_opens(stack: Stack) -> float | None:
     return sum(float(v) for v in re.findall(r"^tollgate_authz_fail_open_total(?:{[^}]*})? (\S+)$", text, re.M))
 
 
-def start_stack(sc: Scenario, workdir: Path, mock_config: Path | None = None) -> Stack:
+def start_stack(sc: Scenario, workdir: Path, mock_config: Path | None = None,
+                envoy_concurrency: int = BENCH_ENVOY_CONCURRENCY) -> Stack:
     run_dir = workdir / "stacks" / sc.name
     run_dir.mkdir(parents=True, exist_ok=True)
     kwargs = {}
@@ -286,11 +292,15 @@ def start_stack(sc: Scenario, workdir: Path, mock_config: Path | None = None) ->
     if mock_config is not None:
         kwargs["mock_config"] = mock_config
     return Stack(run_dir=run_dir, ports=free_ports(), components=sc.components,
-                 envoy_concurrency=int(os.environ.get("BENCH_ENVOY_CONCURRENCY", "1")), **kwargs).start()
+                 envoy_concurrency=envoy_concurrency, **kwargs).start()
 
 
 # -- Bifrost replica ----------------------------------------------------------
 BIFROST_LATENCY_MS = 1500
+# The replica compares with a gateway using every core, so Envoy runs with
+# as many workers as `make run` starts (2), not the one worker of the
+# scenarios above that leave a core to fortio.
+BIFROST_ENVOY_CONCURRENCY = int(os.environ.get("BENCH_BIFROST_ENVOY_CONCURRENCY", "2"))
 BIFROST_SIZES = (("1.37 KB", 1370), ("10.32 KB", 10320))
 
 
@@ -304,7 +314,7 @@ def bifrost(plan: Plan, out: Path, full: Scenario) -> dict:
         sc = Scenario(f"bifrost-{size}", f"Bifrost replica, {label} answers", full.components, full.envoy,
                       "openai/gpt-4o-mini", headers={**full.headers, "x-mock-latency-ms": str(BIFROST_LATENCY_MS),
                                                      "x-mock-response-bytes": str(size)})
-        stack = start_stack(sc, out)
+        stack = start_stack(sc, out, envoy_concurrency=BIFROST_ENVOY_CONCURRENCY)
         steps = {}
         try:
             for qps in plan.bifrost_rates:
@@ -371,7 +381,8 @@ def main() -> int:
 
     chosen = [s for s in scenarios("mock-openai-key-1") if not args.only or s.name in args.only.split(",")]
     summary = {"plan": args.plan, "started": stamp, "machine": machine(),
-               "plan_settings": plan.__dict__, "scenarios": {}}
+               "plan_settings": plan.__dict__, "scenarios": {},
+               "envoy_workers": {"scenarios": BENCH_ENVOY_CONCURRENCY, "bifrost": BIFROST_ENVOY_CONCURRENCY}}
     failures = []
     for sc in chosen:
         print(f"bench: {sc.name}: {sc.what}", flush=True)

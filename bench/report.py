@@ -103,6 +103,7 @@ def charts(s: dict, out: Path) -> list[str]:
 def write_report(s: dict, out: Path) -> None:
     m = s["machine"]
     p = s["plan_settings"]
+    workers = s.get("envoy_workers", {"scenarios": 1, "bifrost": 1})
     lines = [f"# Tollgate benchmark ({s['plan']}, {s['started']})", "",
              f"Machine: {m['cores']} cores ({m['cpu']}), {m['memory']} memory, Linux {m['kernel']}; "
              f"Envoy {m['envoy']}; fortio {m['fortio']}. The load generator, Envoy, authz-service, Redis "
@@ -119,7 +120,8 @@ def write_report(s: dict, out: Path) -> None:
              "generator's own CPU (CPU seconds per second): near the machine's core count, the generator "
              "is the limit. `authz fail-open` counts checks admitted without a Redis answer (its "
              "in-flight limit or deadline).",
-             f"- Load: fortio, {p['conns']} connections, {p['seconds']} s per rate, 127.0.0.1 only. "
+             f"- Load: fortio, {p['conns']} connections, {p['seconds']} s per rate, 127.0.0.1 only; "
+             f"Envoy with {workers['scenarios']} worker thread(s). "
              f"Max throughput: offered load stepped over {p['max_steps'] or 'no steps (smoke)'}, "
              f"{p['step_seconds']} s each; a step passes with 100% success, p99 ≤ {p['p99_bound_ms']} ms "
              "and ≥ 95% of the offered requests sent; ≥ marks a scenario that passed the highest step.", "",
@@ -146,7 +148,8 @@ def write_report(s: dict, out: Path) -> None:
         lines.append(f"| {name} | {'≥ ' if at_top else ''}{_fmt(mt)} | {ratio} |")
     if s.get("bifrost"):
         lines += ["", "## Bifrost replica", "",
-                  "Whole gateway, provider latency 1.5 s, 0.13 KB requests; each rate offered for "
+                  f"Whole gateway (Envoy with {workers['bifrost']} worker thread(s)), provider latency 1.5 s, "
+                  "0.13 KB requests; each rate offered for "
                   f"{p.get('bifrost_seconds')} s with connections = rate × 1.5 s × 1.3; a rate is held with 100% "
                   "success and ≥ 95% of the offered requests sent (fortio stops a run when a connection's first "
                   "request fails; such a rate shows fortio's message). Added latency is the "
