@@ -10,7 +10,8 @@
 #             EVALSHA round trip
 # and prints the driver's client-side latency and the service's own Check
 # histogram (`tollgate_authz_check_duration_seconds`, difference of two
-# scrapes). DRIVER=rust (default: examples/check_load.rs) or DRIVER=ghz
+# scrapes). AUTHZ_ARGS adds flags to `tollgate-authz serve` (e.g.
+# "--redis-max-in-flight 1024"). DRIVER=rust (default: examples/check_load.rs) or DRIVER=ghz
 # (go install github.com/bojand/ghz/cmd/ghz@latest). DURATION seconds per
 # scenario (default 10). Driver, service and Redis share this machine's
 # cores: compare the two scenarios, do not read the figures alone.
@@ -34,7 +35,7 @@ cleanup() { kill $AUTHZ_PID "$REDIS_PID" 2>/dev/null || true; wait 2>/dev/null |
 trap cleanup EXIT
 for _ in $(seq 50); do redis-cli -p "$RP" ping >/dev/null 2>&1 && break; sleep 0.1; done
 TOKIO_WORKER_THREADS=${AUTHZ_THREADS:-2} "$TARGET/release/tollgate-authz" serve --policy config/policy.yaml --grpc-listen "127.0.0.1:$GP" \
-  --http-listen "127.0.0.1:$HP" --redis-url "redis://127.0.0.1:$RP" >"$WORK/authz.log" 2>&1 &
+  --http-listen "127.0.0.1:$HP" --redis-url "redis://127.0.0.1:$RP" ${AUTHZ_ARGS:-} >"$WORK/authz.log" 2>&1 &
 AUTHZ_PID=$!
 for _ in $(seq 50); do curl -sf "127.0.0.1:$HP/healthz" >/dev/null && break; sleep 0.1; done
 
