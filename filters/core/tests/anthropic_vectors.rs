@@ -394,18 +394,6 @@ fn request_errors_name_the_parameter() {
             "response_format",
             "unsupported_parameter",
         ),
-        (
-            json!({"model": "smart", "messages": [user("q")], "n": 2}),
-            400,
-            "n",
-            "unsupported_parameter",
-        ),
-        (
-            json!({"model": "smart", "messages": [user("q")], "presence_penalty": 0.5}),
-            400,
-            "presence_penalty",
-            "unsupported_parameter",
-        ),
     ];
     for (input, status, param, code) in cases {
         let got = translate("smart", input.clone());
