@@ -186,6 +186,54 @@ fn anthropic_error_event() {
     assert!(s.ends_with("data: [DONE]\n\n"));
 }
 
+#[test]
+fn anthropic_rate_limit_event_keeps_its_type() {
+    let input = b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"Slow down\"}}\n\n";
+    let (out, _) = run(Kind::Anthropic, false, &[input]);
+    let last = chunks(&out).pop().unwrap();
+    assert_eq!(last["error"]["type"], "rate_limit_error");
+    assert_eq!(last["error"]["code"], "rate_limit_exceeded");
+}
+
+/// Bytes that are not UTF-8 inside an SSE line end every SSE-reading
+/// translator with one OpenAI error event and `[DONE]`, after what came
+/// before, and whatever follows is ignored.
+#[test]
+fn malformed_sse_ends_with_one_error_and_done() {
+    let good: &[(Kind, &[u8])] = &[
+        (Kind::Openai, b"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n"),
+        (Kind::Azure, b"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n"),
+        (Kind::Anthropic, b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"model\":\"c\",\"usage\":{\"input_tokens\":3}}}\n\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n"),
+        (Kind::Gemini, b"data: {\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[{\"text\":\"Hi\"}]}}]}\n\n"),
+    ];
+    for (kind, head) in good {
+        let (out, _) = run(*kind, false, &[head, b"data: \xff\xfe\n\n", head]);
+        let c = chunks(&out);
+        let text: String = c
+            .iter()
+            .filter_map(|v| v["choices"][0]["delta"]["content"].as_str())
+            .collect();
+        assert_eq!(text, "Hi", "{kind:?}: {c:?}");
+        let errors: Vec<&Value> = c.iter().filter(|v| v.get("error").is_some()).collect();
+        assert_eq!(errors.len(), 1, "{kind:?}: {c:?}");
+        assert_eq!(c.last(), Some(errors[0]), "{kind:?}: error is not last");
+        let e = &errors[0]["error"];
+        assert_eq!(
+            (
+                e["type"].as_str(),
+                e["code"].as_str(),
+                e["message"].as_str()
+            ),
+            (
+                Some("server_error"),
+                Some("provider_error"),
+                Some("Malformed stream from the provider")
+            ),
+            "{kind:?}"
+        );
+    }
+}
+
 const OPENAI_TOOL_STREAM: &str = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"\"}}]},\"finish_reason\":null}]}\n\n\
 data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"{\\\"a\\\":\"}}]},\"finish_reason\":null}]}\n\n\
 data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"1}\"}}]},\"finish_reason\":null}]}\n\n\

@@ -16,10 +16,11 @@ pub mod openai_gemini;
 pub mod openai_openai;
 pub mod sigv4;
 
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 use crate::config::{Key, Kind, ModelCfg, Provider};
 use crate::error::{ApiError, INVALID_REQUEST, RATE_LIMIT, SERVER};
+use crate::sse::{Event, SseParser};
 
 /// Token usage of one completion, as the client sees it (OpenAI semantics:
 /// `prompt_tokens` includes cached prompt tokens).
@@ -152,6 +153,43 @@ pub trait StreamTranslator {
     fn usage(&self) -> Option<Usage>;
     /// Has a content or tool-call token been emitted yet (for TTFT)?
     fn first_token_seen(&self) -> bool;
+}
+
+/// The provider-specific half of a stream translator whose provider streams
+/// SSE (Anthropic, Gemini): `feed_sse` and `finish_sse` do the parsing.
+pub(crate) trait SseEvents {
+    fn parser(&mut self) -> &mut SseParser;
+    /// The OpenAI stream has ended (`[DONE]` written); later bytes are ignored.
+    fn is_done(&self) -> bool;
+    fn on_event(&mut self, ev: Event, out: &mut Vec<u8>);
+    /// Writes an OpenAI error event and `[DONE]`.
+    fn error_event(&mut self, out: &mut Vec<u8>, code: &str, message: &str);
+}
+
+/// Hands every complete event in `chunk` to `on_event`; a malformed stream
+/// (an over-long line, invalid UTF-8) ends in an OpenAI error event.
+pub(crate) fn feed_sse<T: SseEvents>(t: &mut T, chunk: &[u8], out: &mut Vec<u8>) {
+    if t.is_done() {
+        return;
+    }
+    let mut parser = std::mem::take(t.parser());
+    let r = parser.feed(chunk, &mut |e| t.on_event(e, out));
+    *t.parser() = parser;
+    if r.is_err() && !t.is_done() {
+        t.error_event(out, "provider_error", "Malformed stream from the provider");
+    }
+}
+
+/// Hands on an event left unterminated at the end of the stream. Returns
+/// true while the OpenAI stream is still open, for the caller to close.
+pub(crate) fn finish_sse<T: SseEvents>(t: &mut T, out: &mut Vec<u8>) -> bool {
+    if t.is_done() {
+        return false;
+    }
+    let mut parser = std::mem::take(t.parser());
+    let _ = parser.finish(&mut |e| t.on_event(e, out));
+    *t.parser() = parser;
+    !t.is_done()
 }
 
 pub fn for_kind(kind: Kind) -> &'static dyn Translator {
@@ -468,6 +506,19 @@ pub(crate) fn push_data(out: &mut Vec<u8>, json: &[u8]) {
 }
 
 pub(crate) const DONE: &[u8] = b"data: [DONE]\n\n";
+
+/// Appends an in-stream OpenAI error event and `[DONE]`, the last bytes of a
+/// stream that failed after its headers were sent.
+pub(crate) fn push_stream_error(out: &mut Vec<u8>, code: &str, message: &str) {
+    let kind = if code == "rate_limit_exceeded" {
+        RATE_LIMIT
+    } else {
+        SERVER
+    };
+    let e = json!({"error": {"message": message, "type": kind, "param": null, "code": code}});
+    push_data(out, e.to_string().as_bytes());
+    out.extend_from_slice(DONE);
+}
 
 /// Usage object in OpenAI form.
 pub(crate) fn usage_json(u: &Usage) -> Value {

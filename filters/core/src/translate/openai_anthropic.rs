@@ -25,9 +25,9 @@ use serde_json::{json, Map, Value};
 
 use super::chat_ir::{self, Accept, Chat, Part, Role, ToolChoice};
 use super::{
-    assistant_message, chunk_tail, include_usage_flag, push_data, upstream_error, usage_json,
-    Endpoint, RequestCtx, ResponseCtx, StreamTranslator, Translated, Translator, UpstreamRequest,
-    Usage, DONE,
+    assistant_message, chunk_tail, feed_sse, finish_sse, include_usage_flag, push_stream_error,
+    upstream_error, usage_json, Endpoint, RequestCtx, ResponseCtx, SseEvents, StreamTranslator,
+    Translated, Translator, UpstreamRequest, Usage, DONE,
 };
 use crate::config::{Key, Kind, Provider};
 use crate::error::{ApiError, INVALID_REQUEST};
@@ -400,11 +400,33 @@ impl AnthropicStream {
         chunk_tail(out, finish);
     }
 
-    fn error_event(&mut self, out: &mut Vec<u8>, kind: &str, message: &str) {
-        let e = json!({"error": {"message": message, "type": kind, "param": null, "code": kind}});
-        push_data(out, e.to_string().as_bytes());
+    fn end(&mut self, out: &mut Vec<u8>) {
+        let f = self.finish.unwrap_or("stop");
+        self.chunk(out, "{}", Some(f));
+        if self.include_usage {
+            let mut s = self.prefix.clone();
+            // Usage chunk: same envelope, empty choices.
+            if let Some(pos) = s.find("\"choices\":[") {
+                s.truncate(pos);
+            }
+            out.extend_from_slice(s.as_bytes());
+            let u = usage_json(&self.usage).to_string();
+            out.extend_from_slice(b"\"choices\":[],\"usage\":");
+            out.extend_from_slice(u.as_bytes());
+            out.extend_from_slice(b"}\n\n");
+        }
         out.extend_from_slice(DONE);
         self.done = true;
+    }
+}
+
+impl SseEvents for AnthropicStream {
+    fn parser(&mut self) -> &mut SseParser {
+        &mut self.parser
+    }
+
+    fn is_done(&self) -> bool {
+        self.done
     }
 
     fn on_event(&mut self, ev: Event, out: &mut Vec<u8>) {
@@ -557,51 +579,19 @@ impl AnthropicStream {
         }
     }
 
-    fn end(&mut self, out: &mut Vec<u8>) {
-        let f = self.finish.unwrap_or("stop");
-        self.chunk(out, "{}", Some(f));
-        if self.include_usage {
-            let mut s = self.prefix.clone();
-            // Usage chunk: same envelope, empty choices.
-            if let Some(pos) = s.find("\"choices\":[") {
-                s.truncate(pos);
-            }
-            out.extend_from_slice(s.as_bytes());
-            let u = usage_json(&self.usage).to_string();
-            out.extend_from_slice(b"\"choices\":[],\"usage\":");
-            out.extend_from_slice(u.as_bytes());
-            out.extend_from_slice(b"}\n\n");
-        }
-        out.extend_from_slice(DONE);
+    fn error_event(&mut self, out: &mut Vec<u8>, code: &str, message: &str) {
+        push_stream_error(out, code, message);
         self.done = true;
     }
 }
 
 impl StreamTranslator for AnthropicStream {
     fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
-        if self.done {
-            return;
-        }
-        let mut events = Vec::new();
-        let r = self.parser.feed(chunk, &mut |e| events.push(e));
-        for e in events {
-            self.on_event(e, out);
-        }
-        if r.is_err() && !self.done {
-            self.error_event(out, "provider_error", "Malformed stream from the provider");
-        }
+        feed_sse(self, chunk, out);
     }
 
     fn finish(&mut self, out: &mut Vec<u8>) {
-        if self.done {
-            return;
-        }
-        let mut events = Vec::new();
-        let _ = self.parser.finish(&mut |e| events.push(e));
-        for e in events {
-            self.on_event(e, out);
-        }
-        if !self.done {
+        if finish_sse(self, out) {
             self.error_event(out, "provider_error", "The provider's stream ended early");
         }
     }

@@ -37,8 +37,9 @@ use super::openai_openai::error_message;
 use super::sigv4::{self, uri_encode, SignInput};
 use super::{
     assistant_message, chunk_tail, embedding_base64, embedding_dimensions, embedding_inputs,
-    embedding_item, embedding_list, push_data, upstream_error, usage_json, Endpoint, RequestCtx,
-    ResponseCtx, StreamTranslator, Translated, Translator, UpstreamRequest, Usage, DONE,
+    embedding_item, embedding_list, push_stream_error, upstream_error, usage_json, Endpoint,
+    RequestCtx, ResponseCtx, StreamTranslator, Translated, Translator, UpstreamRequest, Usage,
+    DONE,
 };
 use crate::config::{Key, Kind, Provider};
 use crate::error::{ApiError, INVALID_REQUEST, SERVER};
@@ -467,9 +468,7 @@ impl BedrockStream {
     }
 
     fn error_event(&mut self, out: &mut Vec<u8>, code: &str, message: &str) {
-        let e = json!({"error": {"message": message, "type": SERVER, "param": null, "code": code}});
-        push_data(out, e.to_string().as_bytes());
-        out.extend_from_slice(DONE);
+        push_stream_error(out, code, message);
         self.done = true;
     }
 

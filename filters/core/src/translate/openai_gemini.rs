@@ -27,9 +27,9 @@ use serde_json::{json, Map, Value};
 use super::chat_ir::{self, Accept, Part, Role, ToolChoice};
 use super::{
     assistant_message, chunk_tail, embedding_base64, embedding_dimensions, embedding_inputs,
-    embedding_item, embedding_list, estimate_tokens, push_data, upstream_error, usage_json,
-    Endpoint, RequestCtx, ResponseCtx, StreamTranslator, Translated, Translator, UpstreamRequest,
-    Usage, DONE,
+    embedding_item, embedding_list, estimate_tokens, feed_sse, finish_sse, push_stream_error,
+    upstream_error, usage_json, Endpoint, RequestCtx, ResponseCtx, SseEvents, StreamTranslator,
+    Translated, Translator, UpstreamRequest, Usage, DONE,
 };
 use crate::config::{Key, Kind, Provider};
 use crate::error::{ApiError, SERVER};
@@ -469,12 +469,15 @@ impl GeminiStream {
         out.extend_from_slice(delta.to_string().as_bytes());
         chunk_tail(out, finish);
     }
+}
 
-    fn error_event(&mut self, out: &mut Vec<u8>, code: &str, message: &str) {
-        let e = json!({"error": {"message": message, "type": SERVER, "param": null, "code": code}});
-        push_data(out, e.to_string().as_bytes());
-        out.extend_from_slice(DONE);
-        self.done = true;
+impl SseEvents for GeminiStream {
+    fn parser(&mut self) -> &mut SseParser {
+        &mut self.parser
+    }
+
+    fn is_done(&self) -> bool {
+        self.done
     }
 
     fn on_event(&mut self, ev: Event, out: &mut Vec<u8>) {
@@ -548,33 +551,20 @@ impl GeminiStream {
             self.finish = Some("content_filter");
         }
     }
+
+    fn error_event(&mut self, out: &mut Vec<u8>, code: &str, message: &str) {
+        push_stream_error(out, code, message);
+        self.done = true;
+    }
 }
 
 impl StreamTranslator for GeminiStream {
     fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
-        if self.done {
-            return;
-        }
-        let mut events = Vec::new();
-        let r = self.parser.feed(chunk, &mut |e| events.push(e));
-        for e in events {
-            self.on_event(e, out);
-        }
-        if r.is_err() && !self.done {
-            self.error_event(out, "provider_error", "Malformed stream from the provider");
-        }
+        feed_sse(self, chunk, out);
     }
 
     fn finish(&mut self, out: &mut Vec<u8>) {
-        if self.done {
-            return;
-        }
-        let mut events = Vec::new();
-        let _ = self.parser.finish(&mut |e| events.push(e));
-        for e in events {
-            self.on_event(e, out);
-        }
-        if self.done {
+        if !finish_sse(self, out) {
             return;
         }
         let Some(mut f) = self.finish else {

@@ -7,8 +7,9 @@
 use serde_json::Value;
 
 use super::{
-    check_messages, include_usage_flag, stream_flag, upstream_error, Endpoint, RequestCtx,
-    ResponseCtx, StreamTranslator, Translated, Translator, UpstreamRequest, Usage,
+    check_messages, feed_sse, finish_sse, include_usage_flag, push_stream_error, stream_flag,
+    upstream_error, Endpoint, RequestCtx, ResponseCtx, SseEvents, StreamTranslator, Translated,
+    Translator, UpstreamRequest, Usage,
 };
 use crate::config::{Key, Kind, Provider};
 use crate::error::ApiError;
@@ -191,6 +192,16 @@ impl OpenAiStream {
             drop_empty,
         }
     }
+}
+
+impl SseEvents for OpenAiStream {
+    fn parser(&mut self) -> &mut SseParser {
+        &mut self.parser
+    }
+
+    fn is_done(&self) -> bool {
+        self.failed
+    }
 
     fn on_event(&mut self, ev: Event, out: &mut Vec<u8>) {
         if ev.data.is_empty() && ev.event.is_empty() {
@@ -241,36 +252,20 @@ impl OpenAiStream {
         }
         out.push(b'\n');
     }
+
+    fn error_event(&mut self, out: &mut Vec<u8>, code: &str, message: &str) {
+        push_stream_error(out, code, message);
+        self.failed = true;
+    }
 }
 
 impl StreamTranslator for OpenAiStream {
     fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
-        if self.failed {
-            return;
-        }
-        let mut events = Vec::new();
-        if self.parser.feed(chunk, &mut |e| events.push(e)).is_err() {
-            self.failed = true;
-        }
-        for e in events {
-            self.on_event(e, out);
-        }
-        if self.failed {
-            out.extend_from_slice(
-                b"data: {\"error\":{\"message\":\"Malformed stream from the provider\",\"type\":\"server_error\",\"param\":null,\"code\":\"provider_error\"}}\n\n",
-            );
-        }
+        feed_sse(self, chunk, out);
     }
 
     fn finish(&mut self, out: &mut Vec<u8>) {
-        if self.failed {
-            return;
-        }
-        let mut events = Vec::new();
-        let _ = self.parser.finish(&mut |e| events.push(e));
-        for e in events {
-            self.on_event(e, out);
-        }
+        finish_sse(self, out);
     }
 
     fn usage(&self) -> Option<Usage> {
