@@ -62,7 +62,7 @@ validate: build-wasm ## Validate envoy.yaml with `envoy --mode validate` and the
 compose-check: ## Check docker-compose.yml and the Dockerfiles statically (no Docker engine here)
 	@$(PY) scripts/compose_check.py
 
-test-e2e: ## End-to-end tests: real Envoy, Redis, Wasm filter, authz-service and mock, official openai client
+test-e2e: build ## End-to-end tests: real Envoy, Redis, Wasm filter, authz-service and mock, official openai client
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
 bench-smoke: build ## Every benchmark scenario briefly (under a minute): keeps the harness working
