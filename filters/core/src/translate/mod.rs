@@ -156,10 +156,12 @@ pub trait StreamTranslator {
 }
 
 /// The provider-specific half of a stream translator whose provider streams
-/// SSE (Anthropic, Gemini): `feed_sse` and `finish_sse` do the parsing.
+/// SSE (OpenAI, Azure, Anthropic, Gemini): `feed_sse` and `finish_sse` do
+/// the parsing.
 pub(crate) trait SseEvents {
     fn parser(&mut self) -> &mut SseParser;
-    /// The OpenAI stream has ended (`[DONE]` written); later bytes are ignored.
+    /// The translator has closed the client's stream (its own `[DONE]`
+    /// written); later upstream bytes are ignored.
     fn is_done(&self) -> bool;
     fn on_event(&mut self, ev: Event, out: &mut Vec<u8>);
     /// Writes an OpenAI error event and `[DONE]`.
