@@ -11,7 +11,8 @@
 # and prints the driver's client-side latency and the service's own Check
 # histogram (`tollgate_authz_check_duration_seconds`, difference of two
 # scrapes). AUTHZ_ARGS adds flags to `tollgate-authz serve` (e.g.
-# "--redis-max-in-flight 1024"). DRIVER=rust (default: examples/check_load.rs) or DRIVER=ghz
+# "--redis-max-in-flight 1024"). DRIVER=rust (default:
+# examples/check_load.rs) or DRIVER=ghz
 # (go install github.com/bojand/ghz/cmd/ghz@latest). DURATION seconds per
 # scenario (default 10). Driver, service and Redis share this machine's
 # cores: compare the two scenarios, do not read the figures alone.

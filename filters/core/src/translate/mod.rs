@@ -16,7 +16,7 @@ pub mod openai_gemini;
 pub mod openai_openai;
 pub mod sigv4;
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use crate::config::{Key, Kind, ModelCfg, Provider};
 use crate::error::{ApiError, INVALID_REQUEST, RATE_LIMIT, SERVER};
@@ -164,8 +164,8 @@ pub(crate) trait SseEvents {
     /// written); later upstream bytes are ignored.
     fn is_done(&self) -> bool;
     fn on_event(&mut self, ev: Event, out: &mut Vec<u8>);
-    /// Writes an OpenAI error event and `[DONE]`.
-    fn error_event(&mut self, out: &mut Vec<u8>, code: &str, message: &str);
+    /// Writes an OpenAI error event and `[DONE]` (see `push_stream_error`).
+    fn error_event(&mut self, out: &mut Vec<u8>, status: u16, message: &str);
 }
 
 /// Hands every complete event in `chunk` to `on_event`; a malformed stream
@@ -178,7 +178,7 @@ pub(crate) fn feed_sse<T: SseEvents>(t: &mut T, chunk: &[u8], out: &mut Vec<u8>)
     let r = parser.feed(chunk, &mut |e| t.on_event(e, out));
     *t.parser() = parser;
     if r.is_err() && !t.is_done() {
-        t.error_event(out, "provider_error", "Malformed stream from the provider");
+        t.error_event(out, 502, "Malformed stream from the provider");
     }
 }
 
@@ -510,15 +510,14 @@ pub(crate) fn push_data(out: &mut Vec<u8>, json: &[u8]) {
 pub(crate) const DONE: &[u8] = b"data: [DONE]\n\n";
 
 /// Appends an in-stream OpenAI error event and `[DONE]`, the last bytes of a
-/// stream that failed after its headers were sent.
-pub(crate) fn push_stream_error(out: &mut Vec<u8>, code: &str, message: &str) {
-    let kind = if code == "rate_limit_exceeded" {
-        RATE_LIMIT
-    } else {
-        SERVER
-    };
-    let e = json!({"error": {"message": message, "type": kind, "param": null, "code": code}});
-    push_data(out, e.to_string().as_bytes());
+/// stream that failed after its headers were sent. `status` is the HTTP
+/// status the provider would have answered the same failure with (429, 503,
+/// 502 for a broken stream): the error is `upstream_error`'s.
+pub(crate) fn push_stream_error(out: &mut Vec<u8>, status: u16, message: &str) {
+    push_data(
+        out,
+        &upstream_error(status, Some(message.to_string())).body(),
+    );
     out.extend_from_slice(DONE);
 }
 

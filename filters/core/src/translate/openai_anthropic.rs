@@ -563,24 +563,24 @@ impl SseEvents for AnthropicStream {
             "message_stop" => self.end(out),
             "error" => {
                 let e = v.get("error").unwrap_or(&Value::Null);
-                let kind = match e.get("type").and_then(Value::as_str) {
-                    Some("overloaded_error") => "provider_overloaded",
-                    Some("rate_limit_error") => "rate_limit_exceeded",
-                    _ => "provider_error",
+                let status = match e.get("type").and_then(Value::as_str) {
+                    Some("overloaded_error") => 529,
+                    Some("rate_limit_error") => 429,
+                    _ => 502,
                 };
                 let msg = e
                     .get("message")
                     .and_then(Value::as_str)
                     .unwrap_or("Provider error")
                     .to_string();
-                self.error_event(out, kind, &msg);
+                self.error_event(out, status, &msg);
             }
             _ => {}
         }
     }
 
-    fn error_event(&mut self, out: &mut Vec<u8>, code: &str, message: &str) {
-        push_stream_error(out, code, message);
+    fn error_event(&mut self, out: &mut Vec<u8>, status: u16, message: &str) {
+        push_stream_error(out, status, message);
         self.done = true;
     }
 }
@@ -592,7 +592,7 @@ impl StreamTranslator for AnthropicStream {
 
     fn finish(&mut self, out: &mut Vec<u8>) {
         if finish_sse(self, out) {
-            self.error_event(out, "provider_error", "The provider's stream ended early");
+            self.error_event(out, 502, "The provider's stream ended early");
         }
     }
 

@@ -467,8 +467,8 @@ impl BedrockStream {
         }
     }
 
-    fn error_event(&mut self, out: &mut Vec<u8>, code: &str, message: &str) {
-        push_stream_error(out, code, message);
+    fn error_event(&mut self, out: &mut Vec<u8>, status: u16, message: &str) {
+        push_stream_error(out, status, message);
         self.done = true;
     }
 
@@ -503,12 +503,10 @@ impl BedrockStream {
                     .header(":exception-type")
                     .or(m.header(":error-code"))
                     .unwrap_or("");
-                let code = match kind {
-                    "throttlingException" => "rate_limit_exceeded",
-                    "serviceUnavailableException" | "modelStreamErrorException" => {
-                        "provider_overloaded"
-                    }
-                    _ => "provider_error",
+                let status = match kind {
+                    "throttlingException" => 429,
+                    "serviceUnavailableException" | "modelStreamErrorException" => 503,
+                    _ => 502,
                 };
                 let msg = v
                     .get("message")
@@ -516,7 +514,7 @@ impl BedrockStream {
                     .or(m.header(":error-message"))
                     .unwrap_or("Provider error")
                     .to_string();
-                self.error_event(out, code, &msg);
+                self.error_event(out, status, &msg);
                 return;
             }
             _ => return,
@@ -623,7 +621,7 @@ impl StreamTranslator for BedrockStream {
             if !self.done {
                 self.error_event(
                     out,
-                    "provider_error",
+                    502,
                     &format!("Malformed stream from the provider: {e}"),
                 );
             }
@@ -637,7 +635,7 @@ impl StreamTranslator for BedrockStream {
         if let Err(e) = self.decoder.finish() {
             self.error_event(
                 out,
-                "provider_error",
+                502,
                 &format!("Malformed stream from the provider: {e}"),
             );
             return;
@@ -646,7 +644,7 @@ impl StreamTranslator for BedrockStream {
             // messageStop without metadata: end with the usage seen.
             self.end(out);
         } else {
-            self.error_event(out, "provider_error", "The provider's stream ended early");
+            self.error_event(out, 502, "The provider's stream ended early");
         }
     }
 

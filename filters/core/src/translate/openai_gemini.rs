@@ -485,21 +485,21 @@ impl SseEvents for GeminiStream {
             return;
         }
         let Ok(v) = serde_json::from_str::<Value>(&ev.data) else {
-            self.error_event(out, "provider_error", "Malformed stream from the provider");
+            self.error_event(out, 502, "Malformed stream from the provider");
             return;
         };
         if let Some(e) = v.get("error") {
-            let code = match e.get("status").and_then(Value::as_str) {
-                Some("UNAVAILABLE") => "provider_overloaded",
-                Some("RESOURCE_EXHAUSTED") => "rate_limit_exceeded",
-                _ => "provider_error",
+            let status = match e.get("status").and_then(Value::as_str) {
+                Some("UNAVAILABLE") => 503,
+                Some("RESOURCE_EXHAUSTED") => 429,
+                _ => 502,
             };
             let msg = e
                 .get("message")
                 .and_then(Value::as_str)
                 .unwrap_or("Provider error")
                 .to_string();
-            self.error_event(out, code, &msg);
+            self.error_event(out, status, &msg);
             return;
         }
         if !self.started {
@@ -552,8 +552,8 @@ impl SseEvents for GeminiStream {
         }
     }
 
-    fn error_event(&mut self, out: &mut Vec<u8>, code: &str, message: &str) {
-        push_stream_error(out, code, message);
+    fn error_event(&mut self, out: &mut Vec<u8>, status: u16, message: &str) {
+        push_stream_error(out, status, message);
         self.done = true;
     }
 }
@@ -568,7 +568,7 @@ impl StreamTranslator for GeminiStream {
             return;
         }
         let Some(mut f) = self.finish else {
-            self.error_event(out, "provider_error", "The provider's stream ended early");
+            self.error_event(out, 502, "The provider's stream ended early");
             return;
         };
         if f == "stop" && self.next_tool > 0 {

@@ -253,8 +253,8 @@ impl SseEvents for OpenAiStream {
         out.push(b'\n');
     }
 
-    fn error_event(&mut self, out: &mut Vec<u8>, code: &str, message: &str) {
-        push_stream_error(out, code, message);
+    fn error_event(&mut self, out: &mut Vec<u8>, status: u16, message: &str) {
+        push_stream_error(out, status, message);
         self.failed = true;
     }
 }
