@@ -7,7 +7,11 @@ down, a body that is too large.
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import re
+import socket
+import time
+import urllib.request
 
 import openai
 import pytest
@@ -39,6 +43,10 @@ def test_provider_down_is_502_upstream_unavailable(make_stack, demo_key):
     status, _, body = post(f"{s.base_url}/chat/completions", CHAT, auth(demo_key))
     assert status == 502, body
     assert_openai_error(body, "upstream_unavailable")
+    # Envoy's transport detail stays in the logs.
+    message = body["error"]["message"].lower()
+    for internal in ("reset", "connect error", "transport failure", "delayed connect"):
+        assert internal not in message, body
 
 
 def test_slow_provider_is_504_upstream_timeout(make_stack, demo_key, tmp_path):
@@ -63,16 +71,18 @@ def test_full_queue_is_503_gateway_overloaded(make_stack, demo_key, tmp_path):
     assert 200 in statuses, statuses
     overloaded = [r for r in results if r[0] == 503]
     assert overloaded, statuses
-    for _, _, body in overloaded:
+    for _, headers, body in overloaded:
         assert_openai_error(body, "gateway_overloaded")
+        assert headers["retry-after"] == "1", dict(headers)
 
 
 def test_authz_down_is_503_and_nothing_passes(make_stack, demo_key):
     s = make_stack()
     s.stop_component("authz")
-    status, _, body = post(f"{s.base_url}/chat/completions", CHAT, auth(demo_key))
+    status, headers, body = post(f"{s.base_url}/chat/completions", CHAT, auth(demo_key))
     assert status == 503, body
     assert_openai_error(body, "authz_unavailable")
+    assert headers["retry-after"] == "1", dict(headers)
 
 
 @pytest.mark.parametrize("mib", [9, 17], ids=["over-filter-limit", "over-envoy-buffer"])
@@ -91,3 +101,65 @@ def test_unknown_path_is_404_openai_error(stack, demo_key, path):
     status, _, body = post(url, CHAT, auth(demo_key))
     assert status == 404, body
     assert_openai_error(body)
+
+
+def test_headers_too_large_is_431_openai_error(stack, demo_key):
+    status, headers, body = post(f"{stack.base_url}/chat/completions", CHAT,
+                                 {**auth(demo_key), "x-large": "a" * 70_000})
+    assert status == 431, body
+    assert headers["content-type"] == "application/json"
+    assert_openai_error(body, "request_headers_too_large")
+    assert "aaaa" not in body["error"]["message"]
+
+
+def test_connection_that_sends_nothing_is_closed(stack):
+    with socket.create_connection(("127.0.0.1", stack.ports["TG_GATEWAY_PORT"]), timeout=30) as sock:
+        started = time.monotonic()
+        assert sock.recv(1) == b""  # closed by Envoy, not by our timeout
+        waited = time.monotonic() - started
+    assert 5 < waited < 30, waited
+
+
+def test_connections_past_the_limit_are_refused(make_stack, demo_key, tmp_path):
+    cfg = variant(tmp_path, m=(r"max_active_downstream_connections: 20000",
+                               "max_active_downstream_connections: 3"))
+    s = make_stack(envoy_config=cfg)
+    port = s.ports["TG_GATEWAY_PORT"]
+    held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3)]
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as extra:
+            try:
+                refused = extra.recv(1) == b""
+            except ConnectionResetError:
+                refused = True
+        assert refused
+        for sock in held[1:]:
+            sock.close()
+        held = held[:1]
+        deadline = time.monotonic() + 10
+        status, body = None, None
+        while status != 200 and time.monotonic() < deadline:  # a freed slot serves again
+            try:
+                status, _, body = post(f"{s.base_url}/chat/completions", CHAT, auth(demo_key))
+            except OSError as err:  # refused while Envoy still counts the closed ones
+                body = err
+                time.sleep(0.2)
+        assert status == 200, body
+    finally:
+        for sock in held:
+            sock.close()
+    with urllib.request.urlopen(f"{s.admin_url}/stats?filter=downstream_global_cx_overflow", timeout=5) as r:
+        stats = r.read().decode()
+    assert re.search(r"127\.0\.0\.1_\d+\.downstream_global_cx_overflow: [1-9]", stats), stats
+
+
+def test_headers_not_finished_in_time_is_408_openai_error(stack):
+    with socket.create_connection(("127.0.0.1", stack.ports["TG_GATEWAY_PORT"]), timeout=30) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n")  # headers never end
+        raw = b""
+        while chunk := sock.recv(4096):
+            raw += chunk
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408"), raw
+    assert b"content-type: application/json" in head.lower(), raw
+    assert_openai_error(json.loads(body), "request_timeout")
