@@ -250,19 +250,28 @@ class Checker:
 
 
 def envoy_validate(variant: str) -> str | None:
-    """`envoy --mode validate` of a generated config, with placeholder keys."""
+    """`envoy --mode validate` of a generated config with placeholder keys;
+    then without the first key, which must make Envoy refuse the config."""
     envoy = tool("envoy")
     if envoy is None:
         return "envoy not found; run `make bootstrap`"
     path = render_envoy.output(variant)
     config = yaml.safe_load(path.read_text())
     keys = render_envoy.wasm_config(config)["vm_config"]["environment_variables"]["host_env_keys"]
-    env = {**os.environ, **{k: "placeholder" for k in keys}}
-    # From the repository root: the Wasm module's path is relative (build/...).
-    run = subprocess.run([envoy, "--mode", "validate", "-c", str(path), "--disable-hot-restart",
-                          "--log-level", "error"], cwd=ROOT, env=env, capture_output=True, text=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TG_KEY_")}
+
+    def validate(present: list[str]) -> subprocess.CompletedProcess:
+        # From the repository root: the Wasm module's path is relative (build/...).
+        return subprocess.run([envoy, "--mode", "validate", "-c", str(path), "--disable-hot-restart",
+                               "--log-level", "error"], cwd=ROOT, env={**env, **{k: "placeholder" for k in present}},
+                              capture_output=True, text=True)
+
+    run = validate(keys)
     if run.returncode != 0:
         return (run.stderr or run.stdout).strip()[-2000:]
+    run = validate(keys[1:])
+    if run.returncode == 0 or f"{keys[0]} is not set" not in run.stderr + run.stdout:
+        return f"Envoy accepted the config without {keys[0]} in its environment"
     return None
 
 
