@@ -1,0 +1,94 @@
+"""The Kubernetes Envoy config (deploy/k8s/base/envoy.yaml), run for real.
+
+The config is rendered by deploy/k8s/render_envoy.py exactly as for the edge
+Deployment, with only what a machine without a cluster needs changed: the
+authz Service name becomes `localhost` (still resolved by DNS, STRICT_DNS),
+every provider cluster points at mock-llm on `localhost` without TLS, the
+listeners bind 127.0.0.1, and the ports move to free ones. The provider keys
+reach Envoy only as TG_KEY_* environment variables, the way the Secret gives
+them to the container.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import urllib.request
+from pathlib import Path
+
+import openai
+import pytest
+import yaml
+
+from helpers import HI, assert_openai_error, post
+from stack import free_ports, http_get
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+_spec = importlib.util.spec_from_file_location("render_envoy", ROOT / "deploy" / "k8s" / "render_envoy.py")
+render_envoy = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(render_envoy)
+
+MOCK_DEFAULT_PORT = 9000  # envoy.yaml's mock-llm port; the harness moves it
+
+
+def inline_keys() -> dict[str, str]:
+    """TG_KEY_<ID> → the demo value envoy.yaml has inline (mock-llm accepts them)."""
+    plugin = json.loads(render_envoy.wasm_config(yaml.safe_load(render_envoy.SOURCE.read_text()))["configuration"]["value"])
+    return {render_envoy.key_env(k["id"]): k["value"] for p in plugin["providers"].values() for k in p["keys"]}
+
+
+def local_k8s_config(path: Path, stats_port: int) -> None:
+    settings = yaml.safe_load(render_envoy.SETTINGS.read_text())
+    settings["variants"]["base"]["authz_host"] = "localhost"
+    config = render_envoy.render(yaml.safe_load(render_envoy.SOURCE.read_text()), settings, "base")
+    for listener in config["static_resources"]["listeners"]:
+        listener["address"]["socket_address"]["address"] = "127.0.0.1"
+        if listener["name"] == "stats":
+            listener["address"]["socket_address"]["port_value"] = stats_port
+    for cluster in config["static_resources"]["clusters"]:
+        if cluster.pop("transport_socket", None) is not None:  # a provider
+            render_envoy.socket_address(cluster).update({"address": "localhost", "port_value": MOCK_DEFAULT_PORT})
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+@pytest.fixture
+def k8s_stack(make_stack, tmp_path):
+    """(stack, stats URL): a harness stack with Envoy on the Kubernetes config."""
+    stats_port = free_ports()["TG_ADMIN_PORT"]
+    config = tmp_path / "k8s-envoy.yaml"
+    local_k8s_config(config, stats_port)
+    return make_stack(envoy_config=config, env=inline_keys()), f"http://127.0.0.1:{stats_port}"
+
+
+def test_chats_go_through_authz_and_use_the_keys_from_the_environment(k8s_stack):
+    stack, _ = k8s_stack
+    client = openai.OpenAI(base_url=stack.base_url, api_key="tg-demo-key", max_retries=0)
+    raw = client.chat.completions.with_raw_response.create(model="openai/gpt-4o-mini", messages=HI)
+    assert raw.parse().choices[0].message.content
+    assert raw.headers["x-tollgate-provider"] == "openai"
+    assert raw.headers["x-ratelimit-limit-requests"]  # set by authz-service, reached over STRICT_DNS
+    with urllib.request.urlopen(f"{stack.mock_url}/_mock/stats", timeout=5) as resp:
+        by_key = json.loads(resp.read())["by_key"]
+    # mock-llm accepted one of the keys Envoy read from TG_KEY_OPENAI_1 / _2.
+    assert set(by_key) & {"openai-1", "openai-2"}, by_key
+
+    status, _, body = post(f"{stack.base_url}/chat/completions", {"model": "openai/gpt-4o-mini", "messages": HI},
+                           {"authorization": "Bearer tg-wrong"})
+    assert status == 401
+    assert_openai_error(body)
+
+
+def test_the_stats_listener_serves_readiness_and_metrics_only(k8s_stack):
+    stack, stats = k8s_stack
+    status, body = http_get(f"{stats}/ready", timeout=5)
+    assert (status, body.strip()) == (200, b"LIVE")
+    status, body = http_get(f"{stats}/stats/prometheus", timeout=5)
+    assert status == 200 and b"envoy_server_live" in body
+    for path in ("/config_dump", "/clusters", "/stats", "/"):
+        assert http_get(f"{stats}{path}", timeout=5)[0] == 404, path
+    # The admin's mutating endpoints are not reachable through it either.
+    req = urllib.request.Request(f"{stats}/quitquitquit", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=5)
+    assert err.value.code == 404
+    assert http_get(f"{stack.admin_url}/ready", timeout=5)[0] == 200
+    assert not stack.dead()
