@@ -99,27 +99,25 @@ else
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
 fi
 
-# --- kustomize (pinned; renders deploy/k8s for make k8s-check) --------------
-if [[ -x "$TOOLS/bin/kustomize" ]] && "$TOOLS/bin/kustomize" version 2>/dev/null | grep -qx "$KUSTOMIZE_VERSION"; then
-  say "kustomize: $KUSTOMIZE_VERSION"
-elif [[ $CHECK_ONLY == 1 ]]; then
-  say "kustomize: missing"
-else
-  command -v go >/dev/null || apt_install golang-go
-  say "kustomize: go install sigs.k8s.io/kustomize/kustomize/v5@${KUSTOMIZE_VERSION}"
-  GOBIN="$TOOLS/bin" GOFLAGS=-mod=mod go install "sigs.k8s.io/kustomize/kustomize/v5@${KUSTOMIZE_VERSION}"
-fi
-
-# --- fortio (pinned: newer versions pull a module the proxy refuses here) ---
-if [[ -x "$TOOLS/bin/fortio" ]] && "$TOOLS/bin/fortio" version 2>/dev/null | grep -q "${FORTIO_VERSION#v}"; then
-  say "fortio: ${FORTIO_VERSION}"
-elif [[ $CHECK_ONLY == 1 ]]; then
-  say "fortio: missing"
-else
-  command -v go >/dev/null || apt_install golang-go
-  say "fortio: go install fortio.org/fortio@${FORTIO_VERSION}"
-  GOBIN="$TOOLS/bin" GOFLAGS=-mod=mod go install "fortio.org/fortio@${FORTIO_VERSION}"
-fi
+# --- Go tools, pinned, into .tools/bin --------------------------------------
+# go_tool NAME MODULE VERSION: go install MODULE@VERSION unless .tools/bin/NAME
+# is there and `NAME version` prints VERSION.
+go_tool() {
+  local name=$1 module=$2 version=$3
+  if [[ -x "$TOOLS/bin/$name" ]] && "$TOOLS/bin/$name" version 2>/dev/null | grep -q "${version#v}"; then
+    say "$name: $version"
+  elif [[ $CHECK_ONLY == 1 ]]; then
+    say "$name: missing"
+  else
+    command -v go >/dev/null || apt_install golang-go
+    say "$name: go install $module@$version"
+    GOBIN="$TOOLS/bin" GOFLAGS=-mod=mod go install "$module@$version"
+  fi
+}
+# fortio: newer versions pull a module the proxy refuses here.
+go_tool fortio fortio.org/fortio "$FORTIO_VERSION"
+# kustomize: renders deploy/k8s for make k8s-check.
+go_tool kustomize sigs.k8s.io/kustomize/kustomize/v5 "$KUSTOMIZE_VERSION"
 
 # --- Rust and the Wasm target ----------------------------------------------
 command -v cargo >/dev/null || [[ -x "$HOME/.cargo/bin/cargo" ]] || apt_install cargo rustc
