@@ -7,8 +7,9 @@
 3. Every variant renders with kustomize, and every object (plus the example
    Secret) validates against the Kubernetes JSON schemas of the oldest and
    newest supported versions (kubernetes-validate, strict: unknown fields fail).
-4. Cross-references the schemas cannot see: Services, PDBs and HPAs select
-   existing pods and ports; every volume and Secret is defined; each container
+4. Cross-references the schemas cannot see: Services, PDBs, HPAs and
+   NetworkPolicies select existing pods and ports (and autoscaled workloads
+   leave replicas to the HPA); every volume and Secret is defined; each container
    has probes and resource requests; Envoy's memory limit is above its
    overload-manager heap; the example Secret names every provider key; Redis
    persists to a PVC; images are the documented ones; the policy validates.
@@ -168,16 +169,28 @@ class Checker:
                 target = port.get("targetPort", port["port"])
                 if target not in names and target not in numbers:
                     self.problem(where, f"Service/{svc['metadata']['name']}: targetPort {target} is no container port")
-        for kind in ("PodDisruptionBudget",):
-            for pdb in by_kind.get(kind, {}).values():
-                if not any(selects(pdb["spec"]["selector"]["matchLabels"], w["spec"]["template"]["metadata"]["labels"])
-                           for w in workloads):
-                    self.problem(where, f"{kind}/{pdb['metadata']['name']}: selects no pod")
+        for pdb in by_kind.get("PodDisruptionBudget", {}).values():
+            if not any(selects(pdb["spec"]["selector"]["matchLabels"], w["spec"]["template"]["metadata"]["labels"])
+                       for w in workloads):
+                self.problem(where, f"PodDisruptionBudget/{pdb['metadata']['name']}: selects no pod")
+        for policy in by_kind.get("NetworkPolicy", {}).values():
+            selected = [w for w in workloads
+                        if selects(policy["spec"]["podSelector"]["matchLabels"], w["spec"]["template"]["metadata"]["labels"])]
+            if not selected:
+                self.problem(where, f"NetworkPolicy/{policy['metadata']['name']}: selects no pod")
+            names = {p.get("name") for w in selected for c in containers(pod_spec(w)) for p in c.get("ports", [])}
+            for rule in policy["spec"].get("ingress", []):
+                for port in rule.get("ports", []):
+                    if isinstance(port["port"], str) and port["port"] not in names:
+                        self.problem(where, f"NetworkPolicy/{policy['metadata']['name']}: no port named {port['port']}")
         hpas = by_kind.get("HorizontalPodAutoscaler", {})
         for hpa in hpas.values():
             ref = hpa["spec"]["scaleTargetRef"]
-            if ref["name"] not in by_kind.get(ref["kind"], {}):
+            target = by_kind.get(ref["kind"], {}).get(ref["name"])
+            if target is None:
                 self.problem(where, f"HorizontalPodAutoscaler/{hpa['metadata']['name']}: no {ref['kind']}/{ref['name']}")
+            elif "replicas" in target["spec"]:
+                self.problem(where, f"{ref['kind']}/{ref['name']}: sets replicas, which its autoscaler owns")
         # Every Deployment of Tollgate itself scales and survives node drains.
         for w in by_kind.get("Deployment", {}).values():
             if w["metadata"].get("labels", {}).get("app.kubernetes.io/part-of") != "tollgate":

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import urllib.error
 import urllib.request
 from pathlib import Path
 
