@@ -345,7 +345,7 @@ PLANS = {
     # The Bifrost replica alone, short, with HTTP/1.1 and HTTP/2 to the
     # provider: what the provider clusters' protocol costs in memory and CPU.
     "replica": Plan(rates=[], seconds=0, conns=0, max_steps=[], step_seconds=0, p99_bound_ms=0,
-                    bifrost_rates=[1000, 3000], bifrost_seconds=15, bifrost_protocols=("h1", "h2")),
+                    bifrost_rates=[1000, 3000], bifrost_seconds=30, bifrost_protocols=("h1", "h2")),
 }
 
 
