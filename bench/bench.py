@@ -370,9 +370,9 @@ def run_load(stack: Stack, sc: Scenario, qps: float, seconds: float, conns: int,
         # Checks admitted without a Redis answer (its in-flight limit or
         # deadline): budgets were not enforced for these.
         r["authz_fail_open"] = int(delta["fail_open"])
-    if delta.get("checks"):
+    if delta.get("checks") and "redis_calls" in delta:
         # Round trips to Redis per decision, all operations together.
-        r["redis_calls_per_check"] = round(delta.get("redis_calls", 0) / delta["checks"], 3)
+        r["redis_calls_per_check"] = round(delta["redis_calls"] / delta["checks"], 3)
     return r
 
 
