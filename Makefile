@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 NATIVE_BINS := target/release/mock-llm target/release/tollgate-authz
 
 .PHONY: help bootstrap build build-native build-wasm run up down stop status \
-        test test-unit validate compose-check k8s-config k8s-check dashboard-check test-e2e bench-smoke bench bench-full lint fmt clean
+        test test-unit validate compose-check k8s-config k8s-check dashboard-check test-e2e bench-smoke bench bench-full bench-replica lint fmt clean
 
 help: ## List the targets (this text)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[1m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -33,7 +33,7 @@ build: bootstrap build-native build-wasm ## Build the authz service, the mock an
 build-native: ## Build only the native binaries (mock-llm, tollgate-authz), release mode
 	$(CARGO) build --release --bins -p mock-llm -p tollgate-authz
 
-build-wasm: ## Build only the Wasm filter into build/tollgate_filter.wasm
+build-wasm: ## Build only the Wasm filter into build/tollgate_filter.wasm (and the bench's null filter)
 	@scripts/build-wasm.sh
 
 run: build ## Start Redis, mock-llm, authz-service and Envoy on loopback (foreground; DETACH=1 to detach)
@@ -82,6 +82,9 @@ bench: build ## Benchmarks against same-run baselines (a few minutes) → bench/
 
 bench-full: build ## Longer benchmarks → bench/results/<time>/
 	$(PY) bench/bench.py full
+
+bench-replica: build ## Bifrost replica only, short (1,000 / 3,000 rps), HTTP/1.1 vs HTTP/2 to the provider
+	$(PY) bench/bench.py replica
 
 lint: ## clippy with warnings as errors, and rustfmt --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings

@@ -6,12 +6,19 @@
     bench.py full     longer, plus the Bifrost replica (`make bench-full`)
 
 Scenarios (each on a fresh stack, all in one session so they compare fairly):
-    direct       fortio → mock-llm                                  the floor
+    direct       fortio → mock-llm                                  no proxy at all
     envoy        fortio → Envoy, plain router → mock-llm            the proxy baseline
     wasm         Envoy + Wasm filter (OpenAI→Anthropic, key choice)
+    wasm-null    Envoy + null Wasm filter that waits for the body   wasm's floor
+    wasm-pass    Envoy + null Wasm filter that does nothing at all
     authz        Envoy + ext_authz with Redis buckets, no Wasm
+    authz-null   Envoy + ext_authz against authz-null (allows all)  authz's floor
     full         the whole gateway (OpenAI→Anthropic), non-streaming
     full-stream  the whole gateway, streaming
+    floor        Envoy + authz-null + null Wasm (waits for the body) full's floor
+    envoy-512k, full-512k, full-512k-anthropic
+                 512 KB request bodies at a low fixed rate: plain Envoy, the
+                 gateway passing OpenAI through, the gateway translating
 
 Overhead is defined end to end: a scenario's latency percentile minus the
 baseline's percentile under the same offered load in the same run. Gateway
@@ -34,6 +41,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,8 +100,46 @@ def without_clusters(cfg: dict, *names: str) -> dict:
     return cfg
 
 
+NULL_WASM = "build/tollgate_null_filter.wasm"
+
+
+def with_null_wasm(cfg: dict, mode: str) -> dict:
+    """The same Wasm filter entry (VM, `allow_on_headers_stop_iteration`,
+    failure policy) with filters/null's module in place of Tollgate's.
+    mode: `read_body` (pause, buffer the request body, read it once) or `pass`."""
+    cfg = copy.deepcopy(cfg)
+    wasm = next(f for f in _hcm(cfg)["http_filters"] if f["name"] == "envoy.filters.http.wasm")
+    conf = wasm["typed_config"]["config"]
+    conf["vm_config"]["code"] = {"local": {"filename": NULL_WASM}}
+    conf["configuration"] = {"@type": "type.googleapis.com/google.protobuf.StringValue", "value": mode}
+    return cfg
+
+
+PROVIDER_CLUSTERS = ("openai", "anthropic", "mistral", "azure", "gemini", "bedrock")
+
+
+def provider_protocol(cfg: dict, protocol: str) -> dict:
+    """The provider clusters speaking `h1` (HTTP/1.1) or `h2` (HTTP/2 with
+    prior knowledge, as mock-llm accepts), every other setting kept."""
+    cfg = copy.deepcopy(cfg)
+    for c in cfg["static_resources"]["clusters"]:
+        if c["name"] not in PROVIDER_CLUSTERS:
+            continue
+        opts = copy.deepcopy(c["typed_extension_protocol_options"])  # YAML anchors share one dict
+        http = opts["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+        old = http.get("explicit_http_config", {})
+        http["explicit_http_config"] = (
+            {"http2_protocol_options": old.get("http2_protocol_options", {})} if protocol == "h2"
+            else {"http_protocol_options": old.get("http_protocol_options", {})})
+        c["typed_extension_protocol_options"] = opts
+    return cfg
+
+
 # -- scenarios ---------------------------------------------------------------
 CHAT_OPENAI = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Say hello to the benchmark."}]}
+LARGE_BODY_BYTES = 512 * 1024
+# A coding agent's turn: source text with newlines and quotes to escape.
+_FILLER = 'fn main() {\n    println!("hello, {}", name); // the benchmark\'s filler line\n}\n'
 
 
 @dataclass
@@ -105,11 +151,25 @@ class Scenario:
     model: str
     stream: bool = False
     headers: dict[str, str] = field(default_factory=dict)
+    # The scenarios its CPU per request is compared with: the plain Envoy at
+    # the same body size, and what the same design costs with null parts.
+    baseline: str = "envoy"
+    floor: str | None = None
+    # authz-null instead of tollgate-authz behind ext_authz.
+    authz_null: bool = False
+    # Request body padded to this size (bytes, JSON included), sent at the
+    # plan's large-body rate instead of its rates and steps.
+    body_bytes: int = 0
 
     def payload(self) -> str:
         body = dict(CHAT_OPENAI, model=self.model)
         if self.stream:
             body["stream"] = True
+        if self.body_bytes:
+            body["messages"] = [{"role": "user", "content": ""}]
+            room = self.body_bytes - len(json.dumps(body))
+            text = _FILLER * (room // (len(json.dumps(_FILLER)) - 2))
+            body["messages"][0]["content"] = text + "x" * (room - (len(json.dumps(text)) - 2))
         return json.dumps(body)
 
 
@@ -119,23 +179,47 @@ def scenarios(mock_key: str) -> list[Scenario]:
     plain = without_clusters(fixed_route_to_mock(without_filters(base, "envoy.filters.http.ext_authz",
                                                                  "envoy.filters.http.wasm"), mock_key),
                              "tollgate_authz", "tollgate_authz_http")
+    # What ext_authz would have set for the demo key.
+    authz_set = {"x-tollgate-tenant": "demo", "x-tollgate-key-id": "demo-key", "x-tollgate-models": "*"}
+    # The floors keep every filter setting of the real scenario; only the
+    # work is gone. Without Tollgate's filter nothing picks a cluster or a
+    # provider key, so they route to the mock as `envoy` does.
+    null_route = fixed_route_to_mock(base, mock_key)
+    no_authz = ("envoy.filters.http.ext_authz",)
+    no_wasm = ("envoy.filters.http.wasm",)
+    wasm_only = without_clusters(without_filters(null_route, *no_authz), "tollgate_authz", "tollgate_authz_http")
+    gateway = ("redis", "mock", "authz", "envoy")
+    null_gateway = ("mock", "authz", "envoy")
     return [
         Scenario("direct", "fortio → mock-llm (OpenAI API), no Envoy", ("mock",), None, "gpt-4o-mini",
                  headers={"authorization": f"Bearer {mock_key}"}),
         Scenario("envoy", "Envoy plain router → mock-llm", ("mock", "envoy"), plain, "gpt-4o-mini"),
         Scenario("wasm", "Envoy + Wasm filter, OpenAI→Anthropic translation and key choice",
-                 ("redis", "mock", "authz", "envoy"), without_filters(base, "envoy.filters.http.ext_authz"),
-                 "anthropic/claude-sonnet-4-5",
-                 # What ext_authz would have set for the demo key.
-                 headers={"x-tollgate-tenant": "demo", "x-tollgate-key-id": "demo-key", "x-tollgate-models": "*"}),
-        Scenario("authz", "Envoy + ext_authz (virtual key, Redis buckets), no Wasm",
-                 ("redis", "mock", "authz", "envoy"),
-                 fixed_route_to_mock(without_filters(base, "envoy.filters.http.wasm"), mock_key),
-                 "gpt-4o-mini", headers=auth),
-        Scenario("full", "whole gateway, OpenAI→Anthropic, non-streaming", ("redis", "mock", "authz", "envoy"),
-                 base, "anthropic/claude-sonnet-4-5", headers=auth),
-        Scenario("full-stream", "whole gateway, OpenAI→Anthropic, streaming", ("redis", "mock", "authz", "envoy"),
-                 base, "anthropic/claude-sonnet-4-5", stream=True, headers=auth),
+                 gateway, without_filters(base, *no_authz), "anthropic/claude-sonnet-4-5",
+                 headers=authz_set, floor="wasm-null"),
+        Scenario("wasm-null", "Envoy + null Wasm filter: pauses, buffers the body and reads it once, no work",
+                 ("mock", "envoy"), with_null_wasm(wasm_only, "read_body"), "gpt-4o-mini", headers=authz_set),
+        Scenario("wasm-pass", "Envoy + null Wasm filter that returns Continue from every callback",
+                 ("mock", "envoy"), with_null_wasm(wasm_only, "pass"), "gpt-4o-mini", headers=authz_set),
+        Scenario("authz", "Envoy + ext_authz (virtual key, Redis buckets), no Wasm", gateway,
+                 fixed_route_to_mock(without_filters(base, *no_wasm), mock_key), "gpt-4o-mini", headers=auth,
+                 floor="authz-null"),
+        Scenario("authz-null", "Envoy + ext_authz against authz-null (allows all at once, no Redis), no Wasm",
+                 null_gateway, fixed_route_to_mock(without_filters(base, *no_wasm), mock_key), "gpt-4o-mini",
+                 headers=auth, authz_null=True),
+        Scenario("full", "whole gateway, OpenAI→Anthropic, non-streaming", gateway,
+                 base, "anthropic/claude-sonnet-4-5", headers=auth, floor="floor"),
+        Scenario("full-stream", "whole gateway, OpenAI→Anthropic, streaming", gateway,
+                 base, "anthropic/claude-sonnet-4-5", stream=True, headers=auth, floor="floor"),
+        Scenario("floor", "Envoy + ext_authz against authz-null + null Wasm filter (waits for the body)",
+                 null_gateway, with_null_wasm(null_route, "read_body"), "gpt-4o-mini", headers=auth,
+                 authz_null=True),
+        Scenario("envoy-512k", "Envoy plain router → mock-llm, 512 KB request", ("mock", "envoy"), plain,
+                 "gpt-4o-mini", baseline="envoy-512k", body_bytes=LARGE_BODY_BYTES),
+        Scenario("full-512k", "whole gateway, OpenAI passthrough, 512 KB request", gateway, base,
+                 "openai/gpt-4o-mini", headers=auth, baseline="envoy-512k", body_bytes=LARGE_BODY_BYTES),
+        Scenario("full-512k-anthropic", "whole gateway, OpenAI→Anthropic, 512 KB request", gateway, base,
+                 "anthropic/claude-sonnet-4-5", headers=auth, baseline="envoy-512k", body_bytes=LARGE_BODY_BYTES),
     ]
 
 
@@ -183,15 +267,21 @@ def fortio(url: str, payload: str, headers: dict[str, str], qps: float, conns: i
     every sub-millisecond answer in one bucket and interpolates its
     percentiles); the buckets reach 1 s above `offset_ms`, which is subtracted
     before bucketing so a known provider delay keeps the same precision."""
+    # A file, not -payload: one argument is limited to 128 KiB by Linux.
+    payload_file = out.with_suffix(".payload")
+    payload_file.write_text(payload)
     cmd = [tool("fortio"), "load", "-quiet", "-uniform", "-r", "0.00001", "-offset", f"{offset_ms:g}ms",
            "-qps", str(qps), "-c", str(conns), "-t", f"{seconds}s",
            "-p", ",".join(str(p) for p in PERCENTILES), "-timeout", "30s", "-json", str(out),
-           "-payload", payload, "-H", "content-type: application/json"]
+           "-payload-file", str(payload_file), "-H", "content-type: application/json"]
     for k, v in headers.items():
         cmd += ["-H", f"{k}: {v}"]
     cmd.append(url)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
+    try:
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
+    finally:
+        payload_file.unlink(missing_ok=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if run.returncode != 0 or not out.exists():
         raise BenchFailure(f"fortio failed ({run.returncode}): {run.stderr[-2000:]}")
@@ -235,18 +325,27 @@ class Plan:
     max_steps: list[float]
     step_seconds: float
     p99_bound_ms: float
-    # Bifrost replica: offered rates stepped up (stop at the first not held).
+    # The 512 KB scenarios: one low fixed rate, plan.seconds long, no steps.
+    large_body_rate: float = 25
+    # Bifrost replica: offered rates stepped up (stop at the first not held),
+    # once per provider protocol (`h1`, `h2`; `config` = envoy.yaml as is).
     bifrost_rates: list[float] = field(default_factory=list)
     bifrost_seconds: float = 60
+    bifrost_protocols: tuple[str, ...] = ("config",)
 
 
 PLANS = {
-    "smoke": Plan(rates=[100], seconds=2, conns=4, max_steps=[], step_seconds=0, p99_bound_ms=1000),
+    "smoke": Plan(rates=[100], seconds=2, conns=4, max_steps=[], step_seconds=0, p99_bound_ms=1000,
+                  large_body_rate=20),
     "quick": Plan(rates=[500, 1000, 2000], seconds=8, conns=32, max_steps=[1000, 2000, 3000, 4000, 6000],
                   step_seconds=5, p99_bound_ms=50),
     "full": Plan(rates=[500, 1000, 2000], seconds=30, conns=64,
                  max_steps=[1000, 2000, 3000, 4000, 5000, 6000, 8000, 10000, 12000], step_seconds=15,
                  p99_bound_ms=50, bifrost_rates=[1000, 2000, 3000, 5000], bifrost_seconds=60),
+    # The Bifrost replica alone, short, with HTTP/1.1 and HTTP/2 to the
+    # provider: what the provider clusters' protocol costs in memory and CPU.
+    "replica": Plan(rates=[], seconds=0, conns=0, max_steps=[], step_seconds=0, p99_bound_ms=0,
+                    bifrost_rates=[1000, 3000], bifrost_seconds=30, bifrost_protocols=("h1", "h2")),
 }
 
 
@@ -255,7 +354,7 @@ def run_load(stack: Stack, sc: Scenario, qps: float, seconds: float, conns: int,
     url = (f"{stack.mock_url}/v1/chat/completions" if sc.envoy is None
            else f"{stack.base_url}/chat/completions")
     pids = {n: p.pid for n, p in stack.procs.items()}
-    fail_open = authz_fail_opens(stack)
+    counters = authz_counters(stack)
     before = {n: cpu_seconds(pid) for n, pid in pids.items()}
     sampler = RssSampler(pids)
     sampler.start()
@@ -265,19 +364,52 @@ def run_load(stack: Stack, sc: Scenario, qps: float, seconds: float, conns: int,
         rss = sampler.stop()
     cpu = {n: cpu_seconds(pid) - before[n] for n, pid in pids.items()}
     r = summarize(raw, cpu, rss)
-    if fail_open is not None:
+    after = authz_counters(stack)
+    delta = {k: after[k] - counters[k] for k in counters if k in after}
+    if "fail_open" in delta:
         # Checks admitted without a Redis answer (its in-flight limit or
         # deadline): budgets were not enforced for these.
-        r["authz_fail_open"] = int(authz_fail_opens(stack) - fail_open)
+        r["authz_fail_open"] = int(delta["fail_open"])
+    if delta.get("checks") and "redis_calls" in delta:
+        # Round trips to Redis per decision, all operations together.
+        r["redis_calls_per_check"] = round(delta["redis_calls"] / delta["checks"], 3)
     return r
 
 
-def authz_fail_opens(stack: Stack) -> float | None:
+AUTHZ_COUNTERS = {"fail_open": "tollgate_authz_fail_open_total", "redis_calls": "tollgate_authz_redis_calls_total",
+                  "checks": "tollgate_authz_checks_total"}
+
+
+def authz_counters(stack: Stack) -> dict[str, float]:
+    """The authz service's counters, each summed over its labels; a counter
+    the service does not export (or authz-null, which exports none) is left
+    out, and so is its column's figure."""
     if "authz" not in stack.procs:
-        return None
+        return {}
     with urllib.request.urlopen(f"{stack.authz_http_url}/metrics", timeout=5) as resp:
         text = resp.read().decode()
-    return sum(float(v) for v in re.findall(r"^tollgate_authz_fail_open_total(?:{[^}]*})? (\S+)$", text, re.M))
+    found = {}
+    for key, metric in AUTHZ_COUNTERS.items():
+        values = re.findall(rf"^{metric}(?:{{[^}}]*}})? (\S+)$", text, re.M)
+        if values:
+            found[key] = sum(float(v) for v in values)
+    return found
+
+
+class BenchStack(Stack):
+    """The stack, with authz-null in place of tollgate-authz when asked."""
+
+    def __init__(self, *args, authz_null: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.authz_null = authz_null
+
+    def command(self, name: str) -> list[str]:
+        if name == "authz" and self.authz_null:
+            p = self.ports
+            return [str(ROOT / "target" / "release" / "authz-null"),
+                    "--grpc-listen", f"127.0.0.1:{p['TG_AUTHZ_GRPC_PORT']}",
+                    "--http-listen", f"127.0.0.1:{p['TG_AUTHZ_HTTP_PORT']}"]
+        return super().command(name)
 
 
 def start_stack(sc: Scenario, workdir: Path, mock_config: Path | None = None,
@@ -291,8 +423,8 @@ def start_stack(sc: Scenario, workdir: Path, mock_config: Path | None = None,
         kwargs["envoy_config"] = cfg
     if mock_config is not None:
         kwargs["mock_config"] = mock_config
-    return Stack(run_dir=run_dir, ports=free_ports(), components=sc.components,
-                 envoy_concurrency=envoy_concurrency, **kwargs).start()
+    return BenchStack(run_dir=run_dir, ports=free_ports(), components=sc.components,
+                      envoy_concurrency=envoy_concurrency, authz_null=sc.authz_null, **kwargs).start()
 
 
 # -- Bifrost replica ----------------------------------------------------------
@@ -304,17 +436,30 @@ BIFROST_ENVOY_CONCURRENCY = int(os.environ.get("BENCH_BIFROST_ENVOY_CONCURRENCY"
 BIFROST_SIZES = (("1.37 KB", 1370), ("10.32 KB", 10320))
 
 
-def bifrost(plan: Plan, out: Path, full: Scenario) -> dict:
+def in_flight_memory(r: dict, idle_rss: dict[str, int]) -> dict:
+    """Memory per in-flight request, by process: peak RSS during the load
+    minus the RSS of the idle stack before the first load, divided by the
+    requests in flight (Little's law: served rate × mean latency)."""
+    in_flight = r["actual_qps"] * r["avg_us"] / 1e6
+    kb = {n: round((r["peak_rss_mb"][n] * 2**20 - idle_rss[n]) / 1024 / in_flight, 1)
+          for n in r["peak_rss_mb"] if n in idle_rss and in_flight}
+    return {"in_flight": round(in_flight), "kb_per_in_flight": kb}
+
+
+def bifrost(plan: Plan, out: Path, full: Scenario, protocol: str) -> dict:
     """The whole gateway in front of a provider answering in 1.5 s, with
     1.37 KB and 10.32 KB answers, at stepped rates up to 5,000 requests/s for
     plan.bifrost_seconds each. A rate is held with 100% success and ≥ 95% of
-    it served; the steps stop at the first rate not held."""
+    it served; the steps stop at the first rate not held. `protocol` sets the
+    provider clusters' HTTP version (`config`: as envoy.yaml has it)."""
     results = {}
+    envoy = full.envoy if protocol == "config" else provider_protocol(full.envoy, protocol)
     for label, size in BIFROST_SIZES:
-        sc = Scenario(f"bifrost-{size}", f"Bifrost replica, {label} answers", full.components, full.envoy,
+        sc = Scenario(f"bifrost-{protocol}-{size}", f"Bifrost replica, {label} answers", full.components, envoy,
                       "openai/gpt-4o-mini", headers={**full.headers, "x-mock-latency-ms": str(BIFROST_LATENCY_MS),
                                                      "x-mock-response-bytes": str(size)})
         stack = start_stack(sc, out, envoy_concurrency=BIFROST_ENVOY_CONCURRENCY)
+        idle_rss = {n: rss_bytes(p.pid) for n, p in stack.procs.items()}
         steps = {}
         try:
             for qps in plan.bifrost_rates:
@@ -332,12 +477,15 @@ def bifrost(plan: Plan, out: Path, full: Scenario) -> dict:
                 r["connections"] = conns
                 r["gateway_peak_rss_mb"] = round(sum(r["peak_rss_mb"].get(n, 0) for n in GATEWAY_PROCS), 1)
                 r["added_ms"] = {p: round(r["latency_us"][p] / 1000 - BIFROST_LATENCY_MS, 2) for p in ("50", "99")}
+                r.update(in_flight_memory(r, idle_rss))
+                r["upstream"] = upstream_connections(stack)
                 r["held"] = held(r, qps, plan.bifrost_seconds)
                 steps[f"{qps:g}"] = r
                 print(f"  {label} {qps:>6g} rps: {'held' if r['held'] else 'NOT held'}, {r['actual_qps']} served, "
                       f"success {r['success_rate']:.2%}, +p50 {r['added_ms']['50']} ms, +p99 {r['added_ms']['99']} ms, "
-                      f"gateway RSS {r['gateway_peak_rss_mb']} MB, fail-open {r.get('authz_fail_open')}, "
-                      f"fortio {r['fortio_cpu_cores']} cores", flush=True)
+                      f"gateway RSS {r['gateway_peak_rss_mb']} MB, {r['in_flight']} in flight, "
+                      f"KB per in-flight {r['kb_per_in_flight']}, upstream {r['upstream']}, "
+                      f"fail-open {r.get('authz_fail_open')}, fortio {r['fortio_cpu_cores']} cores", flush=True)
                 if not r["held"]:
                     break
         except BaseException:
@@ -348,6 +496,20 @@ def bifrost(plan: Plan, out: Path, full: Scenario) -> dict:
         rates_held = [float(q) for q, r in steps.items() if r["held"]]
         results[label] = {"steps": steps, "highest_rate_held": max(rates_held) if rates_held else None}
     return results
+
+
+def upstream_connections(stack: Stack) -> dict:
+    """Connections opened and requests sent to the provider clusters so far
+    (Envoy's cluster stats): requests per connection shows how many requests
+    share one upstream connection."""
+    query = urllib.parse.quote(r"^cluster\.[a-z]+\.upstream_(cx|rq)_total$")
+    with urllib.request.urlopen(f"{stack.admin_url}/stats?filter={query}", timeout=5) as resp:
+        text = resp.read().decode()
+    totals = {"cx": 0, "rq": 0}
+    for cluster, kind, value in re.findall(r"^cluster\.([a-z]+)\.upstream_(cx|rq)_total: (\d+)$", text, re.M):
+        if cluster in PROVIDER_CLUSTERS:
+            totals[kind] += int(value)
+    return totals
 
 
 def machine() -> dict:
@@ -380,6 +542,8 @@ def main() -> int:
     (out / "raw").mkdir(parents=True, exist_ok=True)
 
     chosen = [s for s in scenarios("mock-openai-key-1") if not args.only or s.name in args.only.split(",")]
+    if not plan.rates:
+        chosen = []
     summary = {"plan": args.plan, "started": stamp, "machine": machine(),
                "plan_settings": plan.__dict__, "scenarios": {},
                "envoy_workers": {"scenarios": BENCH_ENVOY_CONCURRENCY, "bifrost": BIFROST_ENVOY_CONCURRENCY}}
@@ -388,8 +552,9 @@ def main() -> int:
         print(f"bench: {sc.name}: {sc.what}", flush=True)
         stack = start_stack(sc, out)
         try:
-            result = {"what": sc.what, "rates": {}, "steps": {}, "max_throughput": None}
-            for qps in plan.rates:
+            result = {"what": sc.what, "rates": {}, "steps": {}, "max_throughput": None,
+                      "baseline": sc.baseline, "floor": sc.floor, "body_bytes": sc.body_bytes or None}
+            for qps in ([plan.large_body_rate] if sc.body_bytes else plan.rates):
                 r = run_load(stack, sc, qps, plan.seconds, plan.conns, out / "raw" / f"{sc.name}-{qps:g}.json")
                 result["rates"][f"{qps:g}"] = r
                 print(f"  {qps:>6g} rps: {r['actual_qps']:>8} served, success {r['success_rate']:.2%}, "
@@ -398,7 +563,7 @@ def main() -> int:
                 if r["success_rate"] < 1.0:
                     failures.append(f"{sc.name} at {qps:g} rps: success {r['success_rate']:.2%} {r['ret_codes']}")
             best = None
-            for qps in plan.max_steps:
+            for qps in ([] if sc.body_bytes else plan.max_steps):
                 r = run_load(stack, sc, qps, plan.step_seconds, plan.conns,
                              out / "raw" / f"{sc.name}-step-{qps:g}.json")
                 passed = held(r, qps, plan.step_seconds) and r["latency_us"]["99"] <= plan.p99_bound_ms * 1000
@@ -419,8 +584,12 @@ def main() -> int:
 
     if plan.bifrost_rates:
         full = next(sc for sc in scenarios("mock-openai-key-1") if sc.name == "full")
-        print("bench: bifrost replica: whole gateway, provider latency 1.5 s", flush=True)
-        summary["bifrost"] = bifrost(plan, out, full)
+        summary["bifrost"] = {}
+        for protocol in plan.bifrost_protocols:
+            print(f"bench: bifrost replica: whole gateway, provider latency 1.5 s, provider protocol {protocol}",
+                  flush=True)
+            for label, b in bifrost(plan, out, full, protocol).items():
+                summary["bifrost"][label if protocol == "config" else f"{label}, {protocol}"] = b
         # The steps look for this machine's ceiling, so a higher rate not held is a
         # finding. The run fails if the lowest rate is not held, or if the
         # gateway refused a request (4xx: a budget or a config the bench got wrong).

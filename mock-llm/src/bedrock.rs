@@ -113,12 +113,19 @@ pub fn authenticate<'a>(ctx: &Ctx<'a>) -> Result<&'a KeyRt, AuthFail> {
         ));
     };
     let headers = |name: &str| -> Vec<String> {
-        ctx.parts
+        let mut values: Vec<String> = ctx
+            .parts
             .headers
             .get_all(name)
             .iter()
             .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-            .collect()
+            .collect();
+        // HTTP/2 carries the host as `:authority`, which hyper keeps in the
+        // URI; AWS signs and checks it as `host` either way.
+        if values.is_empty() && name == "host" {
+            values.extend(ctx.parts.uri.authority().map(|a| a.as_str().to_string()));
+        }
+        values
     };
     let req = SignedRequest {
         method: ctx.parts.method.as_str(),
