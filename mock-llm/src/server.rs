@@ -1,8 +1,9 @@
 //! The HTTP server (HTTP/1.1, and HTTP/2 with prior knowledge): accept loop,
 //! body reading, connection resets.
 
-use crate::app::{App, Reply};
-use crate::body::MockBody;
+use crate::app::App;
+use crate::core::body::MockBody;
+use crate::core::ctx::Reply;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;

@@ -11,10 +11,10 @@
 //! next message. Errors: `{"type":"error","error":{"type","message"},
 //! "request_id"}` with the documented status per error type.
 
-use crate::app::{
-    self, json_response, plan, unknown_key_id, AuthFail, Ctx, ErrKind, GenInput, KeyRt, Output,
-    Reply,
-};
+use crate::core::ctx::{unknown_key_id, AuthFail, Ctx, ErrKind, KeyRt, Reply};
+use crate::core::http::json_response;
+use crate::core::plan::{plan, GenInput, Output};
+use crate::core::{http, render};
 use serde_json::{json, Value};
 
 type Outcome = (Reply, Option<String>);
@@ -212,7 +212,7 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
                     ctx,
                     &format!(
                         "There was an error parsing the body of your request: {}",
-                        app::json_err(&e)
+                        http::json_err(&e)
                     ),
                 ),
                 None,
@@ -269,7 +269,7 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
         }
     }
     for (p, hi) in [("temperature", 1.0), ("top_p", 1.0)] {
-        if !app::in_range(req.get(p), 0.0, hi) {
+        if !http::in_range(req.get(p), 0.0, hi) {
             return (bad(ctx, &format!("{p}: range: 0..{hi}")), m);
         }
     }
@@ -546,7 +546,7 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
         });
         return (ctx.json_ok(&v, &hdrs).await, m);
     }
-    let start = app::sse_event(
+    let start = render::sse_event(
         "message_start",
         &json!({
             "type": "message_start",
@@ -560,32 +560,32 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
         Output::Text(t) => (
             json!({"type": "text", "text": ""}),
             t,
-            json!({"type": "text_delta", "text": app::PIECE}),
+            json!({"type": "text_delta", "text": render::PIECE}),
         ),
         Output::Tool { id, name, args } => (
             json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
             args.to_string(),
-            json!({"type": "input_json_delta", "partial_json": app::PIECE}),
+            json!({"type": "input_json_delta", "partial_json": render::PIECE}),
         ),
     };
     let head = vec![
         start,
-        app::sse_event(
+        render::sse_event(
             "content_block_start",
             &json!({"type": "content_block_start", "index": 0, "content_block": start_block}),
         ),
-        app::sse_event("ping", &json!({"type": "ping"})),
+        render::sse_event("ping", &json!({"type": "ping"})),
     ];
-    let tpl = app::Template::new(&app::sse_event(
+    let tpl = render::Template::new(&render::sse_event(
         "content_block_delta",
         &json!({"type": "content_block_delta", "index": 0, "delta": delta}),
     ));
     let tail = vec![
-        app::sse_event(
+        render::sse_event(
             "content_block_stop",
             &json!({"type": "content_block_stop", "index": 0}),
         ),
-        app::sse_event(
+        render::sse_event(
             "message_delta",
             &json!({
                 "type": "message_delta",
@@ -593,7 +593,7 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
                 "usage": {"output_tokens": p.completion_tokens},
             }),
         ),
-        app::sse_event("message_stop", &json!({"type": "message_stop"})),
+        render::sse_event("message_stop", &json!({"type": "message_stop"})),
     ];
     (
         ctx.stream(
@@ -603,7 +603,7 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
             Box::new(move |_, piece, _| tpl.render(piece)),
             tail,
             &hdrs,
-            app::sse_event("error", &json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})),
+            render::sse_event("error", &json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})),
         ),
         m,
     )

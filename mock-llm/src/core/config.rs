@@ -212,7 +212,7 @@ pub struct ErrorRates {
 impl Config {
     /// Parse and validate a YAML document.
     pub fn from_yaml(text: &str) -> Result<Config, String> {
-        let cfg: Config = serde_yaml::from_str(text).map_err(|e| format!("config: {e}"))?;
+        let cfg: Config = serde_yaml_ng::from_str(text).map_err(|e| format!("config: {e}"))?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -283,10 +283,10 @@ impl Behavior {
         if self.latency.mean_ms < 0.0 || self.latency.sd_ms < 0.0 {
             return Err("latency mean_ms and sd_ms must be >= 0".to_string());
         }
-        if self.response_bytes > crate::app::MAX_RESPONSE_BYTES {
+        if self.response_bytes > crate::core::ctx::MAX_RESPONSE_BYTES {
             return Err(format!(
                 "response_bytes must be <= {}",
-                crate::app::MAX_RESPONSE_BYTES
+                crate::core::ctx::MAX_RESPONSE_BYTES
             ));
         }
         if self.stream_chunk_chars == 0 {

@@ -8,10 +8,10 @@
 //! `tool_choice` only with `tools`. Azure: `api-key` header, `api-version`
 //! query parameter required, deployments instead of models.
 
-use crate::app::{
-    self, json_response, plan, unknown_key_id, AuthFail, Ctx, ErrKind, GenInput, KeyRt, Output,
-    Reply,
-};
+use crate::core::ctx::{unknown_key_id, AuthFail, Ctx, ErrKind, KeyRt, Reply};
+use crate::core::http::json_response;
+use crate::core::plan::{plan, GenInput, Output};
+use crate::core::{http, render};
 use base64::Engine;
 use bytes::Bytes;
 use serde_json::{json, Value};
@@ -337,7 +337,7 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
         ("presence_penalty", 2.0),
     ] {
         let lo = if p.ends_with("penalty") { -2.0 } else { 0.0 };
-        if !app::in_range(req.get(p), lo, hi) {
+        if !http::in_range(req.get(p), lo, hi) {
             return (
                 invalid(&format!("Invalid '{p}': decimal above maximum value or below minimum value. Expected a value within [{lo}, {hi}]."), Some(p), Some("invalid_value")),
                 m,
@@ -562,7 +562,7 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
         Err(e) => return (invalid(&e, Some("tools"), None), m),
     };
     let id = format!("chatcmpl-{}", ctx.request_id);
-    let created = app::now_secs();
+    let created = http::now_secs();
     let finish = if p.is_tool() {
         "tool_calls"
     } else if p.truncated {
@@ -602,7 +602,7 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
         if include_usage {
             c["usage"] = Value::Null;
         }
-        app::sse_data(&c)
+        render::sse_data(&c)
     };
     let (first, content, piece) = match p.output {
         Output::Text(t) => (
@@ -611,7 +611,7 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
                 Value::Null,
             ),
             t,
-            chunk(json!({"content": app::PIECE}), Value::Null),
+            chunk(json!({"content": render::PIECE}), Value::Null),
         ),
         Output::Tool {
             id: cid,
@@ -624,19 +624,19 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
             ),
             args.to_string(),
             chunk(
-                json!({"tool_calls": [{"index": 0, "function": {"arguments": app::PIECE}}]}),
+                json!({"tool_calls": [{"index": 0, "function": {"arguments": render::PIECE}}]}),
                 Value::Null,
             ),
         ),
     };
-    let tpl = app::Template::new(&piece);
+    let tpl = render::Template::new(&piece);
     let mut tail = vec![chunk(json!({}), Value::String(finish.to_string()))];
     if include_usage {
         let c = json!({
             "id": id, "object": "chat.completion.chunk", "created": created, "model": model,
             "system_fingerprint": "fp_mock", "choices": [], "usage": usage,
         });
-        tail.push(app::sse_data(&c));
+        tail.push(render::sse_data(&c));
     }
     tail.push(Bytes::from_static(b"data: [DONE]\n\n"));
     (
@@ -647,7 +647,7 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
             Box::new(move |_, piece, _| tpl.render(piece)),
             tail,
             &hdrs,
-            app::sse_data(&json!({"error": {"message": "The server had an error while processing your request. Sorry about that!", "type": "server_error", "param": null, "code": null}})),
+            render::sse_data(&json!({"error": {"message": "The server had an error while processing your request. Sorry about that!", "type": "server_error", "param": null, "code": null}})),
         ),
         m,
     )
@@ -750,8 +750,8 @@ pub async fn embeddings(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            tokens += crate::text::count_tokens(s);
-            let e = crate::text::embedding(s, dims);
+            tokens += crate::core::text::count_tokens(s);
+            let e = crate::core::text::embedding(s, dims);
             let emb = if b64 {
                 let mut raw = Vec::with_capacity(e.len() * 4);
                 for f in &e {
