@@ -3,8 +3,10 @@
 //! read, so tests call [`App::handle`] directly without a socket. The module
 //! graph is one-way: `app`/`server` → `providers` → `core`.
 
-use crate::core::config::{Behavior, Config, KeyBehavior, Kind};
-use crate::core::ctx::{Ctx, ErrKind, Fault, KeyRt, Overrides, ProviderRt, Reply};
+use crate::core::config::{Behavior, Config, KeyBehavior, Kind, MAX_DELAY_MS};
+use crate::core::ctx::{
+    Ctx, Drawn, ErrKind, Fault, KeyFaultsRt, KeyRt, Overrides, ProviderRt, Reply,
+};
 use crate::core::http::{json_escape, percent_decode, plain_json};
 use crate::core::rng::Rng;
 use crate::core::stats::{Recent, Stats};
@@ -153,6 +155,10 @@ impl App {
                             .unwrap_or_default(),
                         access_key_id: k.access_key_id.clone().unwrap_or_default(),
                         behavior: k.behavior,
+                        faults: k
+                            .faults
+                            .clone()
+                            .map(|f| KeyFaultsRt::new(f, cfg.seed ^ name_seed(&k.name))),
                     })
                     .collect(),
                 models: p.models.clone(),
@@ -252,6 +258,7 @@ impl App {
             ov,
             abort: false,
             error_event: false,
+            reset_after_first_chunk: false,
             request_id,
         };
         let ep_model = match &ep {
@@ -300,12 +307,30 @@ impl App {
                 )
             }
         }
-        // Faults: the override header wins, else the configured rates.
-        let fault = ctx.ov.error.or_else(|| self.roll_fault(&provider.behavior));
+        // Faults: the override header wins, else the key's own faults (one
+        // draw per request), else the provider's configured rates.
+        let mut fault = ctx.ov.error;
+        if fault.is_none() {
+            match key.faults.as_ref().and_then(|f| f.draw()) {
+                Some(Drawn::Fault(f)) => fault = Some(f),
+                Some(Drawn::Slow(ms)) => {
+                    ctx.ov.slow_ms.get_or_insert(ms);
+                }
+                None => {}
+            }
+            if fault == Some(Fault::E429) {
+                if let Some(s) = key.faults.as_ref().and_then(|f| f.cfg.retry_after_s) {
+                    ctx.ov.retry_after_s.get_or_insert(s);
+                }
+            }
+        }
+        let fault = fault.or_else(|| self.roll_fault(&provider.behavior));
+        let slow_ms = ctx.ov.slow_ms.unwrap_or(0);
         match fault {
             None => {}
             Some(Fault::AbortMidStream) => ctx.abort = true,
             Some(Fault::ErrorEvent) => ctx.error_event = true,
+            Some(Fault::ResetAfterFirstChunk) => ctx.reset_after_first_chunk = true,
             Some(Fault::Reset) => return (Reply::Reset, key_id, ep_model),
             Some(f) => {
                 let k = match f {
@@ -314,7 +339,8 @@ impl App {
                     Fault::E503 => ErrKind::Unavailable,
                     _ => ErrKind::Overloaded,
                 };
-                return (native_error(&ctx, k, ""), key_id, ep_model);
+                let r = native_error(&ctx, k, "").delayed_by(slow_ms);
+                return (r, key_id, ep_model);
             }
         }
         let (reply, model) = match ep {
@@ -333,6 +359,10 @@ impl App {
             Endpoint::BedrockConverseStream(m) => bedrock::converse(&ctx, m, true).await,
             Endpoint::BedrockInvoke(m) => bedrock::invoke(&ctx, m).await,
         };
+        let mut reply = reply.delayed_by(slow_ms);
+        if ctx.reset_after_first_chunk {
+            reply = reply.reset_on_body_error();
+        }
         (reply, key_id, model)
     }
 
@@ -386,7 +416,7 @@ fn read_overrides(parts: &Parts) -> Overrides {
     // Capped so a typo cannot ask for a day-long wait or a terabyte answer.
     let num = |n: &str| {
         h(n).and_then(|v| v.trim().parse::<u64>().ok())
-            .map(|v| v.min(600_000))
+            .map(|v| v.min(MAX_DELAY_MS))
     };
     Overrides {
         latency_ms: num("x-mock-latency-ms"),
@@ -396,8 +426,18 @@ fn read_overrides(parts: &Parts) -> Overrides {
             .and_then(|v| v.trim().parse::<usize>().ok())
             .map(|v| v.min(MAX_RESPONSE_BYTES)),
         error: h("x-mock-error").and_then(Fault::parse),
+        retry_after_s: num("x-mock-retry-after"),
+        slow_ms: num("x-mock-slow-ms"),
         tool_call: h("x-mock-tool-call")
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty()),
     }
+}
+
+/// A stable 64-bit mix of a key's name (FNV-1a), so keys without a seed of
+/// their own still get distinct, repeatable sequences.
+fn name_seed(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }

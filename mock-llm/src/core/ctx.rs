@@ -3,7 +3,7 @@
 //! answers in its own shape. Depends on nothing above `core`.
 
 use crate::core::body::{self, MockBody};
-use crate::core::config::{Behavior, KeyBehavior, Kind};
+use crate::core::config::{Behavior, KeyBehavior, KeyFaults, Kind};
 use crate::core::http::query_param;
 use crate::core::rng::Rng;
 use bytes::Bytes;
@@ -33,6 +33,26 @@ impl Reply {
         }
     }
 
+    /// Start the answer `ms` later (a reset stays immediate).
+    pub fn delayed_by(self, ms: u64) -> Reply {
+        match self {
+            Reply::Response(r) if ms > 0 => Reply::Delayed(r, ms),
+            Reply::Delayed(r, d) => Reply::Delayed(r, d.saturating_add(ms)),
+            other => other,
+        }
+    }
+
+    /// Mark a successful answer so that its failing body resets the
+    /// connection.
+    pub fn reset_on_body_error(mut self) -> Reply {
+        if let Reply::Response(r) | Reply::Delayed(r, _) = &mut self {
+            if r.status().is_success() {
+                r.extensions_mut().insert(ResetOnBodyError);
+            }
+        }
+        self
+    }
+
     /// Wait out the delay, if any: the response, or None for a reset.
     pub async fn ready(self) -> Option<Response<MockBody>> {
         match self {
@@ -52,6 +72,52 @@ pub struct KeyRt {
     pub secret: String,
     pub access_key_id: String,
     pub behavior: KeyBehavior,
+    /// Per-key fault injection, with its own random sequence.
+    pub faults: Option<KeyFaultsRt>,
+}
+
+/// A key's fault rates and its own seeded random sequence.
+pub struct KeyFaultsRt {
+    pub cfg: KeyFaults,
+    pub rng: Rng,
+}
+
+/// What one draw of a key's faults gave.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Drawn {
+    Fault(Fault),
+    /// Answer after this many more ms.
+    Slow(u64),
+}
+
+impl KeyFaultsRt {
+    pub fn new(cfg: KeyFaults, seed: u64) -> KeyFaultsRt {
+        KeyFaultsRt {
+            rng: Rng::new(cfg.seed.unwrap_or(seed)),
+            cfg,
+        }
+    }
+
+    /// One draw: at most one fault, chosen by where the draw falls among
+    /// the cumulated rates.
+    pub fn draw(&self) -> Option<Drawn> {
+        let u = self.rng.uniform();
+        let mut acc = 0.0;
+        for (rate, name) in self.cfg.rates() {
+            acc += rate;
+            if rate > 0.0 && u < acc {
+                return Some(match name {
+                    "429" => Drawn::Fault(Fault::E429),
+                    "500" => Drawn::Fault(Fault::E500),
+                    "503" => Drawn::Fault(Fault::E503),
+                    "slow" => Drawn::Slow(self.cfg.slow_ms),
+                    "reset" => Drawn::Fault(Fault::Reset),
+                    _ => Drawn::Fault(Fault::ResetAfterFirstChunk),
+                });
+            }
+        }
+        None
+    }
 }
 
 /// A configured provider, compiled.
@@ -84,6 +150,10 @@ pub struct Overrides {
     pub response_bytes: Option<usize>,
     pub error: Option<Fault>,
     pub tool_call: Option<String>,
+    /// `retry-after` seconds on a 429 (header, or the key's faults).
+    pub retry_after_s: Option<u64>,
+    /// Extra delay before the answer starts, stream or not.
+    pub slow_ms: Option<u64>,
 }
 
 /// An injected fault.
@@ -94,6 +164,9 @@ pub enum Fault {
     E503,
     E529,
     Reset,
+    /// Reset the connection after the first stream chunk (non-streaming
+    /// answers: after half of the body).
+    ResetAfterFirstChunk,
     AbortMidStream,
     ErrorEvent,
 }
@@ -106,6 +179,7 @@ impl Fault {
             "503" => Fault::E503,
             "529" => Fault::E529,
             "reset" => Fault::Reset,
+            "reset-after-first-chunk" => Fault::ResetAfterFirstChunk,
             "abort-mid-stream" => Fault::AbortMidStream,
             "error-event" => Fault::ErrorEvent,
             _ => return None,
@@ -128,6 +202,9 @@ pub struct Ctx<'a> {
     pub abort: bool,
     /// Streams: end half-way with the provider's in-stream error event.
     pub error_event: bool,
+    /// Reset the connection after the first stream chunk (or half of a
+    /// non-streaming body).
+    pub reset_after_first_chunk: bool,
     pub request_id: String,
 }
 
@@ -159,6 +236,12 @@ impl Ctx<'_> {
             .response_bytes
             .unwrap_or(self.provider.behavior.response_bytes)
     }
+    /// Seconds announced in `retry-after` on a 429.
+    pub fn retry_after_s(&self) -> u64 {
+        self.ov
+            .retry_after_s
+            .unwrap_or(self.provider.behavior.retry_after_s)
+    }
     pub fn chunk_chars(&self) -> usize {
         self.provider.behavior.stream_chunk_chars
     }
@@ -169,7 +252,7 @@ impl Ctx<'_> {
         let lat = self.latency_ms();
         let bytes = Bytes::from(serde_json::to_vec(v).unwrap_or_default());
         let len = bytes.len();
-        let body = if self.abort {
+        let body = if self.abort || self.reset_after_first_chunk {
             body::truncated(bytes)
         } else {
             MockBody::full(bytes)
@@ -207,7 +290,9 @@ impl Ctx<'_> {
         extra: &[(&'static str, String)],
         error_frame: Bytes,
     ) -> Reply {
-        let cut = if self.abort {
+        let cut = if self.reset_after_first_chunk {
+            Some(body::Cut::ResetAfterFirst)
+        } else if self.abort {
             Some(body::Cut::Abort)
         } else if self.error_event {
             Some(body::Cut::Error(error_frame))
@@ -260,3 +345,8 @@ pub enum ErrKind {
     Overloaded,
     MethodNotAllowed,
 }
+
+/// Response extension: when the body fails, close the connection with a
+/// TCP reset rather than a plain close.
+#[derive(Clone, Copy, Debug)]
+pub struct ResetOnBodyError;

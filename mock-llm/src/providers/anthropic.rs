@@ -90,7 +90,7 @@ pub fn error_for(ctx: &Ctx<'_>, k: ErrKind, _detail: &str) -> Reply {
         ),
         ErrKind::BadKey => err(ctx, 401, "authentication_error", "invalid x-api-key"),
         ErrKind::RateLimited => {
-            let retry = ctx.behavior().retry_after_s.to_string();
+            let retry = ctx.retry_after_s().to_string();
             err_h(
                 ctx,
                 429,

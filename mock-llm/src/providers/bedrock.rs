@@ -33,7 +33,7 @@ pub fn aws_err(ctx: &Ctx<'_>, status: u16, ty: &str, message: &str) -> Reply {
         ("x-amzn-requestid", ctx.request_id.clone()),
     ];
     if status == 429 {
-        h.push(("retry-after", ctx.behavior().retry_after_s.to_string()));
+        h.push(("retry-after", ctx.retry_after_s().to_string()));
     }
     http::json_response(status, json!({"message": message}).to_string(), &h)
 }

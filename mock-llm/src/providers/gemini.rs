@@ -76,7 +76,7 @@ pub fn error_for(ctx: &Ctx<'_>, k: ErrKind, _detail: &str) -> Reply {
             "RESOURCE_EXHAUSTED",
             "Resource has been exhausted (e.g. check quota).",
             None,
-            &[("retry-after", ctx.behavior().retry_after_s.to_string())],
+            &[("retry-after", ctx.retry_after_s().to_string())],
         ),
         ErrKind::Internal => gerr(500, "INTERNAL", "An internal error has occurred. Please retry or report in https://developers.generativeai.google/guide/troubleshooting", None, &[]),
         ErrKind::Unavailable => gerr(503, "UNAVAILABLE", "The model is overloaded. Please try again later.", None, &[]),

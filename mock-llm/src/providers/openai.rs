@@ -70,7 +70,7 @@ fn mask(key: &str) -> String {
 }
 
 pub fn error_for(ctx: &Ctx<'_>, k: ErrKind, detail: &str, azure: bool) -> Reply {
-    let retry = ctx.behavior().retry_after_s.to_string();
+    let retry = ctx.retry_after_s().to_string();
     if azure {
         return match k {
             ErrKind::MissingKey | ErrKind::BadKey => azure_err(
