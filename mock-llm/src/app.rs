@@ -10,6 +10,7 @@ use crate::core::ctx::{
 use crate::core::http::{json_escape, percent_decode, plain_json};
 use crate::core::rng::Rng;
 use crate::core::stats::{Recent, Stats};
+use crate::providers::openai_responses::{self, Flavor};
 use crate::providers::{anthropic, bedrock, gemini, openai};
 use bytes::Bytes;
 use hyper::http::request::Parts;
@@ -26,8 +27,10 @@ pub enum Endpoint {
     OpenaiEmbeddings,
     OpenaiModels,
     OpenaiModel(String),
+    OpenaiResponses,
     AzureChat(String),
     AzureEmbeddings(String),
+    AzureResponses(Flavor),
     AnthropicMessages,
     GeminiGenerate(String),
     GeminiStream(String),
@@ -44,8 +47,11 @@ impl Endpoint {
             Endpoint::OpenaiChat
             | Endpoint::OpenaiEmbeddings
             | Endpoint::OpenaiModels
-            | Endpoint::OpenaiModel(_) => Kind::Openai,
-            Endpoint::AzureChat(_) | Endpoint::AzureEmbeddings(_) => Kind::Azure,
+            | Endpoint::OpenaiModel(_)
+            | Endpoint::OpenaiResponses => Kind::Openai,
+            Endpoint::AzureChat(_) | Endpoint::AzureEmbeddings(_) | Endpoint::AzureResponses(_) => {
+                Kind::Azure
+            }
             Endpoint::AnthropicMessages => Kind::Anthropic,
             Endpoint::GeminiGenerate(_)
             | Endpoint::GeminiStream(_)
@@ -72,6 +78,9 @@ pub fn parse_endpoint(path: &str) -> Option<Endpoint> {
         "/v1/embeddings" => return Some(Endpoint::OpenaiEmbeddings),
         "/v1/models" => return Some(Endpoint::OpenaiModels),
         "/v1/messages" => return Some(Endpoint::AnthropicMessages),
+        "/v1/responses" => return Some(Endpoint::OpenaiResponses),
+        "/openai/v1/responses" => return Some(Endpoint::AzureResponses(Flavor::AzureV1)),
+        "/openai/responses" => return Some(Endpoint::AzureResponses(Flavor::AzureVersioned)),
         _ => {}
     }
     if let Some(rest) = path.strip_prefix("/openai/deployments/") {
@@ -350,6 +359,8 @@ impl App {
             Endpoint::OpenaiModel(id) => openai::model(&ctx, id),
             Endpoint::AzureChat(d) => openai::chat(&ctx, Some(d)).await,
             Endpoint::AzureEmbeddings(d) => openai::embeddings(&ctx, Some(d)).await,
+            Endpoint::OpenaiResponses => openai_responses::create(&ctx, Flavor::Openai).await,
+            Endpoint::AzureResponses(f) => openai_responses::create(&ctx, f).await,
             Endpoint::AnthropicMessages => anthropic::messages(&ctx).await,
             Endpoint::GeminiGenerate(m) => gemini::generate(&ctx, m, false).await,
             Endpoint::GeminiStream(m) => gemini::generate(&ctx, m, true).await,

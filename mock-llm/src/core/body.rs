@@ -118,6 +118,16 @@ pub struct StreamSpec {
     pub cut: Option<Cut>,
 }
 
+/// How many pieces of `n` characters `text` is sent in.
+pub fn piece_count(text: &str, n: usize) -> usize {
+    text.chars().count().div_ceil(n.max(1))
+}
+
+/// The piece before which a stream of `n` pieces is cut half-way.
+pub fn cut_index(n: usize) -> usize {
+    (n / 2).max(1).min(n)
+}
+
 fn piece_bounds(text: &str, n: usize) -> Vec<usize> {
     let mut b = Vec::with_capacity(text.len() / n.max(1) + 2);
     b.push(0);
@@ -167,7 +177,7 @@ pub fn spawn_spec(spec: StreamSpec) -> MockBody {
         let n = bounds.len().saturating_sub(1);
         let cut_at = cut.as_ref().map(|c| match c {
             Cut::ResetAfterFirst => n.min(1),
-            _ => (n / 2).max(1).min(n),
+            _ => cut_index(n),
         });
         let mut first = true;
         for i in 0..=n {

@@ -6,3 +6,4 @@ pub mod anthropic;
 pub mod bedrock;
 pub mod gemini;
 pub mod openai;
+pub mod openai_responses;

@@ -54,7 +54,12 @@ pub fn err(status: u16, message: &str, ty: &str, param: Option<&str>, code: Opti
     json_response(status, v.to_string(), &[])
 }
 
-fn azure_err(status: u16, code: &str, message: &str, extra: &[(&'static str, String)]) -> Reply {
+pub(crate) fn azure_err(
+    status: u16,
+    code: &str,
+    message: &str,
+    extra: &[(&'static str, String)],
+) -> Reply {
     let v = json!({"error": {"code": code, "message": message}});
     json_response(status, v.to_string(), extra)
 }
@@ -125,7 +130,7 @@ pub fn error_for(ctx: &Ctx<'_>, k: ErrKind, detail: &str, azure: bool) -> Reply 
     }
 }
 
-fn parse_error() -> Reply {
+pub(crate) fn parse_error() -> Reply {
     err(
         400,
         "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not valid JSON.)",
@@ -135,11 +140,11 @@ fn parse_error() -> Reply {
     )
 }
 
-fn invalid(msg: &str, param: Option<&str>, code: Option<&str>) -> Reply {
+pub(crate) fn invalid(msg: &str, param: Option<&str>, code: Option<&str>) -> Reply {
     err(400, msg, "invalid_request_error", param, code)
 }
 
-fn model_not_found(m: &str) -> Reply {
+pub(crate) fn model_not_found(m: &str) -> Reply {
     err(
         404,
         &format!("The model `{m}` does not exist or you do not have access to it."),
@@ -149,12 +154,12 @@ fn model_not_found(m: &str) -> Reply {
     )
 }
 
-fn is_embedding_model(m: &str) -> bool {
+pub(crate) fn is_embedding_model(m: &str) -> bool {
     m.contains("embed")
 }
 
 /// Azure: `api-version` required, deployment must exist.
-fn azure_checks(ctx: &Ctx<'_>, deployment: &str) -> Result<(), Reply> {
+pub(crate) fn azure_checks(ctx: &Ctx<'_>, deployment: &str) -> Result<(), Reply> {
     if ctx
         .query_param("api-version")
         .filter(|v| !v.is_empty())
