@@ -32,6 +32,7 @@ pub enum Endpoint {
     AzureEmbeddings(String),
     AzureResponses(Flavor),
     AnthropicMessages,
+    AnthropicCountTokens,
     GeminiGenerate(String),
     GeminiStream(String),
     GeminiEmbed(String),
@@ -52,7 +53,7 @@ impl Endpoint {
             Endpoint::AzureChat(_) | Endpoint::AzureEmbeddings(_) | Endpoint::AzureResponses(_) => {
                 Kind::Azure
             }
-            Endpoint::AnthropicMessages => Kind::Anthropic,
+            Endpoint::AnthropicMessages | Endpoint::AnthropicCountTokens => Kind::Anthropic,
             Endpoint::GeminiGenerate(_)
             | Endpoint::GeminiStream(_)
             | Endpoint::GeminiEmbed(_)
@@ -78,6 +79,7 @@ pub fn parse_endpoint(path: &str) -> Option<Endpoint> {
         "/v1/embeddings" => return Some(Endpoint::OpenaiEmbeddings),
         "/v1/models" => return Some(Endpoint::OpenaiModels),
         "/v1/messages" => return Some(Endpoint::AnthropicMessages),
+        "/v1/messages/count_tokens" => return Some(Endpoint::AnthropicCountTokens),
         "/v1/responses" => return Some(Endpoint::OpenaiResponses),
         "/openai/v1/responses" => return Some(Endpoint::AzureResponses(Flavor::AzureV1)),
         "/openai/responses" => return Some(Endpoint::AzureResponses(Flavor::AzureVersioned)),
@@ -362,6 +364,7 @@ impl App {
             Endpoint::OpenaiResponses => openai_responses::create(&ctx, Flavor::Openai).await,
             Endpoint::AzureResponses(f) => openai_responses::create(&ctx, f).await,
             Endpoint::AnthropicMessages => anthropic::messages(&ctx).await,
+            Endpoint::AnthropicCountTokens => anthropic::count_tokens(&ctx).await,
             Endpoint::GeminiGenerate(m) => gemini::generate(&ctx, m, false).await,
             Endpoint::GeminiStream(m) => gemini::generate(&ctx, m, true).await,
             Endpoint::GeminiEmbed(m) => gemini::embed(&ctx, m, false).await,

@@ -14,7 +14,7 @@
 use crate::core::ctx::{unknown_key_id, AuthFail, Ctx, ErrKind, KeyRt, Reply};
 use crate::core::http::json_response;
 use crate::core::plan::{plan, GenInput, Output};
-use crate::core::{http, render};
+use crate::core::{http, render, text};
 use serde_json::{json, Value};
 
 type Outcome = (Reply, Option<String>);
@@ -192,7 +192,33 @@ const BLOCK_TYPES: &[&str] = &[
     "web_search_tool_result",
 ];
 
+/// Request fields of `POST /v1/messages/count_tokens`.
+const COUNT_FIELDS: &[&str] = &[
+    "model",
+    "messages",
+    "system",
+    "tools",
+    "tool_choice",
+    "thinking",
+    "mcp_servers",
+    "context_management",
+    "output_format",
+    "output_config",
+];
+
+/// `POST /v1/messages`.
 pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
+    messages_or_count(ctx, false).await
+}
+
+/// `POST /v1/messages/count_tokens`: the same checks as a message (without
+/// `max_tokens` or sampling fields) and `{"input_tokens": N}`, N being the
+/// `usage.input_tokens` the same request would get from `/v1/messages`.
+pub async fn count_tokens(ctx: &Ctx<'_>) -> Outcome {
+    messages_or_count(ctx, true).await
+}
+
+async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
     match ctx.header("anthropic-version") {
         None => return (bad(ctx, "anthropic-version: header is required"), None),
         Some(v) if !valid_version(v) => {
@@ -226,6 +252,8 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
     };
     let m = Some(model.clone());
     let max_tokens = match req.get("max_tokens") {
+        None if count => 0,
+        Some(_) if count => return (bad(ctx, "max_tokens: Extra inputs are not permitted"), m),
         None => return (bad(ctx, "max_tokens: Field required"), m),
         Some(v) => match v.as_u64() {
             Some(n) if n >= 1 => n,
@@ -254,9 +282,10 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
     if msgs.is_empty() {
         return (bad(ctx, "messages: at least one message is required"), m);
     }
+    let fields = if count { COUNT_FIELDS } else { REQUEST_FIELDS };
     if let Some(k) = req
         .as_object()
-        .and_then(|o| o.keys().find(|k| !REQUEST_FIELDS.contains(&k.as_str())))
+        .and_then(|o| o.keys().find(|k| !fields.contains(&k.as_str())))
     {
         return (bad(ctx, &format!("{k}: Extra inputs are not permitted")), m);
     }
@@ -508,6 +537,11 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
                 )
             }
         }
+    }
+    if count {
+        let n = text::tokens_for_chars(prompt.chars().count());
+        let hdrs = [("request-id", format!("req_{}", ctx.request_id))];
+        return (ctx.json_ok(&json!({"input_tokens": n}), &hdrs).await, m);
     }
     let g = GenInput {
         echo,
