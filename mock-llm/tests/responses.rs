@@ -150,6 +150,18 @@ async fn function_call_stream_and_pairing() {
         .starts_with("No tool output found for function call"));
     let r = responses(&json!({"model": "gpt-4o-mini", "input": [user, out]}), &[]).await;
     assert_eq!(r.status, 400);
+    // Functions inside a namespace, and functions without parameters, can be
+    // called; hosted tools are accepted and never called.
+    let ns = json!([{"type": "web_search"}, {"type": "namespace", "name": "ns", "description": "d",
+        "tools": [{"type": "function", "name": "ping"}]}]);
+    let r = responses(
+        &json!({"model": "gpt-4o-mini", "input": "x", "tools": ns}),
+        &[("x-mock-tool-call", "ping")],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["output"][0]["name"], "ping");
+    assert_eq!(r.json()["output"][0]["arguments"], "{}");
     // x-mock-tool-call names an undeclared tool: refused.
     let r = responses(
         &json!({"model": "gpt-4o-mini", "input": "x"}),
@@ -213,9 +225,19 @@ async fn bad_requests_get_openai_errors() {
             "Invalid value: 'yaml'",
         ),
         (
-            json!({"model": "gpt-4o-mini", "input": "x", "tools": [{"type": "function", "name": "f"}]}),
+            json!({"model": "gpt-4o-mini", "input": "x", "tools": [{"type": "function", "name": "f", "parameters": 3}]}),
             "tools[0].parameters",
-            "Missing required parameter",
+            "Invalid type",
+        ),
+        (
+            json!({"model": "gpt-4o-mini", "input": "x", "tools": [{"type": "namespace", "name": "ns", "description": "d", "tools": [{"type": "web_search"}]}]}),
+            "tools[0].tools[0].type",
+            "Invalid value: 'web_search'",
+        ),
+        (
+            json!({"model": "gpt-4o-mini", "input": "x", "client": 1}),
+            "client",
+            "Unknown parameter",
         ),
         (
             json!({"model": "gpt-4o-mini", "input": "x", "tools": [{"type": "teleport"}]}),

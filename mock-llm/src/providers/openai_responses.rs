@@ -12,13 +12,18 @@ use crate::core::plan::{plan, GenInput, Output};
 use crate::core::{http, text};
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
+use std::sync::LazyLock;
 
 type Outcome = (Reply, Option<String>);
 
 /// Request fields of `responses.create`; anything else is an unknown
 /// parameter, as OpenAI answers.
+///
+/// `client_metadata` is not in the SDK's parameters, but OpenAI's Codex CLI
+/// sends it on every request and OpenAI accepts it.
 const FIELDS: &[&str] = &[
     "background",
+    "client_metadata",
     "context_management",
     "conversation",
     "include",
@@ -49,20 +54,34 @@ const FIELDS: &[&str] = &[
     "user",
 ];
 
-/// Hosted tool types the API accepts; the mock accepts and never calls them.
+/// Tool types of the SDK's `ToolParam` other than `function` (and
+/// `namespace`, whose functions are read): the mock accepts them and never
+/// calls them.
 const HOSTED_TOOLS: &[&str] = &[
-    "web_search",
-    "web_search_preview",
-    "file_search",
-    "code_interpreter",
-    "image_generation",
-    "computer_use_preview",
-    "mcp",
-    "local_shell",
-    "shell",
     "apply_patch",
+    "code_interpreter",
+    "computer",
+    "computer_use_preview",
     "custom",
+    "file_search",
+    "image_generation",
+    "local_shell",
+    "mcp",
+    "programmatic_tool_calling",
+    "shell",
+    "tool_search",
+    "web_search",
+    "web_search_2025_08_26",
+    "web_search_preview",
+    "web_search_preview_2025_03_11",
 ];
+
+/// `tool_choice` object types besides `function` and the hosted tools.
+const CHOICE_TYPES: &[&str] = &["allowed_tools"];
+
+/// Arguments schema of a function declared without `parameters`.
+static NO_PARAMETERS: LazyLock<Value> =
+    LazyLock::new(|| json!({"type": "object", "properties": {}}));
 
 const EFFORTS: &[&str] = &["none", "minimal", "low", "medium", "high", "xhigh"];
 
@@ -289,7 +308,8 @@ fn check_input(input: &Value) -> Result<Input, Reply> {
     Ok(inp)
 }
 
-/// Declared function tools: (name, parameters schema).
+/// Declared function tools, those inside `namespace` tools included:
+/// (name, parameters schema).
 fn check_tools(req: &Value) -> Result<Vec<(String, &Value)>, Reply> {
     let mut out = Vec::new();
     let Some(ts) = req.get("tools").filter(|v| !v.is_null()) else {
@@ -298,25 +318,54 @@ fn check_tools(req: &Value) -> Result<Vec<(String, &Value)>, Reply> {
     let Some(arr) = ts.as_array() else {
         return Err(wrong_type("tools", "an array"));
     };
+    collect_tools(arr, "tools", true, &mut out)?;
+    Ok(out)
+}
+
+fn collect_tools<'a>(
+    arr: &'a [Value],
+    at: &str,
+    top: bool,
+    out: &mut Vec<(String, &'a Value)>,
+) -> Result<(), Reply> {
     for (i, t) in arr.iter().enumerate() {
+        let at = format!("{at}[{i}]");
         let ty = t.get("type").and_then(Value::as_str).unwrap_or("");
-        if ty == "function" {
-            let Some(name) = t.get("name").and_then(Value::as_str) else {
-                return Err(missing(&format!("tools[{i}].name")));
-            };
-            let params = match t.get("parameters") {
-                Some(p @ Value::Object(_)) => p,
-                None | Some(Value::Null) => return Err(missing(&format!("tools[{i}].parameters"))),
-                Some(_) => return Err(wrong_type(&format!("tools[{i}].parameters"), "an object")),
-            };
-            out.push((name.to_string(), params));
-        } else if !HOSTED_TOOLS.contains(&ty) {
-            let mut all = vec!["function"];
-            all.extend_from_slice(HOSTED_TOOLS);
-            return Err(bad_value(&format!("tools[{i}].type"), ty, &all));
+        match ty {
+            "function" => {
+                let Some(name) = t.get("name").and_then(Value::as_str) else {
+                    return Err(missing(&format!("{at}.name")));
+                };
+                // `parameters` is optional: without it the function takes
+                // no arguments.
+                let params = match t.get("parameters") {
+                    Some(p @ Value::Object(_)) => p,
+                    None | Some(Value::Null) => &*NO_PARAMETERS,
+                    Some(_) => return Err(wrong_type(&format!("{at}.parameters"), "an object")),
+                };
+                out.push((name.to_string(), params));
+            }
+            "namespace" if top => {
+                if t.get("name").and_then(Value::as_str).is_none() {
+                    return Err(missing(&format!("{at}.name")));
+                }
+                let Some(inner) = t.get("tools").and_then(Value::as_array) else {
+                    return Err(missing(&format!("{at}.tools")));
+                };
+                collect_tools(inner, &format!("{at}.tools"), false, out)?;
+            }
+            _ if top && HOSTED_TOOLS.contains(&ty) => {}
+            _ => {
+                let mut all = vec!["function"];
+                if top {
+                    all.push("namespace");
+                    all.extend_from_slice(HOSTED_TOOLS);
+                }
+                return Err(bad_value(&format!("{at}.type"), ty, &all));
+            }
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// `tool_choice`: (forced tool name, any tool required).
@@ -343,7 +392,7 @@ fn check_tool_choice(
         Some(tc @ Value::Object(_)) => {
             let ty = tc.get("type").and_then(Value::as_str).unwrap_or("");
             if ty != "function" {
-                return if HOSTED_TOOLS.contains(&ty) {
+                return if HOSTED_TOOLS.contains(&ty) || CHOICE_TYPES.contains(&ty) {
                     Ok((None, false))
                 } else {
                     Err(bad_value("tool_choice.type", ty, &["function"]))
