@@ -1,369 +1,24 @@
-//! The request handler: routing, authentication, fault injection and the
-//! shared generation plan. It takes a request whose body is already read,
-//! so tests call [`App::handle`] directly without a socket.
+//! The router: endpoint parsing, authentication and fault injection, then
+//! dispatch to a provider module. It takes a request whose body is already
+//! read, so tests call [`App::handle`] directly without a socket. The module
+//! graph is one-way: `app`/`server` → `providers` → `core`.
 
-use crate::body::{self, MockBody};
-use crate::config::{Behavior, Config, Dist, KeyBehavior, Kind};
-use crate::stats::{Recent, Stats};
-use crate::text;
-use crate::{anthropic, bedrock, gemini, openai};
+use crate::core::config::{Behavior, Config, KeyBehavior, Kind, MAX_DELAY_MS};
+use crate::core::ctx::{
+    Ctx, Drawn, ErrKind, Fault, KeyFaultsRt, KeyRt, Overrides, ProviderRt, Reply,
+};
+use crate::core::http::{json_escape, percent_decode, plain_json};
+use crate::core::rng::Rng;
+use crate::core::stats::{Recent, Stats};
+use crate::providers::openai_responses::{self, Flavor};
+use crate::providers::{anthropic, bedrock, gemini, openai};
 use bytes::Bytes;
-use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::http::request::Parts;
-use hyper::{Method, Response, StatusCode};
-use serde_json::Value;
+use hyper::Method;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
-/// What the server does with a request.
-pub enum Reply {
-    Response(Response<MockBody>),
-    /// A response to send after a delay (ms). The server sleeps after the
-    /// handler returned, so a delayed request holds only its response bytes,
-    /// not its parsed request.
-    Delayed(Response<MockBody>, u64),
-    /// Close the connection with a TCP reset and no response.
-    Reset,
-}
-
-impl Reply {
-    pub fn status(&self) -> u16 {
-        match self {
-            Reply::Response(r) | Reply::Delayed(r, _) => r.status().as_u16(),
-            Reply::Reset => 0,
-        }
-    }
-
-    /// Wait out the delay, if any: the response, or None for a reset.
-    pub async fn ready(self) -> Option<Response<MockBody>> {
-        match self {
-            Reply::Response(r) => Some(r),
-            Reply::Delayed(r, ms) => {
-                tokio::time::sleep(Duration::from_millis(ms)).await;
-                Some(r)
-            }
-            Reply::Reset => None,
-        }
-    }
-}
-
-/// A configured credential, compiled.
-pub struct KeyRt {
-    pub name: Arc<str>,
-    pub secret: String,
-    pub access_key_id: String,
-    pub behavior: KeyBehavior,
-}
-
-/// A configured provider, compiled.
-pub struct ProviderRt {
-    pub name: Arc<str>,
-    pub kind: Kind,
-    pub prefix: String,
-    pub keys: Vec<KeyRt>,
-    pub models: Vec<String>,
-    pub region: String,
-    pub max_output_tokens: Option<u64>,
-    pub behavior: Behavior,
-}
-
-impl ProviderRt {
-    pub fn has_model(&self, m: &str) -> bool {
-        self.models.iter().any(|x| x == m)
-    }
-    pub fn key_by_secret(&self, s: &str) -> Option<&KeyRt> {
-        self.keys.iter().find(|k| k.secret == s)
-    }
-}
-
-/// Per-request overrides read from `x-mock-*` headers.
-#[derive(Default, Clone)]
-pub struct Overrides {
-    pub latency_ms: Option<u64>,
-    pub ttft_ms: Option<u64>,
-    pub itl_ms: Option<u64>,
-    pub response_bytes: Option<usize>,
-    pub error: Option<Fault>,
-    pub tool_call: Option<String>,
-}
-
-/// An injected fault.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Fault {
-    E429,
-    E500,
-    E503,
-    E529,
-    Reset,
-    AbortMidStream,
-    ErrorEvent,
-}
-
-impl Fault {
-    fn parse(s: &str) -> Option<Fault> {
-        Some(match s.trim() {
-            "429" => Fault::E429,
-            "500" => Fault::E500,
-            "503" => Fault::E503,
-            "529" => Fault::E529,
-            "reset" => Fault::Reset,
-            "abort-mid-stream" => Fault::AbortMidStream,
-            "error-event" => Fault::ErrorEvent,
-            _ => return None,
-        })
-    }
-}
-
-/// Largest generated answer, bytes (`x-mock-response-bytes` is capped here).
-pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
-
-/// Everything a provider module needs to answer one request.
-pub struct Ctx<'a> {
-    pub app: &'a App,
-    pub provider: &'a ProviderRt,
-    pub parts: &'a Parts,
-    pub body: &'a Bytes,
-    pub ov: Overrides,
-    /// Fault to apply to the successful answer (abort mid-stream).
-    pub abort: bool,
-    /// Streams: end half-way with the provider's in-stream error event.
-    pub error_event: bool,
-    pub request_id: String,
-}
-
-impl Ctx<'_> {
-    pub fn behavior(&self) -> &Behavior {
-        &self.provider.behavior
-    }
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.parts.headers.get(name).and_then(|v| v.to_str().ok())
-    }
-    pub fn query_param(&self, name: &str) -> Option<String> {
-        query_param(self.parts.uri.query(), name)
-    }
-    /// Delay before a non-streaming answer.
-    pub fn latency_ms(&self) -> u64 {
-        if let Some(v) = self.ov.latency_ms {
-            return v;
-        }
-        self.app.sample_latency(&self.provider.behavior)
-    }
-    pub fn ttft_ms(&self) -> u64 {
-        self.ov.ttft_ms.unwrap_or(self.provider.behavior.ttft_ms)
-    }
-    pub fn itl_ms(&self) -> u64 {
-        self.ov.itl_ms.unwrap_or(self.provider.behavior.itl_ms)
-    }
-    pub fn response_bytes(&self) -> usize {
-        self.ov
-            .response_bytes
-            .unwrap_or(self.provider.behavior.response_bytes)
-    }
-    pub fn chunk_chars(&self) -> usize {
-        self.provider.behavior.stream_chunk_chars
-    }
-
-    /// A complete JSON answer, sent after the latency delay; cut mid-body
-    /// when an abort was requested.
-    pub async fn json_ok(&self, v: &Value, extra: &[(&'static str, String)]) -> Reply {
-        let lat = self.latency_ms();
-        let bytes = Bytes::from(serde_json::to_vec(v).unwrap_or_default());
-        let len = bytes.len();
-        let body = if self.abort {
-            body::truncated(bytes)
-        } else {
-            MockBody::full(bytes)
-        };
-        let mut r = Response::new(body);
-        let h = r.headers_mut();
-        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        h.insert(CONTENT_LENGTH, HeaderValue::from(len));
-        for (k, v) in extra {
-            if let Ok(v) = HeaderValue::from_str(v) {
-                h.insert(*k, v);
-            }
-        }
-        if lat > 0 {
-            Reply::Delayed(r, lat)
-        } else {
-            Reply::Response(r)
-        }
-    }
-
-    /// A streaming answer: `head` frames at once, then `content` in pieces
-    /// of `stream_chunk_chars` rendered by `render` (the first after TTFT,
-    /// the others after ITL), then `tail` (its first frame after ITL). An
-    /// abort cuts the connection half-way through the content; an error
-    /// event ends the stream there with `error_frame`, the provider's
-    /// native in-stream error.
-    #[allow(clippy::too_many_arguments)]
-    pub fn stream(
-        &self,
-        content_type: &'static str,
-        head: Vec<Bytes>,
-        content: String,
-        render: body::Render,
-        tail: Vec<Bytes>,
-        extra: &[(&'static str, String)],
-        error_frame: Bytes,
-    ) -> Reply {
-        let cut = if self.abort {
-            Some(body::Cut::Abort)
-        } else if self.error_event {
-            Some(body::Cut::Error(error_frame))
-        } else {
-            None
-        };
-        let spec = body::StreamSpec {
-            head,
-            content,
-            chunk_chars: self.chunk_chars(),
-            render,
-            tail,
-            ttft_ms: self.ttft_ms(),
-            itl_ms: self.itl_ms(),
-            cut,
-        };
-        let mut r = Response::new(body::spawn_spec(spec));
-        let h = r.headers_mut();
-        h.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-        h.insert("cache-control", HeaderValue::from_static("no-cache"));
-        for (k, v) in extra {
-            if let Ok(v) = HeaderValue::from_str(v) {
-                h.insert(*k, v);
-            }
-        }
-        Reply::Response(r)
-    }
-}
-
-/// Marker replaced by each content piece in a frame template.
-pub const PIECE: &str = "@@mock-llm-piece@@";
-
-/// A frame serialized once with [`PIECE`] in place of the content; each
-/// piece is rendered by splicing in its JSON string encoding.
-#[derive(Clone)]
-pub struct Template {
-    pre: Bytes,
-    post: Bytes,
-}
-
-impl Template {
-    /// `frame` must contain the JSON string `"@@mock-llm-piece@@"` once.
-    pub fn new(frame: &[u8]) -> Template {
-        let mark = format!("\"{PIECE}\"");
-        let at = frame
-            .windows(mark.len())
-            .position(|w| w == mark.as_bytes())
-            .unwrap_or(frame.len());
-        let end = (at + mark.len()).min(frame.len());
-        Template {
-            pre: Bytes::copy_from_slice(&frame[..at]),
-            post: Bytes::copy_from_slice(&frame[end..]),
-        }
-    }
-
-    pub fn render(&self, piece: &str) -> Bytes {
-        let mut out = Vec::with_capacity(self.pre.len() + self.post.len() + piece.len() + 8);
-        out.extend_from_slice(&self.pre);
-        let _ = serde_json::to_writer(&mut out, piece);
-        out.extend_from_slice(&self.post);
-        Bytes::from(out)
-    }
-
-    /// The rendered JSON document without framing (for binary framings).
-    pub fn render_vec(&self, piece: &str) -> Vec<u8> {
-        self.render(piece).to_vec()
-    }
-}
-
-/// The output of a generation.
-pub enum Output {
-    Text(String),
-    Tool {
-        id: String,
-        name: String,
-        args: Value,
-    },
-}
-
-pub struct Plan {
-    pub output: Output,
-    /// Stopped by the output token limit.
-    pub truncated: bool,
-    pub prompt_tokens: u64,
-    pub completion_tokens: u64,
-}
-
-impl Plan {
-    pub fn text(&self) -> &str {
-        match &self.output {
-            Output::Text(t) => t,
-            Output::Tool { .. } => "",
-        }
-    }
-    pub fn is_tool(&self) -> bool {
-        matches!(self.output, Output::Tool { .. })
-    }
-}
-
-/// Inputs of a generation, extracted by each provider module.
-pub struct GenInput<'a> {
-    /// Text the answer echoes: the last user message's text.
-    pub echo: String,
-    /// Characters of all prompt text (system, messages, tool data).
-    pub prompt_chars: usize,
-    /// Declared tools: (name, JSON schema of the arguments).
-    pub tools: Vec<(String, &'a Value)>,
-    /// Tool the request forces (by name), if any.
-    pub forced_tool: Option<String>,
-    /// The request asks for some tool call without naming one.
-    pub any_tool: bool,
-    pub max_tokens: Option<u64>,
-    /// Id prefix for tool calls (`call_`, `toolu_`, `tooluse_`).
-    pub tool_id_prefix: &'static str,
-}
-
-/// Build the deterministic answer: a tool call when a tool is forced by the
-/// request or named by `x-mock-tool-call` (and declared), else echo text.
-pub fn plan(ctx: &Ctx<'_>, g: GenInput<'_>) -> Result<Plan, String> {
-    let prompt_tokens = text::tokens_for_chars(g.prompt_chars);
-    let wanted = ctx
-        .ov
-        .tool_call
-        .clone()
-        .or(g.forced_tool.clone())
-        .or_else(|| {
-            if g.any_tool {
-                g.tools.first().map(|t| t.0.clone())
-            } else {
-                None
-            }
-        });
-    if let Some(name) = wanted {
-        let Some((_, schema)) = g.tools.iter().find(|t| t.0 == name) else {
-            return Err(format!("tool {name:?} is not declared in the request"));
-        };
-        let args = text::value_for_schema(schema, 0);
-        let args_s = serde_json::to_string(&args).unwrap_or_default();
-        let id = format!("{}{}", g.tool_id_prefix, text::short_id(ctx.body));
-        return Ok(Plan {
-            completion_tokens: text::count_tokens(&args_s),
-            output: Output::Tool { id, name, args },
-            truncated: false,
-            prompt_tokens,
-        });
-    }
-    let max_chars = g.max_tokens.map(|m| (m as usize).saturating_mul(4));
-    let (t, truncated) = text::answer(&g.echo, ctx.response_bytes(), max_chars);
-    Ok(Plan {
-        completion_tokens: text::count_tokens(&t),
-        output: Output::Text(t),
-        truncated,
-        prompt_tokens,
-    })
-}
+pub use crate::core::ctx::MAX_RESPONSE_BYTES;
 
 /// Native endpoints.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -372,9 +27,12 @@ pub enum Endpoint {
     OpenaiEmbeddings,
     OpenaiModels,
     OpenaiModel(String),
+    OpenaiResponses,
     AzureChat(String),
     AzureEmbeddings(String),
+    AzureResponses(Flavor),
     AnthropicMessages,
+    AnthropicCountTokens,
     GeminiGenerate(String),
     GeminiStream(String),
     GeminiEmbed(String),
@@ -390,9 +48,12 @@ impl Endpoint {
             Endpoint::OpenaiChat
             | Endpoint::OpenaiEmbeddings
             | Endpoint::OpenaiModels
-            | Endpoint::OpenaiModel(_) => Kind::Openai,
-            Endpoint::AzureChat(_) | Endpoint::AzureEmbeddings(_) => Kind::Azure,
-            Endpoint::AnthropicMessages => Kind::Anthropic,
+            | Endpoint::OpenaiModel(_)
+            | Endpoint::OpenaiResponses => Kind::Openai,
+            Endpoint::AzureChat(_) | Endpoint::AzureEmbeddings(_) | Endpoint::AzureResponses(_) => {
+                Kind::Azure
+            }
+            Endpoint::AnthropicMessages | Endpoint::AnthropicCountTokens => Kind::Anthropic,
             Endpoint::GeminiGenerate(_)
             | Endpoint::GeminiStream(_)
             | Endpoint::GeminiEmbed(_)
@@ -418,6 +79,10 @@ pub fn parse_endpoint(path: &str) -> Option<Endpoint> {
         "/v1/embeddings" => return Some(Endpoint::OpenaiEmbeddings),
         "/v1/models" => return Some(Endpoint::OpenaiModels),
         "/v1/messages" => return Some(Endpoint::AnthropicMessages),
+        "/v1/messages/count_tokens" => return Some(Endpoint::AnthropicCountTokens),
+        "/v1/responses" => return Some(Endpoint::OpenaiResponses),
+        "/openai/v1/responses" => return Some(Endpoint::AzureResponses(Flavor::AzureV1)),
+        "/openai/responses" => return Some(Endpoint::AzureResponses(Flavor::AzureVersioned)),
         _ => {}
     }
     if let Some(rest) = path.strip_prefix("/openai/deployments/") {
@@ -471,45 +136,12 @@ pub fn parse_endpoint(path: &str) -> Option<Endpoint> {
     None
 }
 
-/// Decode %XX escapes; None on a malformed escape or invalid UTF-8.
-pub fn percent_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let h = b.get(i + 1..i + 3)?;
-            let v = u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok()?;
-            out.push(v);
-            i += 3;
-        } else if b[i] == b'+' {
-            out.push(b'+');
-            i += 1;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
-pub fn query_param(query: Option<&str>, name: &str) -> Option<String> {
-    query?.split('&').find_map(|kv| {
-        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-        if percent_decode(k).as_deref() == Some(name) {
-            percent_decode(&v.replace('+', " "))
-        } else {
-            None
-        }
-    })
-}
-
 /// The mock server's state.
 pub struct App {
     pub providers: Vec<ProviderRt>,
     pub stats: Stats,
     pub max_body_bytes: usize,
-    rng: AtomicU64,
+    pub rng: Rng,
     counter: AtomicU64,
 }
 
@@ -534,6 +166,10 @@ impl App {
                             .unwrap_or_default(),
                         access_key_id: k.access_key_id.clone().unwrap_or_default(),
                         behavior: k.behavior,
+                        faults: k
+                            .faults
+                            .clone()
+                            .map(|f| KeyFaultsRt::new(f, cfg.seed ^ name_seed(&k.name))),
                     })
                     .collect(),
                 models: p.models.clone(),
@@ -548,49 +184,14 @@ impl App {
             providers,
             stats: Stats::new(cfg.recent_requests),
             max_body_bytes: cfg.max_body_bytes,
-            rng: AtomicU64::new(cfg.seed),
+            rng: Rng::new(cfg.seed),
             counter: AtomicU64::new(1),
         }
     }
 
-    /// Uniform in [0, 1) (splitmix64 over an atomic counter).
-    pub fn uniform(&self) -> f64 {
-        let mut z = self.rng.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed);
-        z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    fn std_normal(&self) -> f64 {
-        let u1 = self.uniform().max(f64::MIN_POSITIVE);
-        let u2 = self.uniform();
-        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
-    }
-
     /// One latency sample from a behaviour's distribution, ms.
     pub fn sample_latency(&self, b: &Behavior) -> u64 {
-        let l = &b.latency;
-        let v = match l.dist {
-            Dist::Fixed => l.mean_ms,
-            Dist::Normal => l.mean_ms + l.sd_ms * self.std_normal(),
-            Dist::Lognormal => {
-                if l.mean_ms <= 0.0 {
-                    0.0
-                } else {
-                    // mean and sd are those of the lognormal itself.
-                    let s2 = (1.0 + (l.sd_ms * l.sd_ms) / (l.mean_ms * l.mean_ms)).ln();
-                    let mu = l.mean_ms.ln() - s2 / 2.0;
-                    (mu + s2.sqrt() * self.std_normal()).exp()
-                }
-            }
-        };
-        if v.is_finite() && v > 0.0 {
-            v.round() as u64
-        } else {
-            0
-        }
+        self.rng.sample_latency(b)
     }
 
     pub fn next_request_id(&self) -> String {
@@ -661,13 +262,14 @@ impl App {
     ) -> (Reply, Option<Arc<str>>, Option<String>) {
         let ov = read_overrides(parts);
         let mut ctx = Ctx {
-            app: self,
+            rng: &self.rng,
             provider,
             parts,
             body,
             ov,
             abort: false,
             error_event: false,
+            reset_after_first_chunk: false,
             request_id,
         };
         let ep_model = match &ep {
@@ -716,12 +318,30 @@ impl App {
                 )
             }
         }
-        // Faults: the override header wins, else the configured rates.
-        let fault = ctx.ov.error.or_else(|| self.roll_fault(&provider.behavior));
+        // Faults: the override header wins, else the key's own faults (one
+        // draw per request), else the provider's configured rates.
+        let mut fault = ctx.ov.error;
+        if fault.is_none() {
+            match key.faults.as_ref().and_then(|f| f.draw()) {
+                Some(Drawn::Fault(f)) => fault = Some(f),
+                Some(Drawn::Slow(ms)) => {
+                    ctx.ov.slow_ms.get_or_insert(ms);
+                }
+                None => {}
+            }
+            if fault == Some(Fault::E429) {
+                if let Some(s) = key.faults.as_ref().and_then(|f| f.cfg.retry_after_s) {
+                    ctx.ov.retry_after_s.get_or_insert(s);
+                }
+            }
+        }
+        let fault = fault.or_else(|| self.roll_fault(&provider.behavior));
+        let slow_ms = ctx.ov.slow_ms.unwrap_or(0);
         match fault {
             None => {}
             Some(Fault::AbortMidStream) => ctx.abort = true,
             Some(Fault::ErrorEvent) => ctx.error_event = true,
+            Some(Fault::ResetAfterFirstChunk) => ctx.reset_after_first_chunk = true,
             Some(Fault::Reset) => return (Reply::Reset, key_id, ep_model),
             Some(f) => {
                 let k = match f {
@@ -730,7 +350,8 @@ impl App {
                     Fault::E503 => ErrKind::Unavailable,
                     _ => ErrKind::Overloaded,
                 };
-                return (native_error(&ctx, k, ""), key_id, ep_model);
+                let r = native_error(&ctx, k, "").delayed_by(slow_ms);
+                return (r, key_id, ep_model);
             }
         }
         let (reply, model) = match ep {
@@ -740,7 +361,10 @@ impl App {
             Endpoint::OpenaiModel(id) => openai::model(&ctx, id),
             Endpoint::AzureChat(d) => openai::chat(&ctx, Some(d)).await,
             Endpoint::AzureEmbeddings(d) => openai::embeddings(&ctx, Some(d)).await,
+            Endpoint::OpenaiResponses => openai_responses::create(&ctx, Flavor::Openai).await,
+            Endpoint::AzureResponses(f) => openai_responses::create(&ctx, f).await,
             Endpoint::AnthropicMessages => anthropic::messages(&ctx).await,
+            Endpoint::AnthropicCountTokens => anthropic::count_tokens(&ctx).await,
             Endpoint::GeminiGenerate(m) => gemini::generate(&ctx, m, false).await,
             Endpoint::GeminiStream(m) => gemini::generate(&ctx, m, true).await,
             Endpoint::GeminiEmbed(m) => gemini::embed(&ctx, m, false).await,
@@ -749,6 +373,10 @@ impl App {
             Endpoint::BedrockConverseStream(m) => bedrock::converse(&ctx, m, true).await,
             Endpoint::BedrockInvoke(m) => bedrock::invoke(&ctx, m).await,
         };
+        let mut reply = reply.delayed_by(slow_ms);
+        if ctx.reset_after_first_chunk {
+            reply = reply.reset_on_body_error();
+        }
         (reply, key_id, model)
     }
 
@@ -763,7 +391,7 @@ impl App {
             (r.abort_mid_stream, Fault::AbortMidStream),
             (r.error_event, Fault::ErrorEvent),
         ] {
-            if rate > 0.0 && self.uniform() < rate {
+            if rate > 0.0 && self.rng.uniform() < rate {
                 return Some(f);
             }
         }
@@ -787,30 +415,6 @@ impl App {
     }
 }
 
-/// A failed authentication: the native answer, and the identifier of the
-/// unknown credential when one was presented.
-pub type AuthFail = (Reply, Option<Arc<str>>);
-
-/// Stable identifier of a credential that matches no configured key:
-/// `unknown:` + the first 12 hex digits of its SHA-256 (never the key).
-pub fn unknown_key_id(secret: &str) -> Arc<str> {
-    use sha2::{Digest, Sha256};
-    let d = Sha256::digest(secret.as_bytes());
-    Arc::from(format!("unknown:{}", &hex::encode(d)[..12]).as_str())
-}
-
-/// Kinds of error every provider can answer, each in its native shape.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrKind {
-    MissingKey,
-    BadKey,
-    RateLimited,
-    Internal,
-    Unavailable,
-    Overloaded,
-    MethodNotAllowed,
-}
-
 pub fn native_error(ctx: &Ctx<'_>, k: ErrKind, msg: &str) -> Reply {
     match ctx.provider.kind {
         Kind::Openai => openai::error_for(ctx, k, msg, false),
@@ -826,7 +430,7 @@ fn read_overrides(parts: &Parts) -> Overrides {
     // Capped so a typo cannot ask for a day-long wait or a terabyte answer.
     let num = |n: &str| {
         h(n).and_then(|v| v.trim().parse::<u64>().ok())
-            .map(|v| v.min(600_000))
+            .map(|v| v.min(MAX_DELAY_MS))
     };
     Overrides {
         latency_ms: num("x-mock-latency-ms"),
@@ -836,76 +440,18 @@ fn read_overrides(parts: &Parts) -> Overrides {
             .and_then(|v| v.trim().parse::<usize>().ok())
             .map(|v| v.min(MAX_RESPONSE_BYTES)),
         error: h("x-mock-error").and_then(Fault::parse),
+        retry_after_s: num("x-mock-retry-after"),
+        slow_ms: num("x-mock-slow-ms"),
         tool_call: h("x-mock-tool-call")
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty()),
     }
 }
 
-/// A JSON response with a status.
-pub fn json_response(status: u16, body: String, extra: &[(&'static str, String)]) -> Reply {
-    let mut r = plain_json(status, body);
-    for (k, v) in extra {
-        if let Ok(v) = HeaderValue::from_str(v) {
-            r.headers_mut().insert(*k, v);
-        }
-    }
-    Reply::Response(r)
-}
-
-fn plain_json(status: u16, body: String) -> Response<MockBody> {
-    let len = body.len();
-    let mut r = Response::new(MockBody::full(body));
-    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    r.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    r.headers_mut()
-        .insert(CONTENT_LENGTH, HeaderValue::from(len));
-    r
-}
-
-pub fn json_escape(s: &str) -> String {
-    let v = serde_json::to_string(s).unwrap_or_default();
-    v.trim_matches('"').to_string()
-}
-
-/// A sampling parameter, when present and not null, must be a number
-/// within `lo..=hi`.
-pub fn in_range(v: Option<&Value>, lo: f64, hi: f64) -> bool {
-    match v {
-        None | Some(Value::Null) => true,
-        Some(x) => x.as_f64().is_some_and(|f| (lo..=hi).contains(&f)),
-    }
-}
-
-/// Current Unix time, seconds.
-pub fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
-/// Short description of a serde_json parse error for messages.
-pub fn json_err(e: &serde_json::Error) -> String {
-    e.to_string()
-}
-
-/// SSE helpers.
-pub fn sse_data(v: &Value) -> Bytes {
-    let mut s = Vec::with_capacity(128);
-    s.extend_from_slice(b"data: ");
-    let _ = serde_json::to_writer(&mut s, v);
-    s.extend_from_slice(b"\n\n");
-    Bytes::from(s)
-}
-
-pub fn sse_event(event: &str, v: &Value) -> Bytes {
-    let mut s = Vec::with_capacity(128);
-    s.extend_from_slice(b"event: ");
-    s.extend_from_slice(event.as_bytes());
-    s.extend_from_slice(b"\ndata: ");
-    let _ = serde_json::to_writer(&mut s, v);
-    s.extend_from_slice(b"\n\n");
-    Bytes::from(s)
+/// A stable 64-bit mix of a key's name (FNV-1a), so keys without a seed of
+/// their own still get distinct, repeatable sequences.
+fn name_seed(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }

@@ -1,6 +1,6 @@
 //! `mock-llm --listen 127.0.0.1:9000 --config config/mock-llm.yaml`
 
-use mock_llm::{app::App, config::Config, server};
+use mock_llm::{app::App, core::config::Config, server};
 use std::sync::Arc;
 
 const USAGE: &str = "usage: mock-llm [--listen ADDR] [--config PATH] [--validate]";

@@ -1,8 +1,9 @@
 //! The HTTP server (HTTP/1.1, and HTTP/2 with prior knowledge): accept loop,
 //! body reading, connection resets.
 
-use crate::app::{App, Reply};
-use crate::body::MockBody;
+use crate::app::App;
+use crate::core::body::MockBody;
+use crate::core::ctx::{Reply, ResetOnBodyError};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
@@ -100,7 +101,13 @@ async fn serve_one(
     };
     let reply: Reply = app.handle(parts, bytes).await;
     match reply.ready().await {
-        Some(r) => Ok(r),
+        Some(r) => {
+            if r.extensions().get::<ResetOnBodyError>().is_some() {
+                // The body will fail on purpose: close with an RST then.
+                reset.store(true, Ordering::Relaxed);
+            }
+            Ok(r)
+        }
         None => {
             reset.store(true, Ordering::Relaxed);
             Err("mock-llm: connection reset requested".into())

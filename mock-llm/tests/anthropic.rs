@@ -214,3 +214,95 @@ async fn faults_use_anthropic_shape() {
     );
     assert_eq!(r.json()["stop_reason"], "max_tokens");
 }
+
+async fn count(app: &mock_llm::app::App, body: &str) -> Resp {
+    call(app, "POST", "/v1/messages/count_tokens", &[AK, AV], body).await
+}
+
+#[tokio::test]
+async fn count_tokens_matches_message_usage() {
+    let app = app();
+    let msgs = r#""system":"be brief","messages":[{"role":"user","content":"hello there world"},{"role":"assistant","content":"hi"},{"role":"user","content":[{"type":"text","text":"and again, with more words"}]}]"#;
+    let r = count(&app, &format!(r#"{{"model":"claude-opus-5-5",{msgs}}}"#)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let n = r.json()["input_tokens"].as_u64().unwrap();
+    assert_eq!(r.json(), serde_json::json!({"input_tokens": n}));
+    assert!(r.header("request-id").unwrap().starts_with("req_"));
+    let full = anthropic(
+        &app,
+        &format!(r#"{{"model":"claude-opus-5-5","max_tokens":50,{msgs}}}"#),
+        &[],
+    )
+    .await;
+    assert_eq!(full.json()["usage"]["input_tokens"].as_u64(), Some(n));
+    // "be brief" + "hello there world" + "hi" + "and again, with more words" = 53 chars.
+    assert_eq!(n, 14);
+}
+
+#[tokio::test]
+async fn count_tokens_is_checked_like_messages() {
+    let app = app();
+    for (body, status, msg) in [
+        (
+            r#"{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[{"role":"user","content":"x"}]}"#,
+            400,
+            "max_tokens: Extra inputs are not permitted",
+        ),
+        (
+            r#"{"model":"claude-sonnet-4-5","stream":true,"messages":[{"role":"user","content":"x"}]}"#,
+            400,
+            "stream: Extra inputs are not permitted",
+        ),
+        (
+            r#"{"model":"claude-sonnet-4-5"}"#,
+            400,
+            "messages: Field required",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":"x"}]}"#,
+            400,
+            "model: Field required",
+        ),
+        (
+            r#"{"model":"claude-sonnet-4-5","messages":[{"role":"assistant","content":"x"}]}"#,
+            400,
+            "first message must use the \"user\" role",
+        ),
+        (
+            r#"{"model":"claude-9","messages":[{"role":"user","content":"x"}]}"#,
+            404,
+            "model: claude-9",
+        ),
+    ] {
+        let r = count(&app, body).await;
+        assert_eq!(r.status, status, "{body}: {}", r.text());
+        assert_eq!(r.json()["type"], "error");
+        let m = r.json()["error"]["message"].as_str().unwrap().to_string();
+        assert!(m.contains(msg), "{body}: {m}");
+    }
+    let r = call(&app, "POST", "/v1/messages/count_tokens", &[AV], "{}").await;
+    assert_eq!(r.status, 401);
+    let r = call(&app, "GET", "/v1/messages/count_tokens", &[AK, AV], "").await;
+    assert_eq!(r.status, 405);
+}
+
+#[tokio::test]
+async fn current_and_claude_code_model_ids_are_known() {
+    let app = app();
+    for m in [
+        "claude-opus-5-5",
+        "claude-sonnet-5-5",
+        "claude-haiku-5-5",
+        "claude-opus-4-8",
+        "claude-sonnet-4-6",
+        "claude-haiku-4-5-20251001",
+        "claude-sonnet-4-5-20250929",
+        "claude-sonnet-4-5",
+        "claude-haiku-4-5",
+    ] {
+        let body = format!(
+            r#"{{"model":"{m}","max_tokens":5,"messages":[{{"role":"user","content":"x"}}]}}"#
+        );
+        assert_eq!(anthropic(&app, &body, &[]).await.status, 200, "{m}");
+    }
+}

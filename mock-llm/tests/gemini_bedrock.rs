@@ -2,7 +2,6 @@
 
 mod common;
 use common::*;
-use mock_llm::{eventstream, sigv4};
 use serde_json::{json, Value};
 
 const GK: (&str, &str) = ("x-goog-api-key", "mock-gemini-key-1");
@@ -133,68 +132,53 @@ async fn gemini_rules() {
 const MODEL: &str = "anthropic.claude-3-haiku-20240307-v1:0";
 const PATH: &str = "/model/anthropic.claude-3-haiku-20240307-v1%3A0";
 
-fn amz_now() -> String {
-    // YYYYMMDDTHHMMSSZ from the Unix time (civil-from-days).
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
+/// Headers of a request signed by AWS's own signer (`aws-sigv4`; botocore
+/// signs in the Python suite), with `host` and `x-amz-date` signed.
+fn signed(path: &str, body: &str, secret: &str) -> Vec<(String, String)> {
+    use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettings};
+    let identity =
+        aws_credential_types::Credentials::new("AKIDMOCKBEDROCK1", secret, None, None, "test")
+            .into();
+    let params = aws_sigv4::sign::v4::SigningParams::builder()
+        .identity(&identity)
+        .region("us-east-1")
+        .name("bedrock")
+        .time(std::time::SystemTime::now())
+        .settings(SigningSettings::default())
+        .build()
         .unwrap()
-        .as_secs() as i64;
-    let (days, secs) = (t.div_euclid(86400), t.rem_euclid(86400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
-        secs / 3600,
-        secs % 3600 / 60,
-        secs % 60
+        .into();
+    let uri = format!("http://mock{path}");
+    let req = SignableRequest::new(
+        "POST",
+        uri.as_str(),
+        [("host", "mock")].into_iter(),
+        SignableBody::Bytes(body.as_bytes()),
     )
+    .unwrap();
+    let (instructions, _) = sign(req, &params).unwrap().into_parts();
+    let mut out = vec![("host".to_string(), "mock".to_string())];
+    for (k, v) in instructions.headers() {
+        out.push((k.to_string(), v.to_string()));
+    }
+    out
 }
 
-/// Headers of a request signed with the crate's signer (botocore signs in
-/// the Python suite; this checks the verifier against its own signer).
-fn signed(path: &str, body: &str, secret: &str) -> Vec<(String, String)> {
-    let date = amz_now();
-    let headers = vec![
-        ("host".to_string(), "mock".to_string()),
-        ("x-amz-date".to_string(), date.clone()),
-    ];
-    let h = headers.clone();
-    let lookup = move |n: &str| -> Vec<String> {
-        h.iter()
-            .filter(|(k, _)| k == n)
-            .map(|(_, v)| v.clone())
-            .collect()
-    };
-    let req = sigv4::SignedRequest {
-        method: "POST",
-        raw_path: path,
-        query: None,
-        header: &lookup,
-        body: body.as_bytes(),
-    };
-    let a = sigv4::AuthHeader {
-        access_key_id: "AKIDMOCKBEDROCK1".into(),
-        date: date[..8].to_string(),
-        region: "us-east-1".into(),
-        service: "bedrock".into(),
-        signed_headers: vec!["host".into(), "x-amz-date".into()],
-        signature: String::new(),
-    };
-    let creq = sigv4::canonical_request(&req, &a.signed_headers);
-    let sig = sigv4::signature(secret, &a, &date, &creq);
-    let mut out = headers;
-    out.push((
-        "authorization".into(),
-        format!("AWS4-HMAC-SHA256 Credential=AKIDMOCKBEDROCK1/{}/us-east-1/bedrock/aws4_request, SignedHeaders=host;x-amz-date, Signature={sig}", &date[..8]),
-    ));
-    out
+/// One event-stream message decoded by AWS's own decoder
+/// (`aws-smithy-eventstream`, CRCs checked): string headers, payload and
+/// bytes used.
+fn decode(buf: &[u8]) -> (Vec<(String, String)>, Vec<u8>, usize) {
+    let total = u32::from_be_bytes(buf[..4].try_into().unwrap()) as usize;
+    let m = aws_smithy_eventstream::frame::read_message_from(&buf[..total]).unwrap();
+    let headers = m
+        .headers()
+        .iter()
+        .map(|h| {
+            let v = h.value().as_string().unwrap().as_str().to_string();
+            (h.name().as_str().to_string(), v)
+        })
+        .collect();
+    (headers, m.payload().to_vec(), total)
 }
 
 async fn bedrock(app: &mock_llm::app::App, op: &str, body: &str, secret: &str) -> Resp {
@@ -236,7 +220,7 @@ async fn bedrock_converse_and_stream() {
     let mut kinds = Vec::new();
     let mut text = String::new();
     while !buf.is_empty() {
-        let (h, payload, n) = eventstream::decode(buf).unwrap();
+        let (h, payload, n) = decode(buf);
         let kind = h
             .iter()
             .find(|(k, _)| k == ":event-type")
@@ -360,7 +344,7 @@ async fn error_event_ends_each_stream_with_the_native_error() {
     let mut buf = &r.body[..];
     let mut last = Vec::new();
     while !buf.is_empty() {
-        let (hs, _, n) = eventstream::decode(buf).unwrap();
+        let (hs, _, n) = decode(buf);
         last = hs;
         buf = &buf[n..];
     }

@@ -2,7 +2,7 @@
 
 mod common;
 use common::*;
-use mock_llm::config::Config;
+use mock_llm::core::config::Config;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

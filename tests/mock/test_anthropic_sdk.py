@@ -124,3 +124,14 @@ def test_error_event_mid_stream_raises(mock):
                                           extra_headers={"x-mock-error": "error-event"}) as s:
             for _ in s.text_stream:
                 pass
+
+
+def test_count_tokens_matches_usage(mock):
+    c = client(mock)
+    kwargs = dict(model="claude-opus-5-5", system="be brief",
+                  messages=[{"role": "user", "content": "hello there world"}])
+    counted = c.messages.count_tokens(**kwargs)
+    created = c.messages.create(max_tokens=50, **kwargs)
+    assert counted.input_tokens == created.usage.input_tokens == 7
+    with pytest.raises(anthropic.NotFoundError):
+        c.messages.count_tokens(model="claude-nope", messages=[{"role": "user", "content": "x"}])

@@ -3,8 +3,9 @@
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::Request;
-use mock_llm::app::{App, Reply};
-use mock_llm::config::Config;
+use mock_llm::app::App;
+use mock_llm::core::config::Config;
+use mock_llm::core::ctx::Reply;
 use serde_json::Value;
 
 pub fn config_path() -> String {

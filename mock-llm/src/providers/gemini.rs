@@ -8,10 +8,10 @@
 //! function call turn with the same names. Errors: `{"error":{"code",
 //! "message","status"}}`.
 
-use crate::app::{
-    self, json_response, plan, unknown_key_id, AuthFail, Ctx, ErrKind, GenInput, KeyRt, Output,
-    Reply,
-};
+use crate::core::ctx::{unknown_key_id, AuthFail, Ctx, ErrKind, KeyRt, Reply};
+use crate::core::http::json_response;
+use crate::core::plan::{plan, GenInput, Output};
+use crate::core::{http, render};
 use bytes::Bytes;
 use serde_json::{json, Value};
 
@@ -76,7 +76,7 @@ pub fn error_for(ctx: &Ctx<'_>, k: ErrKind, _detail: &str) -> Reply {
             "RESOURCE_EXHAUSTED",
             "Resource has been exhausted (e.g. check quota).",
             None,
-            &[("retry-after", ctx.behavior().retry_after_s.to_string())],
+            &[("retry-after", ctx.retry_after_s().to_string())],
         ),
         ErrKind::Internal => gerr(500, "INTERNAL", "An internal error has occurred. Please retry or report in https://developers.generativeai.google/guide/troubleshooting", None, &[]),
         ErrKind::Unavailable => gerr(503, "UNAVAILABLE", "The model is overloaded. Please try again later.", None, &[]),
@@ -107,7 +107,7 @@ fn parse(ctx: &Ctx<'_>) -> Result<Value, Reply> {
         )),
         Err(e) => Err(invalid(&format!(
             "Invalid JSON payload received. {}",
-            app::json_err(&e)
+            http::json_err(&e)
         ))),
     }
 }
@@ -338,7 +338,7 @@ pub async fn generate(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
     }
     if let Some(gc) = get(&req, "generationConfig", "generation_config") {
         for (camel, snake, hi) in [("temperature", "temperature", 2.0), ("topP", "top_p", 1.0)] {
-            if !app::in_range(get(gc, camel, snake), 0.0, hi) {
+            if !http::in_range(get(gc, camel, snake), 0.0, hi) {
                 return (invalid(&format!("* GenerateContentRequest.generation_config.{snake}: must be within [0, {hi}]")), m);
             }
         }
@@ -417,7 +417,7 @@ pub async fn generate(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
     let has_content = !content.is_empty();
     let doc = |last: bool| {
         let mut d = json!({
-            "candidates": [candidate(json!([{"text": app::PIECE}]), if last { Some(finish) } else { None })],
+            "candidates": [candidate(json!([{"text": render::PIECE}]), if last { Some(finish) } else { None })],
             "modelVersion": model, "responseId": response_id,
         });
         d["usageMetadata"] = if last {
@@ -428,12 +428,12 @@ pub async fn generate(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
         d
     };
     let tpl = [
-        app::Template::new(&frame(&doc(false), false)),
-        app::Template::new(&frame(&doc(true), false)),
-        app::Template::new(&frame(&doc(false), true)),
-        app::Template::new(&frame(&doc(true), true)),
+        render::Template::new(&frame(&doc(false), false)),
+        render::Template::new(&frame(&doc(true), false)),
+        render::Template::new(&frame(&doc(false), true)),
+        render::Template::new(&frame(&doc(true), true)),
     ];
-    let render: crate::body::Render = Box::new(move |i, piece, last| {
+    let render: crate::core::body::Render = Box::new(move |i, piece, last| {
         let k = usize::from(last) + if i > 0 { 2 } else { 0 };
         tpl[k].render(piece)
     });
@@ -543,14 +543,14 @@ pub async fn embed(ctx: &Ctx<'_>, model: String, batch: bool) -> Outcome {
         let mut out = Vec::with_capacity(reqs.len());
         for (i, r) in reqs.iter().enumerate() {
             match embed_one(r, Some(i), &model) {
-                Ok((t, d)) => out.push(json!({"values": crate::text::embedding(&t, d)})),
+                Ok((t, d)) => out.push(json!({"values": crate::core::text::embedding(&t, d)})),
                 Err(e) => return (e, m),
             }
         }
         json!({"embeddings": out})
     } else {
         match embed_one(&req, None, &model) {
-            Ok((t, d)) => json!({"embedding": {"values": crate::text::embedding(&t, d)}}),
+            Ok((t, d)) => json!({"embedding": {"values": crate::core::text::embedding(&t, d)}}),
             Err(e) => return (e, m),
         }
     };

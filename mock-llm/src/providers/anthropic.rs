@@ -11,10 +11,10 @@
 //! next message. Errors: `{"type":"error","error":{"type","message"},
 //! "request_id"}` with the documented status per error type.
 
-use crate::app::{
-    self, json_response, plan, unknown_key_id, AuthFail, Ctx, ErrKind, GenInput, KeyRt, Output,
-    Reply,
-};
+use crate::core::ctx::{unknown_key_id, AuthFail, Ctx, ErrKind, KeyRt, Reply};
+use crate::core::http::json_response;
+use crate::core::plan::{plan, GenInput, Output};
+use crate::core::{http, render, text};
 use serde_json::{json, Value};
 
 type Outcome = (Reply, Option<String>);
@@ -90,7 +90,7 @@ pub fn error_for(ctx: &Ctx<'_>, k: ErrKind, _detail: &str) -> Reply {
         ),
         ErrKind::BadKey => err(ctx, 401, "authentication_error", "invalid x-api-key"),
         ErrKind::RateLimited => {
-            let retry = ctx.behavior().retry_after_s.to_string();
+            let retry = ctx.retry_after_s().to_string();
             err_h(
                 ctx,
                 429,
@@ -192,7 +192,33 @@ const BLOCK_TYPES: &[&str] = &[
     "web_search_tool_result",
 ];
 
+/// Request fields of `POST /v1/messages/count_tokens`.
+const COUNT_FIELDS: &[&str] = &[
+    "model",
+    "messages",
+    "system",
+    "tools",
+    "tool_choice",
+    "thinking",
+    "mcp_servers",
+    "context_management",
+    "output_format",
+    "output_config",
+];
+
+/// `POST /v1/messages`.
 pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
+    messages_or_count(ctx, false).await
+}
+
+/// `POST /v1/messages/count_tokens`: the same checks as a message (without
+/// `max_tokens` or sampling fields) and `{"input_tokens": N}`, N being the
+/// `usage.input_tokens` the same request would get from `/v1/messages`.
+pub async fn count_tokens(ctx: &Ctx<'_>) -> Outcome {
+    messages_or_count(ctx, true).await
+}
+
+async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
     match ctx.header("anthropic-version") {
         None => return (bad(ctx, "anthropic-version: header is required"), None),
         Some(v) if !valid_version(v) => {
@@ -212,7 +238,7 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
                     ctx,
                     &format!(
                         "There was an error parsing the body of your request: {}",
-                        app::json_err(&e)
+                        http::json_err(&e)
                     ),
                 ),
                 None,
@@ -226,6 +252,8 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
     };
     let m = Some(model.clone());
     let max_tokens = match req.get("max_tokens") {
+        None if count => 0,
+        Some(_) if count => return (bad(ctx, "max_tokens: Extra inputs are not permitted"), m),
         None => return (bad(ctx, "max_tokens: Field required"), m),
         Some(v) => match v.as_u64() {
             Some(n) if n >= 1 => n,
@@ -254,9 +282,10 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
     if msgs.is_empty() {
         return (bad(ctx, "messages: at least one message is required"), m);
     }
+    let fields = if count { COUNT_FIELDS } else { REQUEST_FIELDS };
     if let Some(k) = req
         .as_object()
-        .and_then(|o| o.keys().find(|k| !REQUEST_FIELDS.contains(&k.as_str())))
+        .and_then(|o| o.keys().find(|k| !fields.contains(&k.as_str())))
     {
         return (bad(ctx, &format!("{k}: Extra inputs are not permitted")), m);
     }
@@ -269,7 +298,7 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
         }
     }
     for (p, hi) in [("temperature", 1.0), ("top_p", 1.0)] {
-        if !app::in_range(req.get(p), 0.0, hi) {
+        if !http::in_range(req.get(p), 0.0, hi) {
             return (bad(ctx, &format!("{p}: range: 0..{hi}")), m);
         }
     }
@@ -509,6 +538,11 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
             }
         }
     }
+    if count {
+        let n = text::tokens_for_chars(prompt.chars().count());
+        let hdrs = [("request-id", format!("req_{}", ctx.request_id))];
+        return (ctx.json_ok(&json!({"input_tokens": n}), &hdrs).await, m);
+    }
     let g = GenInput {
         echo,
         prompt_chars: prompt.chars().count(),
@@ -546,7 +580,7 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
         });
         return (ctx.json_ok(&v, &hdrs).await, m);
     }
-    let start = app::sse_event(
+    let start = render::sse_event(
         "message_start",
         &json!({
             "type": "message_start",
@@ -560,32 +594,32 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
         Output::Text(t) => (
             json!({"type": "text", "text": ""}),
             t,
-            json!({"type": "text_delta", "text": app::PIECE}),
+            json!({"type": "text_delta", "text": render::PIECE}),
         ),
         Output::Tool { id, name, args } => (
             json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
             args.to_string(),
-            json!({"type": "input_json_delta", "partial_json": app::PIECE}),
+            json!({"type": "input_json_delta", "partial_json": render::PIECE}),
         ),
     };
     let head = vec![
         start,
-        app::sse_event(
+        render::sse_event(
             "content_block_start",
             &json!({"type": "content_block_start", "index": 0, "content_block": start_block}),
         ),
-        app::sse_event("ping", &json!({"type": "ping"})),
+        render::sse_event("ping", &json!({"type": "ping"})),
     ];
-    let tpl = app::Template::new(&app::sse_event(
+    let tpl = render::Template::new(&render::sse_event(
         "content_block_delta",
         &json!({"type": "content_block_delta", "index": 0, "delta": delta}),
     ));
     let tail = vec![
-        app::sse_event(
+        render::sse_event(
             "content_block_stop",
             &json!({"type": "content_block_stop", "index": 0}),
         ),
-        app::sse_event(
+        render::sse_event(
             "message_delta",
             &json!({
                 "type": "message_delta",
@@ -593,7 +627,7 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
                 "usage": {"output_tokens": p.completion_tokens},
             }),
         ),
-        app::sse_event("message_stop", &json!({"type": "message_stop"})),
+        render::sse_event("message_stop", &json!({"type": "message_stop"})),
     ];
     (
         ctx.stream(
@@ -603,7 +637,7 @@ pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
             Box::new(move |_, piece, _| tpl.render(piece)),
             tail,
             &hdrs,
-            app::sse_event("error", &json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})),
+            render::sse_event("error", &json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})),
         ),
         m,
     )

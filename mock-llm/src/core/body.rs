@@ -91,8 +91,10 @@ pub type Render = Box<dyn Fn(usize, &str, bool) -> Bytes + Send + Sync>;
 
 /// How a stream is cut short.
 pub enum Cut {
-    /// Fail the body: the connection is cut.
+    /// Fail the body half-way: the connection is cut.
     Abort,
+    /// Fail the body right after the first content piece.
+    ResetAfterFirst,
     /// Send this frame (the provider's in-stream error) and end.
     Error(Bytes),
 }
@@ -112,8 +114,18 @@ pub struct StreamSpec {
     pub ttft_ms: u64,
     /// Delay before each later content frame, and before the first tail frame.
     pub itl_ms: u64,
-    /// Cut half-way through the content pieces.
+    /// Cut the stream short (half-way, or after the first piece).
     pub cut: Option<Cut>,
+}
+
+/// How many pieces of `n` characters `text` is sent in.
+pub fn piece_count(text: &str, n: usize) -> usize {
+    text.chars().count().div_ceil(n.max(1))
+}
+
+/// The piece before which a stream of `n` pieces is cut half-way.
+pub fn cut_index(n: usize) -> usize {
+    (n / 2).max(1).min(n)
 }
 
 fn piece_bounds(text: &str, n: usize) -> Vec<usize> {
@@ -139,6 +151,9 @@ async fn pause(ms: u64) {
     }
 }
 
+/// Pause between the first chunk and a reset-after-first-chunk, ms.
+pub const RESET_GAP_MS: u64 = 10;
+
 /// Spawn the task that sends a [`StreamSpec`].
 pub fn spawn_spec(spec: StreamSpec) -> MockBody {
     let (tx, rx) = mpsc::channel::<Chunk>(8);
@@ -160,11 +175,24 @@ pub fn spawn_spec(spec: StreamSpec) -> MockBody {
         }
         let bounds = piece_bounds(&content, chunk_chars);
         let n = bounds.len().saturating_sub(1);
-        let cut_at = cut.as_ref().map(|_| (n / 2).max(1).min(n));
+        let cut_at = cut.as_ref().map(|c| match c {
+            Cut::ResetAfterFirst => n.min(1),
+            _ => cut_index(n),
+        });
         let mut first = true;
         for i in 0..=n {
             if cut_at == Some(i) {
                 match cut {
+                    Some(Cut::ResetAfterFirst) => {
+                        // Give the server time to flush the first chunk, so
+                        // the client reads it before the reset.
+                        pause(itl_ms.max(RESET_GAP_MS)).await;
+                        let _ = tx
+                            .send(Err(std::io::Error::other(
+                                "mock-llm: reset after first chunk",
+                            )))
+                            .await;
+                    }
                     Some(Cut::Abort) => {
                         let _ = tx
                             .send(Err(std::io::Error::other("mock-llm: abort mid-stream")))

@@ -8,10 +8,10 @@
 //! `tool_choice` only with `tools`. Azure: `api-key` header, `api-version`
 //! query parameter required, deployments instead of models.
 
-use crate::app::{
-    self, json_response, plan, unknown_key_id, AuthFail, Ctx, ErrKind, GenInput, KeyRt, Output,
-    Reply,
-};
+use crate::core::ctx::{unknown_key_id, AuthFail, Ctx, ErrKind, KeyRt, Reply};
+use crate::core::http::json_response;
+use crate::core::plan::{plan, GenInput, Output};
+use crate::core::{http, render};
 use base64::Engine;
 use bytes::Bytes;
 use serde_json::{json, Value};
@@ -54,7 +54,12 @@ pub fn err(status: u16, message: &str, ty: &str, param: Option<&str>, code: Opti
     json_response(status, v.to_string(), &[])
 }
 
-fn azure_err(status: u16, code: &str, message: &str, extra: &[(&'static str, String)]) -> Reply {
+pub(crate) fn azure_err(
+    status: u16,
+    code: &str,
+    message: &str,
+    extra: &[(&'static str, String)],
+) -> Reply {
     let v = json!({"error": {"code": code, "message": message}});
     json_response(status, v.to_string(), extra)
 }
@@ -70,7 +75,7 @@ fn mask(key: &str) -> String {
 }
 
 pub fn error_for(ctx: &Ctx<'_>, k: ErrKind, detail: &str, azure: bool) -> Reply {
-    let retry = ctx.behavior().retry_after_s.to_string();
+    let retry = ctx.retry_after_s().to_string();
     if azure {
         return match k {
             ErrKind::MissingKey | ErrKind::BadKey => azure_err(
@@ -125,7 +130,7 @@ pub fn error_for(ctx: &Ctx<'_>, k: ErrKind, detail: &str, azure: bool) -> Reply 
     }
 }
 
-fn parse_error() -> Reply {
+pub(crate) fn parse_error() -> Reply {
     err(
         400,
         "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not valid JSON.)",
@@ -135,11 +140,11 @@ fn parse_error() -> Reply {
     )
 }
 
-fn invalid(msg: &str, param: Option<&str>, code: Option<&str>) -> Reply {
+pub(crate) fn invalid(msg: &str, param: Option<&str>, code: Option<&str>) -> Reply {
     err(400, msg, "invalid_request_error", param, code)
 }
 
-fn model_not_found(m: &str) -> Reply {
+pub(crate) fn model_not_found(m: &str) -> Reply {
     err(
         404,
         &format!("The model `{m}` does not exist or you do not have access to it."),
@@ -149,12 +154,12 @@ fn model_not_found(m: &str) -> Reply {
     )
 }
 
-fn is_embedding_model(m: &str) -> bool {
+pub(crate) fn is_embedding_model(m: &str) -> bool {
     m.contains("embed")
 }
 
 /// Azure: `api-version` required, deployment must exist.
-fn azure_checks(ctx: &Ctx<'_>, deployment: &str) -> Result<(), Reply> {
+pub(crate) fn azure_checks(ctx: &Ctx<'_>, deployment: &str) -> Result<(), Reply> {
     if ctx
         .query_param("api-version")
         .filter(|v| !v.is_empty())
@@ -337,7 +342,7 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
         ("presence_penalty", 2.0),
     ] {
         let lo = if p.ends_with("penalty") { -2.0 } else { 0.0 };
-        if !app::in_range(req.get(p), lo, hi) {
+        if !http::in_range(req.get(p), lo, hi) {
             return (
                 invalid(&format!("Invalid '{p}': decimal above maximum value or below minimum value. Expected a value within [{lo}, {hi}]."), Some(p), Some("invalid_value")),
                 m,
@@ -562,7 +567,7 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
         Err(e) => return (invalid(&e, Some("tools"), None), m),
     };
     let id = format!("chatcmpl-{}", ctx.request_id);
-    let created = app::now_secs();
+    let created = http::now_secs();
     let finish = if p.is_tool() {
         "tool_calls"
     } else if p.truncated {
@@ -602,7 +607,7 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
         if include_usage {
             c["usage"] = Value::Null;
         }
-        app::sse_data(&c)
+        render::sse_data(&c)
     };
     let (first, content, piece) = match p.output {
         Output::Text(t) => (
@@ -611,7 +616,7 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
                 Value::Null,
             ),
             t,
-            chunk(json!({"content": app::PIECE}), Value::Null),
+            chunk(json!({"content": render::PIECE}), Value::Null),
         ),
         Output::Tool {
             id: cid,
@@ -624,19 +629,19 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
             ),
             args.to_string(),
             chunk(
-                json!({"tool_calls": [{"index": 0, "function": {"arguments": app::PIECE}}]}),
+                json!({"tool_calls": [{"index": 0, "function": {"arguments": render::PIECE}}]}),
                 Value::Null,
             ),
         ),
     };
-    let tpl = app::Template::new(&piece);
+    let tpl = render::Template::new(&piece);
     let mut tail = vec![chunk(json!({}), Value::String(finish.to_string()))];
     if include_usage {
         let c = json!({
             "id": id, "object": "chat.completion.chunk", "created": created, "model": model,
             "system_fingerprint": "fp_mock", "choices": [], "usage": usage,
         });
-        tail.push(app::sse_data(&c));
+        tail.push(render::sse_data(&c));
     }
     tail.push(Bytes::from_static(b"data: [DONE]\n\n"));
     (
@@ -647,7 +652,7 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
             Box::new(move |_, piece, _| tpl.render(piece)),
             tail,
             &hdrs,
-            app::sse_data(&json!({"error": {"message": "The server had an error while processing your request. Sorry about that!", "type": "server_error", "param": null, "code": null}})),
+            render::sse_data(&json!({"error": {"message": "The server had an error while processing your request. Sorry about that!", "type": "server_error", "param": null, "code": null}})),
         ),
         m,
     )
@@ -750,8 +755,8 @@ pub async fn embeddings(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            tokens += crate::text::count_tokens(s);
-            let e = crate::text::embedding(s, dims);
+            tokens += crate::core::text::count_tokens(s);
+            let e = crate::core::text::embedding(s, dims);
             let emb = if b64 {
                 let mut raw = Vec::with_capacity(e.len() * 4);
                 for f in &e {

@@ -9,13 +9,15 @@
 //! Errors: JSON `{"message"}` with the `x-amzn-ErrorType` header, which is
 //! how AWS SDKs recognise the exception.
 
-use crate::app::{
-    self, plan, unknown_key_id, AuthFail, Ctx, ErrKind, GenInput, KeyRt, Output, Reply,
-};
-use crate::eventstream;
-use crate::sigv4::{self, SigError, SignedRequest};
+use crate::core::ctx::{unknown_key_id, AuthFail, Ctx, ErrKind, KeyRt, Reply};
+use crate::core::plan::{plan, GenInput, Output};
+use crate::core::{http, render};
+mod eventstream;
+pub mod sigv4;
+
 use bytes::Bytes;
 use serde_json::{json, Value};
+use sigv4::{SigError, SignedRequest};
 
 type Outcome = (Reply, Option<String>);
 
@@ -31,9 +33,9 @@ pub fn aws_err(ctx: &Ctx<'_>, status: u16, ty: &str, message: &str) -> Reply {
         ("x-amzn-requestid", ctx.request_id.clone()),
     ];
     if status == 429 {
-        h.push(("retry-after", ctx.behavior().retry_after_s.to_string()));
+        h.push(("retry-after", ctx.retry_after_s().to_string()));
     }
-    app::json_response(status, json!({"message": message}).to_string(), &h)
+    http::json_response(status, json!({"message": message}).to_string(), &h)
 }
 
 fn validation(ctx: &Ctx<'_>, msg: &str) -> Reply {
@@ -113,19 +115,18 @@ pub fn authenticate<'a>(ctx: &Ctx<'a>) -> Result<&'a KeyRt, AuthFail> {
         ));
     };
     let headers = |name: &str| -> Vec<String> {
-        let mut values: Vec<String> = ctx
+        let mut v: Vec<String> = ctx
             .parts
             .headers
             .get_all(name)
             .iter()
             .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
             .collect();
-        // HTTP/2 carries the host as `:authority`, which hyper keeps in the
-        // URI; AWS signs and checks it as `host` either way.
-        if values.is_empty() && name == "host" {
-            values.extend(ctx.parts.uri.authority().map(|a| a.as_str().to_string()));
+        // HTTP/2 carries the host as `:authority`, which hyper puts in the URI.
+        if v.is_empty() && name == "host" {
+            v.extend(ctx.parts.uri.authority().map(|a| a.to_string()));
         }
-        values
+        v
     };
     let req = SignedRequest {
         method: ctx.parts.method.as_str(),
@@ -134,7 +135,7 @@ pub fn authenticate<'a>(ctx: &Ctx<'a>) -> Result<&'a KeyRt, AuthFail> {
         header: &headers,
         body: ctx.body,
     };
-    let now = app::now_secs() as i64;
+    let now = http::now_secs() as i64;
     match sigv4::verify(&req, &a, &key.secret, &ctx.provider.region, SERVICE, now) {
         Ok(()) => Ok(key),
         Err(SigError::Mismatch) => Err((
@@ -352,7 +353,7 @@ pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
         }
     }
     for p in ["temperature", "topP"] {
-        if !app::in_range(req.pointer(&format!("/inferenceConfig/{p}")), 0.0, 1.0) {
+        if !http::in_range(req.pointer(&format!("/inferenceConfig/{p}")), 0.0, 1.0) {
             return (
                 validation(ctx, &format!("1 validation error detected: Value at 'inferenceConfig.{p}' failed to satisfy constraint: Member must have value less than or equal to 1 and greater than or equal to 0")),
                 m,
@@ -409,17 +410,17 @@ pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
     let (content, delta) = match p.output {
         Output::Text(t) => (
             t,
-            json!({"contentBlockIndex": 0, "delta": {"text": app::PIECE}}),
+            json!({"contentBlockIndex": 0, "delta": {"text": render::PIECE}}),
         ),
         Output::Tool { id, name, args } => {
             head.push(ev("contentBlockStart", json!({"contentBlockIndex": 0, "start": {"toolUse": {"toolUseId": id, "name": name}}})));
             (
                 args.to_string(),
-                json!({"contentBlockIndex": 0, "delta": {"toolUse": {"input": app::PIECE}}}),
+                json!({"contentBlockIndex": 0, "delta": {"toolUse": {"input": render::PIECE}}}),
             )
         }
     };
-    let tpl = app::Template::new(delta.to_string().as_bytes());
+    let tpl = render::Template::new(delta.to_string().as_bytes());
     let tail = vec![
         ev("contentBlockStop", json!({"contentBlockIndex": 0})),
         ev("messageStop", json!({"stopReason": stop})),
@@ -491,8 +492,8 @@ pub async fn invoke(ctx: &Ctx<'_>, model: String) -> Outcome {
         },
     };
     let v = json!({
-        "embedding": crate::text::embedding(text, dims),
-        "inputTextTokenCount": crate::text::count_tokens(text),
+        "embedding": crate::core::text::embedding(text, dims),
+        "inputTextTokenCount": crate::core::text::count_tokens(text),
     });
     (
         ctx.json_ok(&v, &[("x-amzn-requestid", ctx.request_id.clone())])

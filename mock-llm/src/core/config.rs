@@ -108,7 +108,88 @@ pub struct KeyConfig {
     /// `ok` (default), `always_429` or `always_401`.
     #[serde(default)]
     pub behavior: KeyBehavior,
+    /// Faults injected on this key's requests.
+    #[serde(default)]
+    pub faults: Option<KeyFaults>,
 }
+
+/// Per-key fault injection. Each request on the key takes one draw from
+/// the key's own seeded sequence and gets at most one fault; the rates
+/// (each 0..=1) partition that draw, so they must sum to at most 1. For a
+/// given seed the n-th request on the key always gets the same outcome, and
+/// N requests give the same counts whatever their concurrency.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyFaults {
+    /// Seed of this key's sequence (default: the global seed mixed with
+    /// the key's name).
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// Rate of 429 answers.
+    #[serde(default, rename = "429")]
+    pub e429: f64,
+    /// `retry-after` seconds on this key's injected 429s (default: the
+    /// behaviour's `retry_after_s`).
+    #[serde(default)]
+    pub retry_after_s: Option<u64>,
+    /// Rate of 500 answers.
+    #[serde(default, rename = "500")]
+    pub e500: f64,
+    /// Rate of 503 answers.
+    #[serde(default, rename = "503")]
+    pub e503: f64,
+    /// Rate of slow answers: the answer (stream or not) starts after
+    /// `slow_ms` more.
+    #[serde(default)]
+    pub slow: f64,
+    #[serde(default = "default_slow_ms")]
+    pub slow_ms: u64,
+    /// Rate of connections reset before any response byte.
+    #[serde(default)]
+    pub reset: f64,
+    /// Rate of answers whose connection is reset after the first stream
+    /// chunk (non-streaming answers: after half of the body).
+    #[serde(default)]
+    pub reset_after_first_chunk: f64,
+}
+
+fn default_slow_ms() -> u64 {
+    2000
+}
+
+impl KeyFaults {
+    /// (rate, name) in the order they partition the draw.
+    pub fn rates(&self) -> [(f64, &'static str); 6] {
+        [
+            (self.e429, "429"),
+            (self.e500, "500"),
+            (self.e503, "503"),
+            (self.slow, "slow"),
+            (self.reset, "reset"),
+            (self.reset_after_first_chunk, "reset_after_first_chunk"),
+        ]
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let mut sum = 0.0;
+        for (v, n) in self.rates() {
+            if !(0.0..=1.0).contains(&v) {
+                return Err(format!("faults.{n} must be within 0..=1"));
+            }
+            sum += v;
+        }
+        if sum > 1.0 + 1e-9 {
+            return Err(format!("faults: the rates sum to {sum}, more than 1"));
+        }
+        if self.slow_ms > MAX_DELAY_MS {
+            return Err(format!("faults.slow_ms must be <= {MAX_DELAY_MS}"));
+        }
+        Ok(())
+    }
+}
+
+/// Longest delay any knob may ask for, ms.
+pub const MAX_DELAY_MS: u64 = 600_000;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -212,7 +293,7 @@ pub struct ErrorRates {
 impl Config {
     /// Parse and validate a YAML document.
     pub fn from_yaml(text: &str) -> Result<Config, String> {
-        let cfg: Config = serde_yaml::from_str(text).map_err(|e| format!("config: {e}"))?;
+        let cfg: Config = serde_yaml_ng::from_str(text).map_err(|e| format!("config: {e}"))?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -252,6 +333,10 @@ impl Config {
                 } else if k.key.as_deref().unwrap_or("").is_empty() {
                     return Err(format!("provider {name}: key {}: missing key", k.name));
                 }
+                if let Some(f) = &k.faults {
+                    f.validate()
+                        .map_err(|e| format!("provider {name}: key {}: {e}", k.name))?;
+                }
             }
             if p.kind == Kind::Bedrock && p.region.is_none() {
                 return Err(format!("provider {name}: bedrock needs region"));
@@ -283,10 +368,10 @@ impl Behavior {
         if self.latency.mean_ms < 0.0 || self.latency.sd_ms < 0.0 {
             return Err("latency mean_ms and sd_ms must be >= 0".to_string());
         }
-        if self.response_bytes > crate::app::MAX_RESPONSE_BYTES {
+        if self.response_bytes > crate::core::ctx::MAX_RESPONSE_BYTES {
             return Err(format!(
                 "response_bytes must be <= {}",
-                crate::app::MAX_RESPONSE_BYTES
+                crate::core::ctx::MAX_RESPONSE_BYTES
             ));
         }
         if self.stream_chunk_chars == 0 {

@@ -1,0 +1,93 @@
+//! The deterministic answer shared by every provider: echo text or a call
+//! of a declared tool, and its token counts.
+
+use crate::core::ctx::Ctx;
+use crate::core::text;
+use serde_json::Value;
+
+/// The output of a generation.
+pub enum Output {
+    Text(String),
+    Tool {
+        id: String,
+        name: String,
+        args: Value,
+    },
+}
+
+pub struct Plan {
+    pub output: Output,
+    /// Stopped by the output token limit.
+    pub truncated: bool,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+impl Plan {
+    pub fn text(&self) -> &str {
+        match &self.output {
+            Output::Text(t) => t,
+            Output::Tool { .. } => "",
+        }
+    }
+    pub fn is_tool(&self) -> bool {
+        matches!(self.output, Output::Tool { .. })
+    }
+}
+
+/// Inputs of a generation, extracted by each provider module.
+pub struct GenInput<'a> {
+    /// Text the answer echoes: the last user message's text.
+    pub echo: String,
+    /// Characters of all prompt text (system, messages, tool data).
+    pub prompt_chars: usize,
+    /// Declared tools: (name, JSON schema of the arguments).
+    pub tools: Vec<(String, &'a Value)>,
+    /// Tool the request forces (by name), if any.
+    pub forced_tool: Option<String>,
+    /// The request asks for some tool call without naming one.
+    pub any_tool: bool,
+    pub max_tokens: Option<u64>,
+    /// Id prefix for tool calls (`call_`, `toolu_`, `tooluse_`).
+    pub tool_id_prefix: &'static str,
+}
+
+/// Build the deterministic answer: a tool call when a tool is forced by the
+/// request or named by `x-mock-tool-call` (and declared), else echo text.
+pub fn plan(ctx: &Ctx<'_>, g: GenInput<'_>) -> Result<Plan, String> {
+    let prompt_tokens = text::tokens_for_chars(g.prompt_chars);
+    let wanted = ctx
+        .ov
+        .tool_call
+        .clone()
+        .or(g.forced_tool.clone())
+        .or_else(|| {
+            if g.any_tool {
+                g.tools.first().map(|t| t.0.clone())
+            } else {
+                None
+            }
+        });
+    if let Some(name) = wanted {
+        let Some((_, schema)) = g.tools.iter().find(|t| t.0 == name) else {
+            return Err(format!("tool {name:?} is not declared in the request"));
+        };
+        let args = text::value_for_schema(schema, 0);
+        let args_s = serde_json::to_string(&args).unwrap_or_default();
+        let id = format!("{}{}", g.tool_id_prefix, text::short_id(ctx.body));
+        return Ok(Plan {
+            completion_tokens: text::count_tokens(&args_s),
+            output: Output::Tool { id, name, args },
+            truncated: false,
+            prompt_tokens,
+        });
+    }
+    let max_chars = g.max_tokens.map(|m| (m as usize).saturating_mul(4));
+    let (t, truncated) = text::answer(&g.echo, ctx.response_bytes(), max_chars);
+    Ok(Plan {
+        completion_tokens: text::count_tokens(&t),
+        output: Output::Text(t),
+        truncated,
+        prompt_tokens,
+    })
+}
