@@ -2,9 +2,11 @@
 //! [`super::openai_openai::prepare`]); the path names the model's deployment
 //! and carries `api-version`, the key goes in `api-key`. Answers pass through
 //! (Azure's `prompt_filter_results` / `content_filter_results` are extra
-//! fields OpenAI clients ignore), except that the stream's content-filter
-//! chunk with `choices: []` and no usage, which Azure sends first, is dropped:
-//! many OpenAI clients read `choices[0]` of every chunk.
+//! fields OpenAI clients ignore), except a stream's content-filter chunks
+//! (empty `object`, `id` and `model`; no choices, or choices with only
+//! filter results): they are dropped, since many OpenAI clients read
+//! `choices[0]` of every chunk and check its `object`
+//! (`openai_openai::azure_chunk`).
 
 use serde_json::Value;
 
@@ -101,6 +103,47 @@ data: [DONE]\n\n";
         t.feed(b, &mut out);
         t.finish(&mut out);
         (String::from_utf8(out).unwrap(), t.usage())
+    }
+
+    #[test]
+    fn every_content_filter_chunk_is_dropped_or_made_valid() {
+        let stream = "data: {\"created\":0,\"id\":\"\",\"model\":\"\",\"object\":\"\",\"prompt_filter_results\":[{\"prompt_index\":0,\"content_filter_results\":{}}]}\n\n\
+data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n\
+data: {\"choices\":[{\"content_filter_offsets\":{\"check_offset\":0,\"start_offset\":0,\"end_offset\":2},\"content_filter_results\":{},\"finish_reason\":null,\"index\":0}],\"created\":0,\"id\":\"\",\"model\":\"\",\"object\":\"\"}\n\n\
+data: {\"choices\": [], \"id\": \"\", \"object\": \"\", \"prompt_filter_results\": []}\n\n\
+data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"!\"},\"finish_reason\":null}],\"id\":\"\",\"model\":\"\",\"object\":\"\"}\n\n\
+data: [DONE]\n\n";
+        let ctx = ResponseCtx {
+            endpoint: Endpoint::Chat,
+            stream: true,
+            include_usage: true,
+            created: 0,
+            json_mode: false,
+            prompt_estimate: 0,
+            embed_base64: false,
+            model: String::new(),
+        };
+        for i in 0..=stream.len() {
+            let mut t = OpenAiAzure.stream(&ctx);
+            let mut out = Vec::new();
+            let (a, b) = stream.as_bytes().split_at(i);
+            t.feed(a, &mut out);
+            t.feed(b, &mut out);
+            t.finish(&mut out);
+            let out = String::from_utf8(out).unwrap();
+            let events: Vec<&str> = out.split("\n\n").filter(|e| !e.is_empty()).collect();
+            assert_eq!(events.len(), 3, "split {i}: {out}");
+            assert_eq!(events[2], "data: [DONE]");
+            let texts: Vec<Value> = events[..2]
+                .iter()
+                .map(|e| serde_json::from_str(e.strip_prefix("data: ").unwrap()).unwrap())
+                .collect();
+            for v in &texts {
+                assert_eq!(v["object"], "chat.completion.chunk", "split {i}: {v}");
+            }
+            assert_eq!(texts[0]["choices"][0]["delta"]["content"], "Hi");
+            assert_eq!(texts[1]["choices"][0]["delta"]["content"], "!");
+        }
     }
 
     #[test]
