@@ -228,6 +228,19 @@ def test_models_list_has_every_provider(client):
             "bedrock/amazon.titan-embed-text-v2:0"} <= ids
 
 
+@pytest.mark.parametrize("escaped", [
+    "bedrock%2Fanthropic.claude-3-haiku-20240307-v1%3A0",
+    "bedrock/anthropic.claude-3-haiku-20240307-v1%3a0",
+])
+def test_one_model_with_escaped_id(stack, demo_key, escaped):
+    """Every percent-escape of the id is decoded (Bedrock ids hold ':')."""
+    req = urllib.request.Request(f"{stack.base_url}/models/{escaped}",
+                                 headers={"authorization": f"Bearer {demo_key}"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert resp.status == 200
+        assert json.load(resp)["id"] == BEDROCK
+
+
 def test_bedrock_signature_is_verified(stack, client):
     """The mock checks SigV4 against the secret: a 200 proves the signature
     (host, date, body hash) is right; the request carries no client key."""

@@ -12,6 +12,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use percent_encoding::percent_decode_str;
 use serde_json::json;
 
 use crate::config::{model_allowed, Provider, Runtime};
@@ -175,9 +176,10 @@ impl Flow {
             if method != "GET" {
                 return self.reply(h, &ApiError::method_not_allowed(&method, path));
             }
+            // Ids hold '/' and ':' (Bedrock), which clients may escape.
             let one = path
                 .strip_prefix("/v1/models/")
-                .map(|id| id.replace("%2F", "/").replace("%2f", "/"));
+                .map(|id| percent_decode_str(id).decode_utf8_lossy().into_owned());
             return self.models_reply(h, one.as_deref());
         }
         let Some(ep) = Endpoint::from_path(path) else {

@@ -8,6 +8,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
+use tollgate_core::config::Runtime;
 use tollgate_core::flow::{Action, Flow};
 use tollgate_core::host::fake::FakeHost;
 use tollgate_core::keys::XorShift;
@@ -572,6 +573,38 @@ fn models_list_and_one_model() {
     let mut h = host("GET", "/v1/models/nope", b"");
     flow().on_request_headers(&mut h, true);
     assert_eq!(reply(&h).0, 404);
+}
+
+#[test]
+fn one_model_id_is_percent_decoded() {
+    let rt = Arc::new(
+        Runtime::from_json(
+            br#"{"providers":{"bedrock":{"kind":"bedrock","cluster":"bedrock","region":"us-east-1",
+              "models":["anthropic.claude-3-haiku-20240307-v1:0"],
+              "keys":[{"id":"b1","access_key_id":"AKID","value":"secret"}]}}}"#,
+            &|_| None,
+        )
+        .unwrap(),
+    );
+    let want = "bedrock/anthropic.claude-3-haiku-20240307-v1:0";
+    for path in [
+        "/v1/models/bedrock/anthropic.claude-3-haiku-20240307-v1:0",
+        "/v1/models/bedrock%2Fanthropic.claude-3-haiku-20240307-v1%3A0",
+        "/v1/models/bedrock%2fanthropic%2Eclaude-3-haiku-20240307-v1%3a0",
+    ] {
+        let mut h = host("GET", path, b"");
+        Flow::new(Arc::clone(&rt)).on_request_headers(&mut h, true);
+        let (status, v) = reply(&h);
+        assert_eq!((status, v["id"].as_str()), (200, Some(want)), "{path}");
+    }
+    // Not UTF-8 once decoded: an OpenAI 404, not a crash.
+    let mut h = host("GET", "/v1/models/bedrock%2F%FF", b"");
+    Flow::new(rt).on_request_headers(&mut h, true);
+    let (status, v) = reply(&h);
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (404, Some("model_not_found"))
+    );
 }
 
 #[test]
