@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Deserialize;
+use tollgate_wire::valid_name;
 
 use crate::keys::KeyPool;
 
@@ -264,12 +265,6 @@ impl std::fmt::Display for ConfigError {
 
 fn err<T>(msg: String) -> Result<T, ConfigError> {
     Err(ConfigError(msg))
-}
-
-fn valid_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
 }
 
 impl Runtime {
@@ -648,22 +643,5 @@ impl Runtime {
     }
 }
 
-/// Does the `x-tollgate-models` allow-list (comma-separated patterns, `*` =
-/// any, a trailing `*` = prefix) allow any of `names`?
-pub fn model_allowed(patterns: &str, names: &[&str]) -> bool {
-    patterns
-        .split(',')
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .any(|p| {
-            names.iter().any(|n| {
-                if p == "*" {
-                    true
-                } else if let Some(prefix) = p.strip_suffix('*') {
-                    n.starts_with(prefix)
-                } else {
-                    p == *n
-                }
-            })
-        })
-}
+/// The `x-tollgate-models` allow-list check, shared with authz-service.
+pub use tollgate_wire::models_allowed as model_allowed;

@@ -15,7 +15,13 @@ use std::sync::Arc;
 use percent_encoding::percent_decode_str;
 use serde_json::json;
 
-use crate::config::{model_allowed, Provider, Runtime};
+use tollgate_wire::header::{
+    CLUSTER as HDR_CLUSTER, KEY_ID as HDR_KEY_ID, MODEL as HDR_MODEL, MODELS as HDR_MODELS,
+    PROVIDER as HDR_PROVIDER, TENANT as HDR_TENANT,
+};
+use tollgate_wire::models_allowed as model_allowed;
+
+use crate::config::{Provider, Runtime};
 use crate::error::{ApiError, SERVER};
 use crate::host::{Host, Level, MetricKind};
 use crate::translate::{
@@ -29,12 +35,6 @@ pub enum Action {
     Pause,
 }
 
-pub const HDR_TENANT: &str = "x-tollgate-tenant";
-pub const HDR_KEY_ID: &str = "x-tollgate-key-id";
-pub const HDR_MODELS: &str = "x-tollgate-models";
-pub const HDR_CLUSTER: &str = "x-tollgate-cluster";
-pub const HDR_MODEL: &str = "x-tollgate-model";
-pub const HDR_PROVIDER: &str = "x-tollgate-provider";
 const COOLDOWN_PREFIX: &str = "tollgate.cooldown.";
 /// Largest passthrough body copied to read its usage.
 const MAX_COPY: usize = 16 * 1024 * 1024;
@@ -705,12 +705,12 @@ impl Flow {
         let report = Report {
             tenant: tenant.clone(),
             key_id: key_id.clone(),
-            model: route.canonical.clone(),
+            model: Some(route.canonical.clone()),
             prompt_tokens: u.prompt_tokens,
             completion_tokens: u.completion_tokens,
         };
         let body = match &self.batch {
-            None => report.body(),
+            None => crate::usage::report_body(&report),
             Some(b) => {
                 let mut b = b.borrow_mut();
                 if !b.add(report) {

@@ -120,7 +120,7 @@ fn a_full_batch_is_posted_by_the_answer_that_fills_it() {
         batch.borrow_mut().add(Report {
             tenant: "t".into(),
             key_id: format!("k{i}"),
-            model: "openai/gpt-4o-mini".into(),
+            model: Some("openai/gpt-4o-mini".into()),
             prompt_tokens: 1,
             completion_tokens: 1,
         });
