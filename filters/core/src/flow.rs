@@ -338,7 +338,7 @@ impl Flow {
             .models
             .get(&resolved.model)
             .ok_or_else(|| ApiError::model_not_found(&model))?;
-        let tr = for_kind(provider.kind);
+        let tr = for_kind(provider.kind());
         let ctx = RequestCtx {
             provider,
             model: &resolved.model,
@@ -492,7 +492,7 @@ impl Flow {
             }
         }
         let ctype = h.response_header("content-type").unwrap_or_default();
-        let tr = for_kind(provider.kind);
+        let tr = for_kind(provider.kind());
         if status >= 400 {
             let (mapped, _, _) = crate::translate::map_error_status(status);
             h.set_response_header(":status", Some(&mapped.to_string()));
@@ -546,7 +546,7 @@ impl Flow {
         let Some(provider) = self.rt.provider(route.provider) else {
             return Action::Continue;
         };
-        let tr = for_kind(provider.kind);
+        let tr = for_kind(provider.kind());
         let created = h.now_ms() / 1000;
         match &mut self.resp {
             RespMode::None => Action::Continue,

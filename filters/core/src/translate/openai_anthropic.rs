@@ -29,7 +29,7 @@ use super::{
     upstream_error, usage_json, Endpoint, RequestCtx, ResponseCtx, SseEvents, StreamTranslator,
     Translated, Translator, UpstreamRequest, Usage, DONE,
 };
-use crate::config::{Key, Kind, Provider};
+use crate::config::{Api, Key, Kind, Provider, DEFAULT_ANTHROPIC_VERSION};
 use crate::error::{ApiError, INVALID_REQUEST};
 use crate::sse::{Event, SseParser};
 
@@ -211,7 +211,13 @@ impl Translator for OpenAiAnthropic {
     ) -> Result<Vec<(&'static str, String)>, ApiError> {
         Ok(vec![
             ("x-api-key", key.value.clone()),
-            ("anthropic-version", provider.version.clone()),
+            (
+                "anthropic-version",
+                match &provider.api {
+                    Api::Anthropic { version } => version.clone(),
+                    _ => DEFAULT_ANTHROPIC_VERSION.to_string(),
+                },
+            ),
         ])
     }
 

@@ -15,7 +15,7 @@ use super::{
     upstream_error, RequestCtx, ResponseCtx, StreamTranslator, Translated, Translator,
     UpstreamRequest,
 };
-use crate::config::{Key, Kind, Provider};
+use crate::config::{Api, Key, Kind, Provider, DEFAULT_AZURE_API_VERSION};
 use crate::error::ApiError;
 
 pub struct OpenAiAzure;
@@ -27,16 +27,24 @@ impl Translator for OpenAiAzure {
 
     fn request(&self, ctx: &RequestCtx<'_>, body: &Value) -> Result<UpstreamRequest, ApiError> {
         let (bytes, suffix, stream, include_usage) = prepare(ctx, body)?;
-        let deployment = ctx
-            .provider
-            .deployments
-            .get(ctx.model)
-            .map(String::as_str)
-            .unwrap_or(ctx.model);
+        let (deployment, api_version) = match &ctx.provider.api {
+            Api::Azure {
+                deployments,
+                api_version,
+                ..
+            } => (
+                deployments
+                    .get(ctx.model)
+                    .map(String::as_str)
+                    .unwrap_or(ctx.model),
+                api_version.as_str(),
+            ),
+            _ => (ctx.model, DEFAULT_AZURE_API_VERSION),
+        };
         Ok(UpstreamRequest {
             path: format!(
                 "{}/deployments/{}{}?api-version={}",
-                ctx.provider.base_path, deployment, suffix, ctx.provider.api_version
+                ctx.provider.base_path, deployment, suffix, api_version
             ),
             body: bytes,
             stream,

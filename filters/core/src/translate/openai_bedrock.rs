@@ -41,7 +41,7 @@ use super::{
     RequestCtx, ResponseCtx, StreamTranslator, Translated, Translator, UpstreamRequest, Usage,
     DONE,
 };
-use crate::config::{Key, Kind, Provider};
+use crate::config::{Api, Key, Kind, Provider};
 use crate::error::{ApiError, INVALID_REQUEST, SERVER};
 
 pub struct OpenAiBedrock;
@@ -270,6 +270,10 @@ impl Translator for OpenAiBedrock {
         };
         let access = key.access_key_id.as_deref().ok_or_else(missing)?;
         let host = provider.host.as_deref().unwrap_or("");
+        let region = match &provider.api {
+            Api::Bedrock { region } => region.as_str(),
+            _ => "",
+        };
         Ok(sigv4::sign(&SignInput {
             method: "POST",
             path: &req.path,
@@ -279,7 +283,7 @@ impl Translator for OpenAiBedrock {
             access_key_id: access,
             secret: &key.value,
             session_token: key.session_token.as_deref(),
-            region: &provider.region,
+            region,
             service: "bedrock",
             now_ms,
         }))

@@ -84,7 +84,7 @@ pub(crate) fn prepare(
                 check_messages(&body)?;
                 let stream = stream_flag(&body)?;
                 let include_usage = include_usage_flag(&body)?;
-                if stream && !include_usage && ctx.provider.stream_usage {
+                if stream && !include_usage && ctx.provider.stream_usage() {
                     if let Some(o) = body.as_object_mut() {
                         let mut so = serde_json::Map::new();
                         if let Some(Value::Object(existing)) = o.get("stream_options") {
