@@ -14,6 +14,7 @@ import openai
 import pytest
 
 from helpers import HI, assert_openai_error, post
+from plugin_config import envoy_variant
 
 WEATHER_TOOL = {
     "type": "function",
@@ -299,21 +300,6 @@ def test_bedrock_json_mode_through_a_forced_tool(stack, client, stream):
     assert tc["toolChoice"] == {"tool": {"name": "json_response"}}
 
 
-def _plugin_variant(tmp_path, edit):
-    """envoy.yaml with the tollgate plugin JSON passed through edit(dict)."""
-    import re
-    from stack import ROOT
-    text = (ROOT / "envoy.yaml").read_text()
-    m = re.search(r"(value: \|\n)((?:[ ]{20}.*\n)+)", text)
-    assert m, "tollgate plugin configuration block not found"
-    cfg = json.loads(m.group(2))
-    edit(cfg)
-    block = "".join(" " * 20 + line + "\n" for line in json.dumps(cfg, indent=2).splitlines())
-    out = tmp_path / "envoy-provider-keys.yaml"
-    out.write_text(text[:m.start(2)] + block + text[m.end(2):])
-    return out
-
-
 def test_refused_credentials_cool_the_key(make_stack, demo_key, tmp_path):
     """Gemini refuses a bad key with 400 API_KEY_INVALID and Bedrock with 403:
     the client gets 502 provider_auth_failed, and the key is skipped after."""
@@ -328,7 +314,7 @@ def test_refused_credentials_cool_the_key(make_stack, demo_key, tmp_path):
             {"id": "bedrock-1", "access_key_id": "AKIDMOCKBEDROCK1", "value": "mock-bedrock-secret-1", "weight": 1},
         ]
         cfg["key_cooldown_seconds"] = 60
-    s = make_stack(envoy_config=_plugin_variant(tmp_path, edit))
+    s = make_stack(envoy_config=envoy_variant(tmp_path / "envoy-provider-keys.yaml", plugin=edit))
     client = openai.OpenAI(base_url=s.base_url, api_key=demo_key, max_retries=0, timeout=20)
     for model, bad in [(GEMINI, "gemini-401"), (BEDROCK, "bedrock-401")]:
         failures = 0
