@@ -225,7 +225,7 @@ fn benches(c: &mut Criterion) {
             black_box(out.len())
         })
     });
-    let bed_event = tollgate_core::translate::eventstream::event(
+    let bed_event = tollgate_core::codec::eventstream::event(
         "contentBlockDelta",
         br#"{"contentBlockIndex":0,"delta":{"text":"Hello, world! "},"p":"abcdefghijklmnopqrstuvwxyzABCDEF"}"#,
     );

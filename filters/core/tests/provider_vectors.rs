@@ -4,8 +4,8 @@
 //! the event-stream translator on truncated and corrupted frames.
 
 use serde_json::{json, Value};
+use tollgate_core::codec::eventstream::{encode, event};
 use tollgate_core::config::{Key, Runtime};
-use tollgate_core::translate::eventstream::{encode, event};
 use tollgate_core::translate::{for_kind, Endpoint, RequestCtx, ResponseCtx, Usage};
 
 const CONFIG: &str = r#"{"providers": {
@@ -1030,8 +1030,8 @@ mod flow_level {
             "{auth}"
         );
         // The signature covers the body that is actually sent.
-        let sent =
-            tollgate_core::translate::sigv4::sign(&tollgate_core::translate::sigv4::SignInput {
+        let sent = tollgate_core::credentials::sigv4::sign(
+            &tollgate_core::credentials::sigv4::SignInput {
                 method: "POST",
                 path: "/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse",
                 host: "bedrock-runtime.us-east-1.amazonaws.com",
@@ -1043,7 +1043,8 @@ mod flow_level {
                 region: "us-east-1",
                 service: "bedrock",
                 now_ms: h.now,
-            });
+            },
+        );
         assert_eq!(sent[0].1, auth);
     }
 

@@ -8,19 +8,17 @@
 //! here and one arm in [`for_kind`]; the request flow does not change.
 
 pub mod chat_ir;
-pub mod eventstream;
 pub mod openai_anthropic;
 pub mod openai_azure;
 pub mod openai_bedrock;
 pub mod openai_gemini;
 pub mod openai_openai;
-pub mod sigv4;
 
 use serde_json::{Map, Value};
 
+use crate::codec::sse::{Event, SseParser};
 use crate::config::{Key, Kind, ModelCfg, Provider};
 use crate::error::{ApiError, INVALID_REQUEST, RATE_LIMIT, SERVER};
-use crate::sse::{Event, SseParser};
 
 /// Token usage of one completion, as the client sees it (OpenAI semantics:
 /// `prompt_tokens` includes cached prompt tokens).

@@ -29,9 +29,9 @@ use super::{
     upstream_error, usage_json, Endpoint, RequestCtx, ResponseCtx, SseEvents, StreamTranslator,
     Translated, Translator, UpstreamRequest, Usage, DONE,
 };
+use crate::codec::sse::{Event, SseParser};
 use crate::config::{Api, Key, Kind, Provider, DEFAULT_ANTHROPIC_VERSION};
 use crate::error::{ApiError, INVALID_REQUEST};
-use crate::sse::{Event, SseParser};
 
 pub struct OpenAiAnthropic;
 
@@ -210,7 +210,7 @@ impl Translator for OpenAiAnthropic {
         _now_ms: u64,
     ) -> Result<Vec<(&'static str, String)>, ApiError> {
         Ok(vec![
-            ("x-api-key", key.value.clone()),
+            crate::credentials::api_key("x-api-key", key),
             (
                 "anthropic-version",
                 match &provider.api {

@@ -62,7 +62,7 @@ impl Translator for OpenAiAzure {
         _req: &UpstreamRequest,
         _now_ms: u64,
     ) -> Result<Vec<(&'static str, String)>, ApiError> {
-        Ok(vec![("api-key", key.value.clone())])
+        Ok(vec![crate::credentials::api_key("api-key", key)])
     }
 
     fn passthrough(&self) -> bool {

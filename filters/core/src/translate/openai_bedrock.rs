@@ -1,5 +1,5 @@
 //! OpenAI → Amazon Bedrock Converse / ConverseStream (and Titan text
-//! embeddings through InvokeModel), signed with SigV4 ([`super::sigv4`]).
+//! embeddings through InvokeModel), signed with SigV4 ([`crate::credentials::sigv4`]).
 //!
 //! Request: system/developer messages → `system` text blocks; turns →
 //! `messages` with content blocks (`text`; data: URL images → `image` with
@@ -22,7 +22,7 @@
 //! content_filter; usage `inputTokens` (+ cache read/write) / `outputTokens`.
 //!
 //! Stream: the event-stream frames are decoded incrementally
-//! ([`super::eventstream`], CRC-checked); `messageStart` → role chunk,
+//! ([`crate::codec::eventstream`], CRC-checked); `messageStart` → role chunk,
 //! `contentBlockStart` (tool use) → tool call header, `contentBlockDelta`
 //! text / tool input fragments → content / argument deltas (never
 //! re-split), `messageStop` → finish reason, `metadata` → usage and the end
@@ -32,16 +32,16 @@
 use serde_json::{json, Map, Value};
 
 use super::chat_ir::{self, Accept, Part, Role, ToolChoice};
-use super::eventstream::{Decoder, Message};
 use super::openai_openai::error_message;
-use super::sigv4::{self, uri_encode, SignInput};
 use super::{
     assistant_message, chunk_tail, embedding_base64, embedding_dimensions, embedding_inputs,
     embedding_item, embedding_list, push_stream_error, upstream_error, usage_json, Endpoint,
     RequestCtx, ResponseCtx, StreamTranslator, Translated, Translator, UpstreamRequest, Usage,
     DONE,
 };
+use crate::codec::eventstream::{Decoder, Message};
 use crate::config::{Api, Key, Kind, Provider};
+use crate::credentials::sigv4::{self, uri_encode, SignInput};
 use crate::error::{ApiError, INVALID_REQUEST, SERVER};
 
 pub struct OpenAiBedrock;

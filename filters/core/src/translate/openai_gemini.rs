@@ -31,9 +31,9 @@ use super::{
     upstream_error, usage_json, Endpoint, RequestCtx, ResponseCtx, SseEvents, StreamTranslator,
     Translated, Translator, UpstreamRequest, Usage, DONE,
 };
+use crate::codec::sse::{Event, SseParser};
 use crate::config::{Key, Kind, Provider};
 use crate::error::{ApiError, SERVER};
-use crate::sse::{Event, SseParser};
 
 pub struct OpenAiGemini;
 
@@ -261,7 +261,7 @@ impl Translator for OpenAiGemini {
         _req: &UpstreamRequest,
         _now_ms: u64,
     ) -> Result<Vec<(&'static str, String)>, ApiError> {
-        Ok(vec![("x-goog-api-key", key.value.clone())])
+        Ok(vec![crate::credentials::api_key("x-goog-api-key", key)])
     }
 
     fn response(&self, ctx: &ResponseCtx, body: &[u8]) -> Result<Translated, ApiError> {

@@ -11,9 +11,9 @@ use super::{
     upstream_error, Endpoint, RequestCtx, ResponseCtx, SseEvents, StreamTranslator, Translated,
     Translator, UpstreamRequest, Usage,
 };
+use crate::codec::sse::{Event, SseParser};
 use crate::config::{Key, Kind, Provider};
 use crate::error::ApiError;
-use crate::sse::{Event, SseParser};
 
 pub struct OpenAiOpenAi;
 
@@ -42,7 +42,7 @@ impl Translator for OpenAiOpenAi {
         _req: &UpstreamRequest,
         _now_ms: u64,
     ) -> Result<Vec<(&'static str, String)>, ApiError> {
-        Ok(vec![("authorization", format!("Bearer {}", key.value))])
+        Ok(vec![crate::credentials::bearer(key)])
     }
 
     fn passthrough(&self) -> bool {
