@@ -8,6 +8,7 @@
 //! here and one arm in [`for_kind`]; the request flow does not change.
 
 pub mod chat_ir;
+mod chunk;
 pub mod openai_anthropic;
 pub mod openai_azure;
 pub mod openai_bedrock;
@@ -481,21 +482,6 @@ pub(crate) fn assistant_message(text: String, calls: Vec<Value>) -> Value {
     }
     message.insert("refusal".into(), Value::Null);
     Value::Object(message)
-}
-
-/// The end of a `chat.completion.chunk` whose prefix and delta are written:
-/// `,"logprobs":null,"finish_reason":…}]}` and the SSE event's end.
-pub(crate) fn chunk_tail(out: &mut Vec<u8>, finish: Option<&str>) {
-    out.extend_from_slice(b",\"logprobs\":null,\"finish_reason\":");
-    match finish {
-        Some(f) => {
-            out.push(b'"');
-            out.extend_from_slice(f.as_bytes());
-            out.push(b'"');
-        }
-        None => out.extend_from_slice(b"null"),
-    }
-    out.extend_from_slice(b"}]}\n\n");
 }
 
 /// Append `data: <json>\n\n`.

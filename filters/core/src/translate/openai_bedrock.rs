@@ -32,12 +32,12 @@
 use serde_json::{json, Map, Value};
 
 use super::chat_ir::{self, Accept, Part, Role, ToolChoice};
+use super::chunk::ChunkWriter;
 use super::openai_openai::error_message;
 use super::{
-    assistant_message, chunk_tail, embedding_base64, embedding_dimensions, embedding_inputs,
-    embedding_item, embedding_list, push_stream_error, upstream_error, usage_json, Endpoint,
-    RequestCtx, ResponseCtx, StreamTranslator, Translated, Translator, UpstreamRequest, Usage,
-    DONE,
+    assistant_message, embedding_base64, embedding_dimensions, embedding_inputs, embedding_item,
+    embedding_list, upstream_error, usage_json, Endpoint, RequestCtx, ResponseCtx,
+    StreamTranslator, Translated, Translator, UpstreamRequest, Usage,
 };
 use crate::codec::eventstream::{Decoder, Message};
 use crate::config::{Api, Key, Kind, Provider};
@@ -421,16 +421,13 @@ fn chat_response(ctx: &ResponseCtx, v: &Value) -> (Value, Usage) {
 /// ConverseStream (event-stream frames) → OpenAI chunks.
 pub struct BedrockStream {
     decoder: Decoder,
-    include_usage: bool,
-    prefix: String,
+    w: ChunkWriter,
     /// Bedrock content-block index → OpenAI tool index.
     tool_index: Vec<(u64, u32)>,
     next_tool: u32,
     usage: Option<Usage>,
     finish: Option<&'static str>,
     started: bool,
-    done: bool,
-    first_token: bool,
     json_mode: bool,
     /// JSON mode: block index of the forced tool, streamed as content.
     json_block: Option<u64>,
@@ -438,30 +435,23 @@ pub struct BedrockStream {
 
 impl BedrockStream {
     pub fn new(ctx: &ResponseCtx) -> BedrockStream {
+        let mut w = ChunkWriter::new(ctx);
+        w.open("chatcmpl-bedrock", &ctx.model);
         BedrockStream {
             decoder: Decoder::default(),
-            include_usage: ctx.include_usage,
-            prefix: format!(
-                "data: {{\"id\":\"chatcmpl-bedrock\",\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{},\"choices\":[{{\"index\":0,\"delta\":",
-                ctx.created,
-                json!(ctx.model)
-            ),
+            w,
             tool_index: Vec::new(),
             next_tool: 0,
             usage: None,
             finish: None,
             started: false,
-            done: false,
-            first_token: false,
             json_mode: ctx.json_mode,
             json_block: None,
         }
     }
 
     fn chunk(&mut self, out: &mut Vec<u8>, delta: &Value, finish: Option<&str>) {
-        out.extend_from_slice(self.prefix.as_bytes());
-        out.extend_from_slice(delta.to_string().as_bytes());
-        chunk_tail(out, finish);
+        self.w.delta_value(out, delta, finish);
     }
 
     fn start(&mut self, out: &mut Vec<u8>) {
@@ -472,31 +462,17 @@ impl BedrockStream {
     }
 
     fn error_event(&mut self, out: &mut Vec<u8>, status: u16, message: &str) {
-        push_stream_error(out, status, message);
-        self.done = true;
+        self.w.fail(out, status, message);
     }
 
     fn end(&mut self, out: &mut Vec<u8>) {
         self.start(out);
         let f = self.finish.unwrap_or("stop");
-        self.chunk(out, &json!({}), Some(f));
-        if self.include_usage {
-            let u = self.usage.unwrap_or_default();
-            let mut s = self.prefix.clone();
-            if let Some(pos) = s.find("\"choices\":[") {
-                s.truncate(pos);
-            }
-            out.extend_from_slice(s.as_bytes());
-            out.extend_from_slice(b"\"choices\":[],\"usage\":");
-            out.extend_from_slice(usage_json(&u).to_string().as_bytes());
-            out.extend_from_slice(b"}\n\n");
-        }
-        out.extend_from_slice(DONE);
-        self.done = true;
+        self.w.end(out, f, self.usage.unwrap_or_default());
     }
 
     fn on_message(&mut self, m: Message, out: &mut Vec<u8>) {
-        if self.done {
+        if self.w.is_done() {
             return;
         }
         let v: Value = serde_json::from_slice(&m.payload).unwrap_or(Value::Null);
@@ -540,7 +516,6 @@ impl BedrockStream {
                     let k = self.next_tool;
                     self.next_tool += 1;
                     self.tool_index.push((idx, k));
-                    self.first_token = true;
                     let d = json!({"tool_calls": [{
                         "index": k,
                         "id": tu.get("toolUseId").cloned().unwrap_or(Value::Null),
@@ -559,7 +534,6 @@ impl BedrockStream {
                 let d = v.get("delta").unwrap_or(&Value::Null);
                 if let Some(t) = d.get("text").and_then(Value::as_str) {
                     if !t.is_empty() {
-                        self.first_token = true;
                         self.chunk(out, &json!({"content": t}), None);
                     }
                 } else if let Some(input) = d
@@ -569,7 +543,6 @@ impl BedrockStream {
                     .filter(|_| self.json_block == Some(idx))
                 {
                     if !input.is_empty() {
-                        self.first_token = true;
                         self.chunk(out, &json!({"content": input}), None);
                     }
                 } else if let Some(input) = d
@@ -613,7 +586,7 @@ impl BedrockStream {
 
 impl StreamTranslator for BedrockStream {
     fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
-        if self.done {
+        if self.w.is_done() {
             return;
         }
         let mut msgs = Vec::new();
@@ -622,7 +595,7 @@ impl StreamTranslator for BedrockStream {
             self.on_message(m, out);
         }
         if let Err(e) = r {
-            if !self.done {
+            if !self.w.is_done() {
                 self.error_event(
                     out,
                     502,
@@ -633,7 +606,7 @@ impl StreamTranslator for BedrockStream {
     }
 
     fn finish(&mut self, out: &mut Vec<u8>) {
-        if self.done {
+        if self.w.is_done() {
             return;
         }
         if let Err(e) = self.decoder.finish() {
@@ -657,6 +630,6 @@ impl StreamTranslator for BedrockStream {
     }
 
     fn first_token_seen(&self) -> bool {
-        self.first_token
+        self.w.first_token_seen()
     }
 }
