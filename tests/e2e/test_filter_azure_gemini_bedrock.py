@@ -209,9 +209,26 @@ def test_embeddings_base64_raw(stack, demo_key):
     assert len(raw) % 4 == 0 and struct.unpack(f"<{len(raw) // 4}f", raw)
 
 
+def test_bedrock_titan_embeds_several_inputs_in_order(stack, client):
+    """Titan embeds one input per call: the filter makes one signed call per
+    input (the mock verifies each signature) and merges them in order."""
+    texts = ["first text", "the second", "3"]
+    before = len([r for r in recent(stack) if r["path"].endswith("/invoke")])
+    many = client.embeddings.create(model="bedrock/amazon.titan-embed-text-v2:0", input=texts)
+    calls = [r for r in recent(stack) if r["path"].endswith("/invoke")]
+    assert len(calls) - before == 3
+    assert all(r["status"] == 200 and r["key_id"] == "bedrock-1" for r in calls[-3:])
+    assert sorted(r["body"]["inputText"] for r in calls[-3:]) == sorted(texts)
+    assert [d.index for d in many.data] == [0, 1, 2]
+    singles = [client.embeddings.create(model="bedrock/amazon.titan-embed-text-v2:0", input=t) for t in texts]
+    for d, one in zip(many.data, singles):
+        assert d.embedding == one.data[0].embedding
+    assert many.usage.prompt_tokens == sum(one.usage.prompt_tokens for one in singles) > 0
+
+
 def test_bedrock_embeddings_refusals(stack, demo_key):
     status, _, body = post(f"{stack.base_url}/embeddings",
-                           {"model": "bedrock/amazon.titan-embed-text-v2:0", "input": ["a", "b"]},
+                           {"model": "bedrock/amazon.titan-embed-text-v2:0", "input": [f"t{i}" for i in range(65)]},
                            {"authorization": f"Bearer {demo_key}"})
     assert status == 400
     assert_openai_error(body)

@@ -27,7 +27,9 @@ use crate::cooldown;
 use crate::error::{ApiError, SERVER};
 use crate::host::{Host, Level, MetricKind};
 use crate::plan::{plan, RequestFacts, Route};
-use crate::translate::{for_kind, map_error_status, Endpoint, StreamTranslator, Usage};
+use crate::translate::{
+    for_kind, map_error_status, merge_embeddings, Endpoint, StreamTranslator, Usage,
+};
 use crate::usage::{report_body, Report, UsageBatch};
 
 pub use crate::plan::metric_safe;
@@ -60,6 +62,8 @@ enum Phase {
     /// Body over the limit: discard it as it arrives, answer 413 at its end
     /// (an HTTP/1 client still uploading would otherwise see a reset).
     Draining { drained: u64 },
+    /// Waiting for the answers of a fan-out's calls ([`crate::plan::Call`]).
+    FanOut(Box<FanOut>),
     /// Sent to a provider.
     Routed(Box<Routed>),
     /// We answered locally.
@@ -90,7 +94,19 @@ struct Routed {
     upstream_status: u16,
     /// The response is Envoy's own local reply (left untouched).
     envoy_reply: bool,
+    /// The filter answered itself with a fan-out's merged answers.
+    fanned_out: bool,
 }
+
+/// A fan-out under way: one answer slot per call, in request order.
+struct FanOut {
+    routed: Routed,
+    tokens: Vec<u32>,
+    answers: Vec<Option<(u16, Vec<u8>)>>,
+}
+
+/// How long a fan-out's calls may take.
+pub const FAN_OUT_TIMEOUT_MS: u64 = 60_000;
 
 enum RespMode {
     None,
@@ -234,6 +250,7 @@ impl Flow {
             Phase::Draining { .. } => return self.drain(h, body_size, end_of_stream),
             Phase::AwaitBody(_) => {}
             Phase::Replied => return Action::Pause,
+            Phase::FanOut(_) => return Action::Pause,
             Phase::Idle | Phase::Routed(_) => return Action::Continue,
         }
         if body_size as u64 > self.rt.max_body_bytes {
@@ -248,8 +265,12 @@ impl Flow {
         };
         let body = h.request_body(body_size).unwrap_or_default();
         match self.route_request(h, &body, *pending) {
-            Ok(routed) => {
-                self.phase = Phase::Routed(routed);
+            Ok(Phase::FanOut(f)) => {
+                self.phase = Phase::FanOut(f);
+                Action::Pause
+            }
+            Ok(phase) => {
+                self.phase = phase;
                 Action::Continue
             }
             Err(e) => self.reply(h, &e),
@@ -273,13 +294,14 @@ impl Flow {
         Action::Pause
     }
 
-    /// Gathers the facts, plans, and applies the plan's mutations.
+    /// Gathers the facts, plans, and applies the plan's mutations (or makes
+    /// its calls): the next phase.
     fn route_request(
         &mut self,
         h: &mut dyn Host,
         body: &[u8],
         pending: Pending,
-    ) -> Result<Box<Routed>, ApiError> {
+    ) -> Result<Phase, ApiError> {
         let now = h.now_ms();
         let random = h.random_u32();
         let facts = RequestFacts {
@@ -294,6 +316,23 @@ impl Flow {
             let host: &dyn Host = &*h;
             plan(&self.rt, &facts, &|id| cooldown::active(host, id, now))?
         };
+        let routed = Routed {
+            route: planned.route,
+            tenant: pending.tenant,
+            key_id: pending.key_id,
+            resp: RespMode::None,
+            usage: None,
+            first_token: false,
+            upstream_status: 0,
+            envoy_reply: false,
+            fanned_out: false,
+        };
+        if let Some(n) = routed.route.metric(&self.rt, "requests") {
+            h.metric(MetricKind::Counter, &n, 1);
+        }
+        if !planned.calls.is_empty() {
+            return self.fan_out(h, routed, planned.calls);
+        }
         let mut ok = true;
         for (name, value) in &planned.headers {
             ok &= h.set_request_header(name, value.as_deref());
@@ -314,20 +353,135 @@ impl Flow {
                 "tollgate: clear_route_cache is not available; routing may use a stale route",
             );
         }
-        let route = planned.route;
-        if let Some(n) = route.metric(&self.rt, "requests") {
-            h.metric(MetricKind::Counter, &n, 1);
+        Ok(Phase::Routed(Box::new(routed)))
+    }
+
+    fn fan_out(
+        &mut self,
+        h: &mut dyn Host,
+        routed: Routed,
+        calls: Vec<crate::plan::Call>,
+    ) -> Result<Phase, ApiError> {
+        let cluster = self
+            .rt
+            .provider(routed.route.provider)
+            .map(|p| p.cluster.clone())
+            .unwrap_or_default();
+        let mut tokens = Vec::with_capacity(calls.len());
+        for call in &calls {
+            let headers: Vec<(&str, &str)> =
+                call.headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            match h.call(&cluster, &headers, &call.body, FAN_OUT_TIMEOUT_MS) {
+                Some(t) => tokens.push(t),
+                None => {
+                    h.log(
+                        Level::Error,
+                        &format!("tollgate: the host refused a call to cluster {cluster}"),
+                    );
+                    return Err(ApiError::new(
+                        500,
+                        SERVER,
+                        "internal_error",
+                        "The gateway could not call the provider",
+                    ));
+                }
+            }
         }
-        Ok(Box::new(Routed {
-            route,
-            tenant: pending.tenant,
-            key_id: pending.key_id,
-            resp: RespMode::None,
-            usage: None,
-            first_token: false,
-            upstream_status: 0,
-            envoy_reply: false,
-        }))
+        Ok(Phase::FanOut(Box::new(FanOut {
+            answers: vec![None; tokens.len()],
+            tokens,
+            routed,
+        })))
+    }
+
+    /// The answer to one call of a fan-out (`status` 0: no answer, e.g. a
+    /// timeout or a connect failure). Once every call has answered, the
+    /// client gets the merged answers, or the first failure in request
+    /// order as an OpenAI error.
+    pub fn on_call_response(&mut self, h: &mut dyn Host, token: u32, status: u16, body: Vec<u8>) {
+        let Phase::FanOut(f) = &mut self.phase else {
+            return;
+        };
+        let Some(i) = f.tokens.iter().position(|t| *t == token) else {
+            return;
+        };
+        if let Some(slot) = f.answers.get_mut(i) {
+            *slot = Some((status, body));
+        }
+        if f.answers.iter().any(Option::is_none) {
+            return;
+        }
+        let Phase::FanOut(f) = std::mem::replace(&mut self.phase, Phase::Idle) else {
+            return;
+        };
+        let FanOut {
+            mut routed,
+            answers,
+            ..
+        } = *f;
+        let rt = Arc::clone(&self.rt);
+        let Some(provider) = rt.provider(routed.route.provider) else {
+            return;
+        };
+        let tr = for_kind(provider.kind());
+        let now = h.now_ms();
+        if let Some(n) = routed.route.metric(&rt, "upstream_latency_ms") {
+            h.metric(
+                MetricKind::Histogram,
+                &n,
+                now.saturating_sub(routed.route.sent_ms),
+            );
+        }
+        let ctx = routed.route.response_ctx(false, now / 1000);
+        let mut lists = Vec::with_capacity(answers.len());
+        let mut outcome: Result<(), ApiError> = Ok(());
+        for (status, body) in answers.into_iter().flatten() {
+            routed.upstream_status = status;
+            if status == 0 {
+                outcome = Err(ApiError::new(
+                    502,
+                    SERVER,
+                    "upstream_unavailable",
+                    "The provider could not be reached or did not answer in time",
+                ));
+                break;
+            }
+            if !(200..300).contains(&status) {
+                let e = tr.error(status, &body);
+                if status == 429
+                    || status == 401
+                    || e.code.as_deref() == Some("provider_auth_failed")
+                {
+                    if let Some(key) = provider.keys.get(routed.route.key) {
+                        cooldown::start(h, &provider.name, &key.id, status, now, rt.cooldown_ms);
+                    }
+                }
+                outcome = Err(e);
+                break;
+            }
+            match tr.response(&ctx, &body) {
+                Ok(t) => lists.push(t.body.unwrap_or(body)),
+                Err(e) => {
+                    outcome = Err(e);
+                    break;
+                }
+            }
+        }
+        let (status, body) = match outcome.and_then(|()| merge_embeddings(&lists, &ctx.model)) {
+            Ok((body, usage)) => {
+                routed.usage = Some(usage);
+                (200, body)
+            }
+            Err(e) => (e.status, e.body()),
+        };
+        routed.fanned_out = true;
+        let name = provider.name.clone();
+        self.phase = Phase::Routed(Box::new(routed));
+        h.send_local_reply(
+            status,
+            &[("content-type", "application/json"), (PROVIDER, &name)],
+            &body,
+        );
     }
 
     /// Error and translated bodies hold the response headers until the body
@@ -337,6 +491,9 @@ impl Flow {
         let Phase::Routed(r) = &mut self.phase else {
             return Action::Continue;
         };
+        if r.fanned_out {
+            return Action::Continue;
+        }
         let rt = &self.rt;
         let Some(provider) = rt.provider(r.route.provider) else {
             return Action::Continue;

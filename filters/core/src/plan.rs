@@ -9,9 +9,11 @@
 use tollgate_wire::header::{CLUSTER, KEY_ID, MODEL, MODELS, TENANT};
 use tollgate_wire::models_allowed;
 
-use crate::config::{ModelCfg, Provider, Runtime};
+use crate::config::{Key, ModelCfg, Provider, Runtime};
 use crate::error::{ApiError, INVALID_REQUEST, SERVER};
-use crate::translate::{for_kind, parse_client_body, Endpoint, RequestCtx, ResponseCtx};
+use crate::translate::{
+    for_kind, parse_client_body, Endpoint, RequestCtx, ResponseCtx, Translator, UpstreamRequest,
+};
 
 /// What the planner knows about a request.
 #[derive(Debug, Clone, Copy)]
@@ -74,6 +76,17 @@ pub struct Plan {
     pub route: Route,
     /// Request header changes in order: `Some` sets, `None` removes.
     pub headers: Vec<(&'static str, Option<String>)>,
+    pub body: Vec<u8>,
+    /// A fan-out: instead of forwarding the request, make these calls to
+    /// the provider's cluster and answer with their merged answers.
+    pub calls: Vec<Call>,
+}
+
+/// One call of a fan-out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    /// `:method`, `:path`, `:authority`, content and credential headers.
+    pub headers: Vec<(&'static str, String)>,
     pub body: Vec<u8>,
 }
 
@@ -159,6 +172,7 @@ pub fn plan(
     }
     headers.push(("content-type", Some("application/json".into())));
     headers.push(("content-length", Some(up.body.len().to_string())));
+    let calls = fan_out_calls(tr, provider, key, &up, facts.now_ms)?;
     Ok(Plan {
         route: Route {
             provider: resolved.provider,
@@ -175,7 +189,43 @@ pub fn plan(
         },
         headers,
         body: up.body,
+        calls,
     })
+}
+
+/// The calls of a fan-out (none unless the translator asked for one): the
+/// request's own body first, each call signed for its own body.
+fn fan_out_calls(
+    tr: &dyn Translator,
+    provider: &Provider,
+    key: &Key,
+    up: &UpstreamRequest,
+    now_ms: u64,
+) -> Result<Vec<Call>, ApiError> {
+    if up.fan_out.is_empty() {
+        return Ok(Vec::new());
+    }
+    let authority = provider.host.as_deref().unwrap_or(&provider.cluster);
+    let mut calls = Vec::with_capacity(up.fan_out.len() + 1);
+    for body in std::iter::once(&up.body).chain(&up.fan_out) {
+        let one = UpstreamRequest {
+            body: body.clone(),
+            fan_out: Vec::new(),
+            ..up.clone_head()
+        };
+        let mut headers = vec![
+            (":method", "POST".to_string()),
+            (":path", one.path.clone()),
+            (":authority", authority.to_string()),
+            ("content-type", "application/json".to_string()),
+        ];
+        headers.extend(tr.auth_headers(provider, key, &one, now_ms)?);
+        calls.push(Call {
+            headers,
+            body: one.body,
+        });
+    }
+    Ok(calls)
 }
 
 /// The weighted choice among the model's keys, skipping keys cooling down.

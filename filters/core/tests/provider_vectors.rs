@@ -324,9 +324,10 @@ fn refusals_name_the_parameter() {
             "invalid_value",
         ),
         (
+            // Several inputs are fanned out (one Titan call each), up to 64.
             "bedrock/amazon.titan-embed-text-v2:0",
             Endpoint::Embeddings,
-            json!({"model": "x", "input": ["a", "b"]}),
+            json!({"model": "x", "input": (0..65).map(|i| format!("t{i}")).collect::<Vec<_>>()}),
             "input",
             "invalid_value",
         ),
@@ -642,6 +643,7 @@ fn auth_headers() {
         json_mode: false,
         prompt_estimate: 0,
         embed_base64: false,
+        fan_out: Vec::new(),
     };
     let b = by("bedrock");
     let p = &rt.providers[b];

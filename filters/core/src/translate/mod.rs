@@ -82,6 +82,27 @@ pub struct UpstreamRequest {
     /// Embeddings translated by the filter: the client asked for
     /// `encoding_format: base64`.
     pub embed_base64: bool,
+    /// More bodies for the same path, one call each, whose answers are
+    /// merged in order after `body`'s ([`merge_embeddings`]): a provider
+    /// that embeds one input per call (Bedrock Titan) gets several inputs
+    /// this way.
+    pub fan_out: Vec<Vec<u8>>,
+}
+
+impl UpstreamRequest {
+    /// A copy without the bodies (for one call of a fan-out).
+    pub fn clone_head(&self) -> UpstreamRequest {
+        UpstreamRequest {
+            path: self.path.clone(),
+            body: Vec::new(),
+            stream: self.stream,
+            include_usage: self.include_usage,
+            json_mode: self.json_mode,
+            prompt_estimate: self.prompt_estimate,
+            embed_base64: self.embed_base64,
+            fan_out: Vec::new(),
+        }
+    }
 }
 
 /// What response translators need to know about the request.
@@ -434,6 +455,49 @@ pub fn embedding_list(data: Vec<Value>, model: &str, prompt_tokens: u64) -> Valu
         "model": model,
         "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
     })
+}
+
+/// OpenAI embedding lists (translated answers to the calls of a fan-out,
+/// in request order) → one list, items re-indexed in order, prompt tokens
+/// summed.
+pub fn merge_embeddings(lists: &[Vec<u8>], model: &str) -> Result<(Vec<u8>, Usage), ApiError> {
+    let bad = || {
+        ApiError::new(
+            502,
+            SERVER,
+            "provider_error",
+            "The provider returned a malformed response",
+        )
+    };
+    let mut data = Vec::with_capacity(lists.len());
+    let mut prompt_tokens = 0u64;
+    for list in lists {
+        let v: Value = serde_json::from_slice(list).map_err(|_| bad())?;
+        let items = v.get("data").and_then(Value::as_array).ok_or_else(bad)?;
+        for item in items {
+            let mut item = item.clone();
+            if let Some(o) = item.as_object_mut() {
+                o.insert("index".into(), Value::from(data.len()));
+            }
+            data.push(item);
+        }
+        prompt_tokens = prompt_tokens.saturating_add(
+            v.get("usage")
+                .and_then(|u| u.get("prompt_tokens"))
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
+        );
+    }
+    let body =
+        serde_json::to_vec(&embedding_list(data, model, prompt_tokens)).map_err(|_| bad())?;
+    Ok((
+        body,
+        Usage {
+            prompt_tokens,
+            completion_tokens: 0,
+            cached_tokens: 0,
+        },
+    ))
 }
 
 /// Standard base64 with padding.

@@ -198,6 +198,7 @@ impl Translator for OpenAiAnthropic {
             json_mode,
             prompt_estimate: 0,
             embed_base64: false,
+            fan_out: Vec::new(),
         })
     }
 

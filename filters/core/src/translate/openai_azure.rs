@@ -52,6 +52,7 @@ impl Translator for OpenAiAzure {
             json_mode: false,
             prompt_estimate: 0,
             embed_base64: false,
+            fan_out: Vec::new(),
         })
     }
 

@@ -49,6 +49,8 @@ pub struct OpenAiBedrock;
 const PROVIDER: &str = "bedrock";
 /// Embedding models served through InvokeModel (model id prefix).
 pub const EMBEDDING_PREFIX: &str = "amazon.titan-embed-text";
+/// Most inputs of one embeddings request (one Titan call each).
+pub const MAX_EMBEDDING_INPUTS: usize = 64;
 
 /// Name of the forced tool that carries JSON-mode answers.
 pub const JSON_TOOL: &str = "json_response";
@@ -203,6 +205,7 @@ impl Translator for OpenAiBedrock {
                     json_mode,
                     prompt_estimate: 0,
                     embed_base64: false,
+                    fan_out: Vec::new(),
                 })
             }
             Endpoint::Embeddings => {
@@ -228,26 +231,38 @@ impl Translator for OpenAiBedrock {
                 }) {
                     return Err(ApiError::unsupported_param(k, PROVIDER));
                 }
+                // Titan embeds one input per call: several inputs are fanned
+                // out, one call each, and the answers merged in order.
                 let inputs = embedding_inputs(body, PROVIDER)?;
-                let [text] = inputs.as_slice() else {
+                if inputs.len() > MAX_EMBEDDING_INPUTS {
                     return Err(ApiError::bad_param(
                         "input",
-                        "Provider 'bedrock' (Titan) embeds one input per request: send a string or an array of one string",
+                        format!("Provider 'bedrock' (Titan) embeds one input per call: at most {MAX_EMBEDDING_INPUTS} inputs per request"),
                     ));
-                };
-                let mut req = json!({"inputText": text});
-                if let (Some(d), Some(o)) = (embedding_dimensions(body)?, req.as_object_mut()) {
-                    o.insert("dimensions".into(), json!(d));
                 }
+                let dimensions = embedding_dimensions(body)?;
+                let mut bodies = Vec::with_capacity(inputs.len());
+                for text in &inputs {
+                    let mut req = json!({"inputText": text});
+                    if let (Some(d), Some(o)) = (dimensions, req.as_object_mut()) {
+                        o.insert("dimensions".into(), json!(d));
+                    }
+                    bodies.push(
+                        serde_json::to_vec(&req)
+                            .map_err(|e| ApiError::invalid_json(&e.to_string()))?,
+                    );
+                }
+                let mut bodies = bodies.into_iter();
+                let first = bodies.next().unwrap_or_default();
                 Ok(UpstreamRequest {
                     path: format!("{base}/model/{model}/invoke"),
-                    body: serde_json::to_vec(&req)
-                        .map_err(|e| ApiError::invalid_json(&e.to_string()))?,
+                    body: first,
                     stream: false,
                     include_usage: false,
                     json_mode: false,
                     prompt_estimate: 0,
                     embed_base64: embedding_base64(body)?,
+                    fan_out: bodies.collect(),
                 })
             }
         }

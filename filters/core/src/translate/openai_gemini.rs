@@ -212,6 +212,7 @@ impl Translator for OpenAiGemini {
                     json_mode: false,
                     prompt_estimate: 0,
                     embed_base64: false,
+                    fan_out: Vec::new(),
                 })
             }
             Endpoint::Embeddings => {
@@ -250,6 +251,7 @@ impl Translator for OpenAiGemini {
                     json_mode: false,
                     prompt_estimate: estimate,
                     embed_base64: base64,
+                    fan_out: Vec::new(),
                 })
             }
         }

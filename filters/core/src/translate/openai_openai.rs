@@ -32,6 +32,7 @@ impl Translator for OpenAiOpenAi {
             json_mode: false,
             prompt_estimate: 0,
             embed_base64: false,
+            fan_out: Vec::new(),
         })
     }
 
