@@ -66,6 +66,8 @@ pub mod fake {
 
     /// (status, headers, body) of a local reply.
     pub type LocalReply = (u16, Vec<(String, String)>, Vec<u8>);
+    /// (cluster, headers, body) of a [`Host::call`].
+    pub type Call = (String, Vec<(String, String)>, Vec<u8>);
 
     #[derive(Debug, Default)]
     pub struct FakeHost {
@@ -83,7 +85,7 @@ pub mod fake {
         pub posts: Vec<(String, String, Vec<u8>)>,
         /// (cluster, headers, body) of each [`Host::call`]; the token is the
         /// index + 1.
-        pub calls: Vec<(String, Vec<(String, String)>, Vec<u8>)>,
+        pub calls: Vec<Call>,
         pub metrics: HashMap<String, u64>,
         pub logs: RefCell<Vec<String>>,
     }
