@@ -95,6 +95,14 @@ data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage
 data: [DONE]\n\n";
 
     fn run(include_usage: bool, split: usize) -> (String, Option<crate::translate::Usage>) {
+        run_on(STREAM, include_usage, split)
+    }
+
+    fn run_on(
+        stream: &str,
+        include_usage: bool,
+        split: usize,
+    ) -> (String, Option<crate::translate::Usage>) {
         let ctx = ResponseCtx {
             endpoint: Endpoint::Chat,
             stream: true,
@@ -107,7 +115,7 @@ data: [DONE]\n\n";
         };
         let mut t = OpenAiAzure.stream(&ctx);
         let mut out = Vec::new();
-        let (a, b) = STREAM.as_bytes().split_at(split);
+        let (a, b) = stream.as_bytes().split_at(split);
         t.feed(a, &mut out);
         t.feed(b, &mut out);
         t.finish(&mut out);
@@ -122,24 +130,8 @@ data: {\"choices\":[{\"content_filter_offsets\":{\"check_offset\":0,\"start_offs
 data: {\"choices\": [], \"id\": \"\", \"object\": \"\", \"prompt_filter_results\": []}\n\n\
 data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"!\"},\"finish_reason\":null}],\"id\":\"\",\"model\":\"\",\"object\":\"\"}\n\n\
 data: [DONE]\n\n";
-        let ctx = ResponseCtx {
-            endpoint: Endpoint::Chat,
-            stream: true,
-            include_usage: true,
-            created: 0,
-            json_mode: false,
-            prompt_estimate: 0,
-            embed_base64: false,
-            model: String::new(),
-        };
         for i in 0..=stream.len() {
-            let mut t = OpenAiAzure.stream(&ctx);
-            let mut out = Vec::new();
-            let (a, b) = stream.as_bytes().split_at(i);
-            t.feed(a, &mut out);
-            t.feed(b, &mut out);
-            t.finish(&mut out);
-            let out = String::from_utf8(out).unwrap();
+            let (out, _) = run_on(stream, true, i);
             let events: Vec<&str> = out.split("\n\n").filter(|e| !e.is_empty()).collect();
             assert_eq!(events.len(), 3, "split {i}: {out}");
             assert_eq!(events[2], "data: [DONE]");
