@@ -327,9 +327,6 @@ impl Flow {
             envoy_reply: false,
             fanned_out: false,
         };
-        if let Some(n) = routed.route.metric(&self.rt, "requests") {
-            h.metric(MetricKind::Counter, &n, 1);
-        }
         if !planned.calls.is_empty() {
             return self.fan_out(h, routed, planned.calls);
         }
@@ -353,7 +350,14 @@ impl Flow {
                 "tollgate: clear_route_cache is not available; routing may use a stale route",
             );
         }
+        self.count_request(h, &routed);
         Ok(Phase::Routed(Box::new(routed)))
+    }
+
+    fn count_request(&self, h: &mut dyn Host, routed: &Routed) {
+        if let Some(n) = routed.route.metric(&self.rt, "requests") {
+            h.metric(MetricKind::Counter, &n, 1);
+        }
     }
 
     fn fan_out(
@@ -387,6 +391,7 @@ impl Flow {
                 }
             }
         }
+        self.count_request(h, &routed);
         Ok(Phase::FanOut(Box::new(FanOut {
             answers: vec![None; tokens.len()],
             tokens,

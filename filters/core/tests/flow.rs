@@ -775,6 +775,12 @@ fn titan_embeddings_fan_out_and_merge_in_order() {
     assert_eq!(f.on_request_body(&mut h, body.len(), true), Action::Pause);
     assert!(h.local_reply.is_none(), "nothing answered before the calls");
     assert_eq!(h.calls.len(), 3);
+    assert_eq!(
+        h.metrics
+            .get("tollgate.provider.bedrock.model.amazon_titan-embed-text-v2_0.requests"),
+        Some(&1),
+        "one client request, however many calls"
+    );
     for (i, (cluster, headers, call_body)) in h.calls.iter().enumerate() {
         assert_eq!(cluster, "bedrock");
         let get = |n: &str| {
