@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 NATIVE_BINS := target/release/mock-llm target/release/tollgate-authz
 
 .PHONY: help bootstrap build build-native build-wasm run up down stop status \
-        test test-unit validate compose-check k8s-config k8s-check dashboard-check test-e2e bench-smoke bench bench-full bench-replica lint fmt clean
+        test test-unit validate check-config compose-check k8s-config k8s-check dashboard-check test-e2e bench-smoke bench bench-full bench-replica lint fmt clean
 
 help: ## List the targets (this text)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[1m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -36,10 +36,10 @@ build-native: ## Build only the native binaries (mock-llm, tollgate-authz), rele
 build-wasm: ## Build only the Wasm filter into build/tollgate_filter.wasm (and the bench's null filter)
 	@scripts/build-wasm.sh
 
-run: build ## Start Redis, mock-llm, authz-service and Envoy on loopback (foreground; DETACH=1 to detach)
+run: build check-config ## Start Redis, mock-llm, authz-service and Envoy on loopback (foreground; DETACH=1 to detach)
 	@exec $(PY) scripts/stack.py $(if $(DETACH),up,run) --concurrency $(CONCURRENCY)
 
-up: build ## Start the stack in the background and return once it is healthy
+up: build check-config ## Start the stack in the background and return once it is healthy
 	@$(PY) scripts/stack.py up --concurrency $(CONCURRENCY)
 
 down: ## Stop the stack started by `make up` / `make run DETACH=1`
@@ -50,7 +50,7 @@ stop: down ## Same as down
 status: ## Show which parts of the detached stack are running
 	@$(PY) scripts/stack.py status
 
-test: build test-unit validate compose-check k8s-check dashboard-check test-e2e bench-smoke ## Everything: unit tests, config checks, end-to-end tests
+test: build test-unit validate check-config compose-check k8s-check dashboard-check test-e2e bench-smoke ## Everything: unit tests, config checks, end-to-end tests
 	@echo "make test: all passed"
 
 test-unit: ## Unit and integration tests of every Rust crate (cargo test)
@@ -58,6 +58,9 @@ test-unit: ## Unit and integration tests of every Rust crate (cargo test)
 
 validate: build-wasm ## Validate envoy.yaml with `envoy --mode validate` and the built Wasm file
 	@$(ENVOY) --mode validate -c envoy.yaml --disable-hot-restart --log-level error && echo "validate: envoy.yaml OK"
+
+check-config: ## Cross-check the plugin config against envoy.yaml's clusters, config/ports.env and config/mock-llm.yaml
+	@$(PY) scripts/check_config.py
 
 compose-check: ## Check docker-compose.yml and the Dockerfiles statically (no Docker engine here)
 	@$(PY) scripts/compose_check.py

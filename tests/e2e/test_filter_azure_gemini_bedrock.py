@@ -14,6 +14,7 @@ import openai
 import pytest
 
 from helpers import HI, assert_openai_error, post
+from plugin_config import envoy_variant
 
 WEATHER_TOOL = {
     "type": "function",
@@ -208,9 +209,26 @@ def test_embeddings_base64_raw(stack, demo_key):
     assert len(raw) % 4 == 0 and struct.unpack(f"<{len(raw) // 4}f", raw)
 
 
+def test_bedrock_titan_embeds_several_inputs_in_order(stack, client):
+    """Titan embeds one input per call: the filter makes one signed call per
+    input (the mock verifies each signature) and merges them in order."""
+    texts = ["first text", "the second", "3"]
+    before = len([r for r in recent(stack) if r["path"].endswith("/invoke")])
+    many = client.embeddings.create(model="bedrock/amazon.titan-embed-text-v2:0", input=texts)
+    calls = [r for r in recent(stack) if r["path"].endswith("/invoke")]
+    assert len(calls) - before == 3
+    assert all(r["status"] == 200 and r["key_id"] == "bedrock-1" for r in calls[-3:])
+    assert sorted(r["body"]["inputText"] for r in calls[-3:]) == sorted(texts)
+    assert [d.index for d in many.data] == [0, 1, 2]
+    singles = [client.embeddings.create(model="bedrock/amazon.titan-embed-text-v2:0", input=t) for t in texts]
+    for d, one in zip(many.data, singles):
+        assert d.embedding == one.data[0].embedding
+    assert many.usage.prompt_tokens == sum(one.usage.prompt_tokens for one in singles) > 0
+
+
 def test_bedrock_embeddings_refusals(stack, demo_key):
     status, _, body = post(f"{stack.base_url}/embeddings",
-                           {"model": "bedrock/amazon.titan-embed-text-v2:0", "input": ["a", "b"]},
+                           {"model": "bedrock/amazon.titan-embed-text-v2:0", "input": [f"t{i}" for i in range(65)]},
                            {"authorization": f"Bearer {demo_key}"})
     assert status == 400
     assert_openai_error(body)
@@ -226,6 +244,19 @@ def test_models_list_has_every_provider(client):
     ids = {m.id for m in client.models.list()}
     assert {AZURE, GEMINI, BEDROCK, "gemini/text-embedding-004", "azure/text-embedding-3-small",
             "bedrock/amazon.titan-embed-text-v2:0"} <= ids
+
+
+@pytest.mark.parametrize("escaped", [
+    "bedrock%2Fanthropic.claude-3-haiku-20240307-v1%3A0",
+    "bedrock/anthropic.claude-3-haiku-20240307-v1%3a0",
+])
+def test_one_model_with_escaped_id(stack, demo_key, escaped):
+    """Every percent-escape of the id is decoded (Bedrock ids hold ':')."""
+    req = urllib.request.Request(f"{stack.base_url}/models/{escaped}",
+                                 headers={"authorization": f"Bearer {demo_key}"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert resp.status == 200
+        assert json.load(resp)["id"] == BEDROCK
 
 
 def test_bedrock_signature_is_verified(stack, client):
@@ -286,21 +317,6 @@ def test_bedrock_json_mode_through_a_forced_tool(stack, client, stream):
     assert tc["toolChoice"] == {"tool": {"name": "json_response"}}
 
 
-def _plugin_variant(tmp_path, edit):
-    """envoy.yaml with the tollgate plugin JSON passed through edit(dict)."""
-    import re
-    from stack import ROOT
-    text = (ROOT / "envoy.yaml").read_text()
-    m = re.search(r"(value: \|\n)((?:[ ]{20}.*\n)+)", text)
-    assert m, "tollgate plugin configuration block not found"
-    cfg = json.loads(m.group(2))
-    edit(cfg)
-    block = "".join(" " * 20 + line + "\n" for line in json.dumps(cfg, indent=2).splitlines())
-    out = tmp_path / "envoy-provider-keys.yaml"
-    out.write_text(text[:m.start(2)] + block + text[m.end(2):])
-    return out
-
-
 def test_refused_credentials_cool_the_key(make_stack, demo_key, tmp_path):
     """Gemini refuses a bad key with 400 API_KEY_INVALID and Bedrock with 403:
     the client gets 502 provider_auth_failed, and the key is skipped after."""
@@ -315,7 +331,7 @@ def test_refused_credentials_cool_the_key(make_stack, demo_key, tmp_path):
             {"id": "bedrock-1", "access_key_id": "AKIDMOCKBEDROCK1", "value": "mock-bedrock-secret-1", "weight": 1},
         ]
         cfg["key_cooldown_seconds"] = 60
-    s = make_stack(envoy_config=_plugin_variant(tmp_path, edit))
+    s = make_stack(envoy_config=envoy_variant(tmp_path / "envoy-provider-keys.yaml", plugin=edit))
     client = openai.OpenAI(base_url=s.base_url, api_key=demo_key, max_retries=0, timeout=20)
     for model, bad in [(GEMINI, "gemini-401"), (BEDROCK, "bedrock-401")]:
         failures = 0

@@ -5,13 +5,13 @@ usage report that debits the virtual key's token budget.
 from __future__ import annotations
 
 import json
-import re
 import time
 import urllib.request
 
 import openai
 
 from helpers import HI, post
+from plugin_config import envoy_variant, wasm_config
 
 
 def mock_stats(s) -> dict:
@@ -19,18 +19,9 @@ def mock_stats(s) -> dict:
         return json.load(resp)
 
 
-def plugin_variant(tmp_path, edit) -> "Path":
-    """envoy.yaml with the tollgate plugin JSON passed through edit(dict)."""
-    from stack import ROOT
-    text = (ROOT / "envoy.yaml").read_text()
-    m = re.search(r"(value: \|\n)((?:[ ]{20}.*\n)+)", text)
-    assert m, "tollgate plugin configuration block not found"
-    cfg = json.loads(m.group(2))
-    edit(cfg)
-    block = "".join(" " * 20 + line + "\n" for line in json.dumps(cfg, indent=2).splitlines())
-    out = tmp_path / "envoy-filter-variant.yaml"
-    out.write_text(text[:m.start(2)] + block + text[m.end(2):])
-    return out
+def plugin_variant(tmp_path, edit, envoy=None) -> "Path":
+    """envoy.yaml with the tollgate plugin config passed through edit(dict)."""
+    return envoy_variant(tmp_path / "envoy-filter-variant.yaml", plugin=edit, envoy=envoy)
 
 
 def test_weighted_split_over_1000_requests(stack, demo_key):
@@ -113,12 +104,9 @@ def test_key_value_from_host_environment(make_stack, demo_key, tmp_path):
     """`value_env` reads a variable Envoy passes to the VM (host_env_keys)."""
     def edit(cfg):
         cfg["providers"]["mistral"]["keys"] = [{"id": "mistral-env", "value_env": "TG_TEST_MISTRAL_KEY"}]
-    cfg = plugin_variant(tmp_path, edit)
-    text = cfg.read_text()
-    text, n = re.subn(r"(\n(\s+)runtime: envoy\.wasm\.runtime\.v8\n)",
-                      r"\1\2environment_variables: { host_env_keys: [TG_TEST_MISTRAL_KEY] }\n", text)
-    assert n == 1
-    cfg.write_text(text)
+    def pass_env(doc):
+        wasm_config(doc)["vm_config"]["environment_variables"] = {"host_env_keys": ["TG_TEST_MISTRAL_KEY"]}
+    cfg = plugin_variant(tmp_path, edit, envoy=pass_env)
     s = make_stack(envoy_config=cfg, env={"TG_TEST_MISTRAL_KEY": "mock-mistral-key-1"})
     status, _, body = post(f"{s.base_url}/chat/completions", {"model": "mistral/mistral-small-latest", "messages": HI},
                            {"authorization": f"Bearer {demo_key}"})

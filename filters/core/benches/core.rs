@@ -72,7 +72,7 @@ fn benches(c: &mut Criterion) {
                     model_cfg: &p.models[&r.model],
                     endpoint: Endpoint::Chat,
                 };
-                black_box(for_kind(p.kind).request(&ctx, &v).map(|u| u.body.len()))
+                black_box(for_kind(p.kind()).request(&ctx, &v).map(|u| u.body.len()))
             })
         },
     );
@@ -91,7 +91,7 @@ fn benches(c: &mut Criterion) {
                 model_cfg: &p.models[&r.model],
                 endpoint: Endpoint::Chat,
             };
-            black_box(for_kind(p.kind).request(&ctx, &v).map(|u| u.body.len()))
+            black_box(for_kind(p.kind()).request(&ctx, &v).map(|u| u.body.len()))
         })
     });
     for (name, model, sign) in [
@@ -118,7 +118,7 @@ fn benches(c: &mut Criterion) {
                     model_cfg: &p.models[&r.model],
                     endpoint: Endpoint::Chat,
                 };
-                let tr = for_kind(p.kind);
+                let tr = for_kind(p.kind());
                 let up = tr.request(&ctx, &v).unwrap_or_else(|e| panic!("{e:?}"));
                 let auth = if sign {
                     tr.auth_headers(p, &p.keys[0], &up, 1_763_812_800_000)
@@ -225,7 +225,7 @@ fn benches(c: &mut Criterion) {
             black_box(out.len())
         })
     });
-    let bed_event = tollgate_core::translate::eventstream::event(
+    let bed_event = tollgate_core::codec::eventstream::event(
         "contentBlockDelta",
         br#"{"contentBlockIndex":0,"delta":{"text":"Hello, world! "},"p":"abcdefghijklmnopqrstuvwxyzABCDEF"}"#,
     );

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Deserialize;
+use tollgate_wire::valid_name;
 
 use crate::keys::KeyPool;
 
@@ -206,21 +207,65 @@ pub struct ModelCfg {
 #[derive(Debug, Clone)]
 pub struct Provider {
     pub name: String,
-    pub kind: Kind,
     pub cluster: String,
     pub base_path: String,
     pub host: Option<String>,
-    pub version: String,
     pub models: BTreeMap<String, ModelCfg>,
     pub keys: Vec<Key>,
-    /// OpenAI kind: ask for usage in streams.
-    pub stream_usage: bool,
-    /// Azure: `api-version`.
-    pub api_version: String,
-    /// Azure: model → deployment.
-    pub deployments: BTreeMap<String, String>,
-    /// Bedrock: region.
-    pub region: String,
+    /// What only this provider's kind has.
+    pub api: Api,
+}
+
+/// One variant per provider kind, each with only its own settings (defaults
+/// applied).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Api {
+    Openai {
+        /// Ask for usage in streams (`stream_options.include_usage`).
+        stream_usage: bool,
+    },
+    Anthropic {
+        /// `anthropic-version` header.
+        version: String,
+    },
+    Azure {
+        /// `api-version` query parameter.
+        api_version: String,
+        /// Model → deployment name (absent: the model name).
+        deployments: BTreeMap<String, String>,
+        stream_usage: bool,
+    },
+    Gemini,
+    Bedrock {
+        /// SigV4 scope and default host.
+        region: String,
+    },
+}
+
+impl Api {
+    pub fn kind(&self) -> Kind {
+        match self {
+            Api::Openai { .. } => Kind::Openai,
+            Api::Anthropic { .. } => Kind::Anthropic,
+            Api::Azure { .. } => Kind::Azure,
+            Api::Gemini => Kind::Gemini,
+            Api::Bedrock { .. } => Kind::Bedrock,
+        }
+    }
+}
+
+impl Provider {
+    pub fn kind(&self) -> Kind {
+        self.api.kind()
+    }
+
+    /// OpenAI and Azure: whether streamed requests ask for usage.
+    pub fn stream_usage(&self) -> bool {
+        match &self.api {
+            Api::Openai { stream_usage } | Api::Azure { stream_usage, .. } => *stream_usage,
+            _ => false,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -264,12 +309,6 @@ impl std::fmt::Display for ConfigError {
 
 fn err<T>(msg: String) -> Result<T, ConfigError> {
     Err(ConfigError(msg))
-}
-
-fn valid_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
 }
 
 impl Runtime {
@@ -543,25 +582,33 @@ impl Runtime {
                 (None, Kind::Bedrock) => Some(format!("bedrock-runtime.{region}.amazonaws.com")),
                 (None, _) => None,
             };
-            let version = p
-                .version
-                .unwrap_or_else(|| DEFAULT_ANTHROPIC_VERSION.to_string());
+            let stream_usage = p.stream_usage.unwrap_or(true);
+            let api = match p.kind {
+                Kind::Openai => Api::Openai { stream_usage },
+                Kind::Anthropic => Api::Anthropic {
+                    version: p
+                        .version
+                        .unwrap_or_else(|| DEFAULT_ANTHROPIC_VERSION.to_string()),
+                },
+                Kind::Azure => Api::Azure {
+                    api_version: p
+                        .api_version
+                        .unwrap_or_else(|| DEFAULT_AZURE_API_VERSION.to_string()),
+                    deployments,
+                    stream_usage,
+                },
+                Kind::Gemini => Api::Gemini,
+                Kind::Bedrock => Api::Bedrock { region },
+            };
             by_name.insert(name.clone(), providers.len());
             providers.push(Provider {
                 name,
-                kind: p.kind,
                 cluster: p.cluster,
                 base_path: base_path.trim_end_matches('/').to_string(),
                 host,
-                version,
                 models,
                 keys,
-                stream_usage: p.stream_usage.unwrap_or(true),
-                api_version: p
-                    .api_version
-                    .unwrap_or_else(|| DEFAULT_AZURE_API_VERSION.to_string()),
-                deployments,
-                region,
+                api,
             });
         }
         let mut rt = Runtime {
@@ -648,22 +695,5 @@ impl Runtime {
     }
 }
 
-/// Does the `x-tollgate-models` allow-list (comma-separated patterns, `*` =
-/// any, a trailing `*` = prefix) allow any of `names`?
-pub fn model_allowed(patterns: &str, names: &[&str]) -> bool {
-    patterns
-        .split(',')
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .any(|p| {
-            names.iter().any(|n| {
-                if p == "*" {
-                    true
-                } else if let Some(prefix) = p.strip_suffix('*') {
-                    n.starts_with(prefix)
-                } else {
-                    p == *n
-                }
-            })
-        })
-}
+/// The `x-tollgate-models` allow-list check, shared with authz-service.
+pub use tollgate_wire::models_allowed as model_allowed;

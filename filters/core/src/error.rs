@@ -1,8 +1,6 @@
 //! OpenAI-shaped errors: every error a client sees from the filter is one of
 //! these, rendered as `{"error":{"message","type","param","code"}}`.
 
-use serde_json::json;
-
 /// An error answered to the client (by a local reply or by rewriting an
 /// upstream error body).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,11 +13,7 @@ pub struct ApiError {
     pub code: Option<String>,
 }
 
-pub const INVALID_REQUEST: &str = "invalid_request_error";
-pub const PERMISSION: &str = "permission_error";
-pub const RATE_LIMIT: &str = "rate_limit_error";
-pub const SERVER: &str = "server_error";
-pub const AUTH: &str = "authentication_error";
+pub use tollgate_wire::error_type::{AUTH, INVALID_REQUEST, PERMISSION, RATE_LIMIT, SERVER};
 
 impl ApiError {
     pub fn new(status: u16, kind: &'static str, code: &str, message: impl Into<String>) -> Self {
@@ -114,15 +108,14 @@ impl ApiError {
         )
     }
 
-    /// The JSON body.
+    /// The JSON body (the wire contract's, shared with authz-service).
     pub fn body(&self) -> Vec<u8> {
-        let v = json!({"error": {
-            "message": self.message,
-            "type": self.kind,
-            "param": self.param,
-            "code": self.code,
-        }});
-        serde_json::to_vec(&v).unwrap_or_else(|_| b"{\"error\":{}}".to_vec())
+        tollgate_wire::error_body(
+            &self.message,
+            self.kind,
+            self.param.as_deref(),
+            self.code.as_deref(),
+        )
     }
 }
 

@@ -1,26 +1,38 @@
 //! The per-request state machine. The cdylib forwards each proxy-wasm
-//! callback here with a [`Host`]; all decisions live in this module.
+//! callback here with a [`Host`]; all decisions live in this module and in
+//! the pure planner ([`crate::plan`]).
 //!
-//! Request: pause on headers (routes we serve), buffer the body, parse,
-//! resolve the model, check the key's allow-list, pick a provider key,
-//! translate, rewrite headers/body, clear the route cache, continue.
-//! Response: name the provider, translate (buffered for plain bodies,
-//! incrementally for SSE), turn provider errors into OpenAI errors, cool
-//! down keys that got 429/401, and after the stream report usage and stats.
+//! Request: pause on headers (routes we serve), buffer the body, gather the
+//! facts, let the planner resolve the model, check the key's allow-list,
+//! pick a provider key and translate; apply its header and body mutations,
+//! clear the route cache, continue. Response: name the provider, translate
+//! (buffered for plain bodies, incrementally for SSE), turn provider errors
+//! into OpenAI errors, cool down keys the provider refused
+//! ([`crate::cooldown`]), and after the stream report usage and stats.
+//!
+//! Each [`Phase`] owns what is valid in it: the request's headers while its
+//! body is awaited, the route and the response state once routed.
 
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use percent_encoding::percent_decode_str;
 use serde_json::json;
+use tollgate_wire::header::{KEY_ID, MODEL, MODELS, PROVIDER, TENANT};
+use tollgate_wire::models_allowed;
 
-use crate::config::{model_allowed, Provider, Runtime};
+use crate::config::Runtime;
+use crate::cooldown;
 use crate::error::{ApiError, SERVER};
 use crate::host::{Host, Level, MetricKind};
+use crate::plan::{plan, RequestFacts, Route};
 use crate::translate::{
-    for_kind, parse_client_body, Endpoint, RequestCtx, ResponseCtx, StreamTranslator, Usage,
+    for_kind, map_error_status, merge_embeddings, Endpoint, StreamTranslator, Usage,
 };
-use crate::usage::{Report, UsageBatch};
+use crate::usage::{report_body, Report, UsageBatch};
+
+pub use crate::plan::metric_safe;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
@@ -28,13 +40,6 @@ pub enum Action {
     Pause,
 }
 
-pub const HDR_TENANT: &str = "x-tollgate-tenant";
-pub const HDR_KEY_ID: &str = "x-tollgate-key-id";
-pub const HDR_MODELS: &str = "x-tollgate-models";
-pub const HDR_CLUSTER: &str = "x-tollgate-cluster";
-pub const HDR_MODEL: &str = "x-tollgate-model";
-pub const HDR_PROVIDER: &str = "x-tollgate-provider";
-const COOLDOWN_PREFIX: &str = "tollgate.cooldown.";
 /// Largest passthrough body copied to read its usage.
 const MAX_COPY: usize = 16 * 1024 * 1024;
 const PROVIDER_RATELIMIT_HEADERS: [&str; 6] = [
@@ -49,32 +54,59 @@ const PROVIDER_RATELIMIT_HEADERS: [&str; 6] = [
 /// before the 413 is sent regardless.
 pub const DRAIN_FACTOR: u64 = 8;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     /// Not ours (or not started).
     Idle,
-    AwaitBody,
+    /// A request we serve; its body is being buffered.
+    AwaitBody(Box<Pending>),
     /// Body over the limit: discard it as it arrives, answer 413 at its end
     /// (an HTTP/1 client still uploading would otherwise see a reset).
-    Draining,
-    Routed,
+    Draining { drained: u64 },
+    /// Waiting for the answers of a fan-out's calls ([`crate::plan::Call`]).
+    FanOut(Box<FanOut>),
+    /// Sent to a provider.
+    Routed(Box<Routed>),
     /// We answered locally.
     Replied,
 }
 
-struct Route {
-    provider: usize,
-    canonical: String,
-    key: usize,
-    stream: bool,
-    include_usage: bool,
-    json_mode: bool,
-    prompt_estimate: u64,
-    embed_base64: bool,
-    upstream_model: String,
+/// What the request headers said, kept until the body is complete.
+struct Pending {
     endpoint: Endpoint,
-    sent_ms: u64,
+    tenant: Option<String>,
+    key_id: Option<String>,
+    /// `x-tollgate-models`.
+    allowed: Option<String>,
+    /// `x-tollgate-model`, the client's declaration that authz-service used
+    /// for per-model admission: must name the body's model.
+    declared_model: Option<String>,
 }
+
+/// A request on its way to (or back from) a provider.
+struct Routed {
+    route: Route,
+    tenant: Option<String>,
+    key_id: Option<String>,
+    resp: RespMode,
+    usage: Option<Usage>,
+    first_token: bool,
+    /// 0 until the response headers arrive.
+    upstream_status: u16,
+    /// The response is Envoy's own local reply (left untouched).
+    envoy_reply: bool,
+    /// The filter answered itself with a fan-out's merged answers.
+    fanned_out: bool,
+}
+
+/// A fan-out under way: one answer slot per call, in request order.
+struct FanOut {
+    routed: Routed,
+    tokens: Vec<u32>,
+    answers: Vec<Option<(u16, Vec<u8>)>>,
+}
+
+/// How long a fan-out's calls may take.
+pub const FAN_OUT_TIMEOUT_MS: u64 = 60_000;
 
 enum RespMode {
     None,
@@ -91,38 +123,9 @@ enum RespMode {
 pub struct Flow {
     rt: Arc<Runtime>,
     phase: Phase,
-    endpoint: Option<Endpoint>,
-    tenant: Option<String>,
-    key_id: Option<String>,
-    allowed: Option<String>,
-    /// `x-tollgate-model`, the client's declaration that authz-service used
-    /// for per-model admission: must name the body's model.
-    declared_model: Option<String>,
-    route: Option<Route>,
-    resp: RespMode,
-    usage: Option<Usage>,
-    first_token: bool,
-    upstream_status: u16,
-    stream_finished: bool,
     logged: bool,
-    drained: u64,
-    /// The response is Envoy's own local reply (left untouched).
-    envoy_reply: bool,
     /// The worker's usage batch, when batching is on.
     batch: Option<Rc<RefCell<UsageBatch>>>,
-}
-
-/// Metric-safe fragment: model names may contain '.', '/', ':'.
-pub fn metric_safe(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }
 
 impl Flow {
@@ -130,20 +133,7 @@ impl Flow {
         Flow {
             rt,
             phase: Phase::Idle,
-            endpoint: None,
-            tenant: None,
-            key_id: None,
-            allowed: None,
-            declared_model: None,
-            route: None,
-            resp: RespMode::None,
-            usage: None,
-            first_token: false,
-            upstream_status: 0,
-            stream_finished: false,
             logged: false,
-            drained: 0,
-            envoy_reply: false,
             batch: None,
         }
     }
@@ -170,17 +160,18 @@ impl Flow {
         let method = h.request_header(":method").unwrap_or_default();
         let full_path = h.request_header(":path").unwrap_or_default();
         let path = full_path.split('?').next().unwrap_or("");
-        self.allowed = h.request_header(HDR_MODELS);
+        let allowed = h.request_header(MODELS);
         if path == "/v1/models" || path.starts_with("/v1/models/") {
             if method != "GET" {
                 return self.reply(h, &ApiError::method_not_allowed(&method, path));
             }
+            // Ids hold '/' and ':' (Bedrock), which clients may escape.
             let one = path
                 .strip_prefix("/v1/models/")
-                .map(|id| id.replace("%2F", "/").replace("%2f", "/"));
-            return self.models_reply(h, one.as_deref());
+                .map(|id| percent_decode_str(id).decode_utf8_lossy().into_owned());
+            return self.models_reply(h, allowed.as_deref().unwrap_or(""), one.as_deref());
         }
-        let Some(ep) = Endpoint::from_path(path) else {
+        let Some(endpoint) = Endpoint::from_path(path) else {
             return self.reply(h, &ApiError::unknown_url(&method, path));
         };
         if method != "POST" {
@@ -192,7 +183,7 @@ impl Flow {
                     if end_of_stream {
                         return self.reply(h, &ApiError::too_large(self.rt.max_body_bytes));
                     }
-                    self.phase = Phase::Draining;
+                    self.phase = Phase::Draining { drained: 0 };
                     return Action::Pause;
                 }
             }
@@ -208,16 +199,17 @@ impl Flow {
                 ),
             );
         }
-        self.endpoint = Some(ep);
-        self.tenant = h.request_header(HDR_TENANT);
-        self.key_id = h.request_header(HDR_KEY_ID);
-        self.declared_model = h.request_header(HDR_MODEL);
-        self.phase = Phase::AwaitBody;
+        self.phase = Phase::AwaitBody(Box::new(Pending {
+            endpoint,
+            tenant: h.request_header(TENANT),
+            key_id: h.request_header(KEY_ID),
+            allowed,
+            declared_model: h.request_header(MODEL),
+        }));
         Action::Pause
     }
 
-    fn models_reply(&mut self, h: &mut dyn Host, one: Option<&str>) -> Action {
-        let allowed = self.allowed.clone().unwrap_or_default();
+    fn models_reply(&mut self, h: &mut dyn Host, allowed: &str, one: Option<&str>) -> Action {
         let mut data = Vec::new();
         for (id, owner) in self.rt.model_ids() {
             let canonical = self
@@ -225,7 +217,7 @@ impl Flow {
                 .resolve(&id)
                 .map(|r| r.canonical)
                 .unwrap_or_default();
-            if !model_allowed(&allowed, &[&id, &canonical]) {
+            if !models_allowed(allowed, &[&id, &canonical]) {
                 continue;
             }
             if let Some(want) = one {
@@ -254,26 +246,33 @@ impl Flow {
         body_size: usize,
         end_of_stream: bool,
     ) -> Action {
-        if self.phase == Phase::Draining {
-            return self.drain(h, body_size, end_of_stream);
-        }
-        if self.phase != Phase::AwaitBody {
-            return if self.phase == Phase::Replied {
-                Action::Pause
-            } else {
-                Action::Continue
-            };
+        match &self.phase {
+            Phase::Draining { .. } => return self.drain(h, body_size, end_of_stream),
+            Phase::AwaitBody(_) => {}
+            Phase::Replied => return Action::Pause,
+            Phase::FanOut(_) => return Action::Pause,
+            Phase::Idle | Phase::Routed(_) => return Action::Continue,
         }
         if body_size as u64 > self.rt.max_body_bytes {
-            self.phase = Phase::Draining;
+            self.phase = Phase::Draining { drained: 0 };
             return self.drain(h, body_size, end_of_stream);
         }
         if !end_of_stream {
             return Action::Pause;
         }
+        let Phase::AwaitBody(pending) = std::mem::replace(&mut self.phase, Phase::Idle) else {
+            return Action::Continue;
+        };
         let body = h.request_body(body_size).unwrap_or_default();
-        match self.route_request(h, &body) {
-            Ok(()) => Action::Continue,
+        match self.route_request(h, &body, *pending) {
+            Ok(Phase::FanOut(f)) => {
+                self.phase = Phase::FanOut(f);
+                Action::Pause
+            }
+            Ok(phase) => {
+                self.phase = phase;
+                Action::Continue
+            }
             Err(e) => self.reply(h, &e),
         }
     }
@@ -281,112 +280,61 @@ impl Flow {
     /// Discard what was buffered; answer 413 at the end of the body, or at
     /// once past [`DRAIN_FACTOR`] × the limit.
     fn drain(&mut self, h: &mut dyn Host, body_size: usize, end_of_stream: bool) -> Action {
-        self.drained = self.drained.saturating_add(body_size as u64);
-        if end_of_stream || self.drained > self.rt.max_body_bytes.saturating_mul(DRAIN_FACTOR) {
+        let total = match &mut self.phase {
+            Phase::Draining { drained } => {
+                *drained = drained.saturating_add(body_size as u64);
+                *drained
+            }
+            _ => body_size as u64,
+        };
+        if end_of_stream || total > self.rt.max_body_bytes.saturating_mul(DRAIN_FACTOR) {
             return self.reply(h, &ApiError::too_large(self.rt.max_body_bytes));
         }
         h.set_request_body(body_size, b"");
         Action::Pause
     }
 
-    fn cooling(&self, h: &dyn Host, key_id: &str, now: u64) -> bool {
-        h.shared_get(&format!("{COOLDOWN_PREFIX}{key_id}"))
-            .and_then(|v| String::from_utf8(v).ok())
-            .and_then(|s| s.parse::<u64>().ok())
-            .is_some_and(|until| until > now)
-    }
-
-    fn route_request(&mut self, h: &mut dyn Host, body: &[u8]) -> Result<(), ApiError> {
-        let ep = self.endpoint.unwrap_or(Endpoint::Chat);
-        if body.is_empty() {
-            return Err(ApiError::new(
-                400,
-                crate::error::INVALID_REQUEST,
-                "invalid_json",
-                "Request body is required",
-            ));
-        }
-        let (value, model) = parse_client_body(body)?;
-        let rt = Arc::clone(&self.rt);
-        let resolved = rt
-            .resolve(&model)
-            .ok_or_else(|| ApiError::model_not_found(&model))?;
-        let allowed = self.allowed.as_deref().unwrap_or("");
-        if !model_allowed(allowed, &[&model, &resolved.canonical]) {
-            return Err(ApiError::model_not_allowed(&model));
-        }
-        if let Some(declared) = self.declared_model.as_deref() {
-            let declared = declared.trim();
-            if declared != model && declared != resolved.canonical {
-                return Err(ApiError {
-                    param: Some("model".into()),
-                    ..ApiError::new(
-                        400,
-                        crate::error::INVALID_REQUEST,
-                        "model_mismatch",
-                        format!("The x-tollgate-model header ('{declared}') does not name the request's model ('{model}')"),
-                    )
-                });
-            }
-        }
-        let provider: &Provider = rt
-            .provider(resolved.provider)
-            .ok_or_else(|| ApiError::model_not_found(&model))?;
-        let model_cfg = provider
-            .models
-            .get(&resolved.model)
-            .ok_or_else(|| ApiError::model_not_found(&model))?;
-        let tr = for_kind(provider.kind);
-        let ctx = RequestCtx {
-            provider,
-            model: &resolved.model,
-            model_cfg,
-            endpoint: ep,
-        };
-        let up = tr.request(&ctx, &value)?;
+    /// Gathers the facts, plans, and applies the plan's mutations (or makes
+    /// its calls): the next phase.
+    fn route_request(
+        &mut self,
+        h: &mut dyn Host,
+        body: &[u8],
+        pending: Pending,
+    ) -> Result<Phase, ApiError> {
         let now = h.now_ms();
-        let r = h.random_u32();
-        let key_idx = model_cfg
-            .pool
-            .pick(r, |k| provider.keys.get(k).is_some_and(|key| !self.cooling(h, &key.id, now)))
-            .ok_or_else(|| {
-                ApiError::new(
-                    503,
-                    SERVER,
-                    "no_provider_key_available",
-                    format!("Every key of provider '{}' is cooling down after provider errors; retry later", provider.name),
-                )
-            })?;
-        let key = provider
-            .keys
-            .get(key_idx)
-            .ok_or_else(|| ApiError::model_not_found(&model))?;
-
-        let len = up.body.len().to_string();
+        let random = h.random_u32();
+        let facts = RequestFacts {
+            endpoint: pending.endpoint,
+            body,
+            allowed: pending.allowed.as_deref().unwrap_or(""),
+            declared_model: pending.declared_model.as_deref(),
+            now_ms: now,
+            random,
+        };
+        let planned = {
+            let host: &dyn Host = &*h;
+            plan(&self.rt, &facts, &|id| cooldown::active(host, id, now))?
+        };
+        let routed = Routed {
+            route: planned.route,
+            tenant: pending.tenant,
+            key_id: pending.key_id,
+            resp: RespMode::None,
+            usage: None,
+            first_token: false,
+            upstream_status: 0,
+            envoy_reply: false,
+            fanned_out: false,
+        };
+        if !planned.calls.is_empty() {
+            return self.fan_out(h, routed, planned.calls);
+        }
         let mut ok = true;
-        for name in [
-            "authorization",
-            "x-api-key",
-            HDR_TENANT,
-            HDR_KEY_ID,
-            HDR_MODELS,
-            HDR_MODEL,
-            "accept-encoding",
-            "transfer-encoding",
-        ] {
-            ok &= h.set_request_header(name, None);
+        for (name, value) in &planned.headers {
+            ok &= h.set_request_header(name, value.as_deref());
         }
-        ok &= h.set_request_header(HDR_CLUSTER, Some(&provider.cluster));
-        ok &= h.set_request_header(":path", Some(&up.path));
-        if let Some(host) = &provider.host {
-            ok &= h.set_request_header(":authority", Some(host));
-        }
-        for (name, value) in tr.auth_headers(provider, key, &up, now)? {
-            ok &= h.set_request_header(name, Some(&value));
-        }
-        ok &= h.set_request_header("content-type", Some("application/json"));
-        ok &= h.set_request_header("content-length", Some(&len));
-        ok &= h.set_request_body(body.len(), &up.body);
+        ok &= h.set_request_body(body.len(), &planned.body);
         if !ok {
             h.log(Level::Error, "tollgate: the host refused a request rewrite");
             return Err(ApiError::new(
@@ -402,55 +350,157 @@ impl Flow {
                 "tollgate: clear_route_cache is not available; routing may use a stale route",
             );
         }
-        h.metric(
-            MetricKind::Counter,
-            &self.metric_name(provider, &resolved.model, "requests"),
-            1,
+        self.count_request(h, &routed);
+        Ok(Phase::Routed(Box::new(routed)))
+    }
+
+    fn count_request(&self, h: &mut dyn Host, routed: &Routed) {
+        if let Some(n) = routed.route.metric(&self.rt, "requests") {
+            h.metric(MetricKind::Counter, &n, 1);
+        }
+    }
+
+    fn fan_out(
+        &mut self,
+        h: &mut dyn Host,
+        routed: Routed,
+        calls: Vec<crate::plan::Call>,
+    ) -> Result<Phase, ApiError> {
+        let cluster = self
+            .rt
+            .provider(routed.route.provider)
+            .map(|p| p.cluster.clone())
+            .unwrap_or_default();
+        let mut tokens = Vec::with_capacity(calls.len());
+        for call in &calls {
+            let headers: Vec<(&str, &str)> =
+                call.headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            match h.call(&cluster, &headers, &call.body, FAN_OUT_TIMEOUT_MS) {
+                Some(t) => tokens.push(t),
+                None => {
+                    h.log(
+                        Level::Error,
+                        &format!("tollgate: the host refused a call to cluster {cluster}"),
+                    );
+                    return Err(ApiError::new(
+                        500,
+                        SERVER,
+                        "internal_error",
+                        "The gateway could not call the provider",
+                    ));
+                }
+            }
+        }
+        self.count_request(h, &routed);
+        Ok(Phase::FanOut(Box::new(FanOut {
+            answers: vec![None; tokens.len()],
+            tokens,
+            routed,
+        })))
+    }
+
+    /// The answer to one call of a fan-out (`status` 0: no answer, e.g. a
+    /// timeout or a connect failure). Once every call has answered, the
+    /// client gets the merged answers, or the first failure in request
+    /// order as an OpenAI error.
+    pub fn on_call_response(&mut self, h: &mut dyn Host, token: u32, status: u16, body: Vec<u8>) {
+        let Phase::FanOut(f) = &mut self.phase else {
+            return;
+        };
+        let Some(i) = f.tokens.iter().position(|t| *t == token) else {
+            return;
+        };
+        if let Some(slot) = f.answers.get_mut(i) {
+            *slot = Some((status, body));
+        }
+        if f.answers.iter().any(Option::is_none) {
+            return;
+        }
+        let Phase::FanOut(f) = std::mem::replace(&mut self.phase, Phase::Idle) else {
+            return;
+        };
+        let FanOut {
+            mut routed,
+            answers,
+            ..
+        } = *f;
+        let rt = Arc::clone(&self.rt);
+        let Some(provider) = rt.provider(routed.route.provider) else {
+            return;
+        };
+        let tr = for_kind(provider.kind());
+        let now = h.now_ms();
+        if let Some(n) = routed.route.metric(&rt, "upstream_latency_ms") {
+            h.metric(
+                MetricKind::Histogram,
+                &n,
+                now.saturating_sub(routed.route.sent_ms),
+            );
+        }
+        let ctx = routed.route.response_ctx(false, now / 1000);
+        let mut lists = Vec::with_capacity(answers.len());
+        let mut outcome: Result<(), ApiError> = Ok(());
+        for (status, body) in answers.into_iter().flatten() {
+            routed.upstream_status = status;
+            if status == 0 {
+                outcome = Err(ApiError::new(
+                    502,
+                    SERVER,
+                    "upstream_unavailable",
+                    "The provider could not be reached or did not answer in time",
+                ));
+                break;
+            }
+            if !(200..300).contains(&status) {
+                let e = tr.error(status, &body);
+                if status == 429
+                    || status == 401
+                    || e.code.as_deref() == Some("provider_auth_failed")
+                {
+                    if let Some(key) = provider.keys.get(routed.route.key) {
+                        cooldown::start(h, &provider.name, &key.id, status, now, rt.cooldown_ms);
+                    }
+                }
+                outcome = Err(e);
+                break;
+            }
+            match tr.response(&ctx, &body) {
+                Ok(t) => lists.push(t.body.unwrap_or(body)),
+                Err(e) => {
+                    outcome = Err(e);
+                    break;
+                }
+            }
+        }
+        let (status, body) = match outcome.and_then(|()| merge_embeddings(&lists, &ctx.model)) {
+            Ok((body, usage)) => {
+                routed.usage = Some(usage);
+                (200, body)
+            }
+            Err(e) => (e.status, e.body()),
+        };
+        routed.fanned_out = true;
+        let name = provider.name.clone();
+        self.phase = Phase::Routed(Box::new(routed));
+        h.send_local_reply(
+            status,
+            &[("content-type", "application/json"), (PROVIDER, &name)],
+            &body,
         );
-        self.route = Some(Route {
-            provider: resolved.provider,
-            canonical: resolved.canonical,
-            key: key_idx,
-            stream: up.stream,
-            include_usage: up.include_usage,
-            json_mode: up.json_mode,
-            prompt_estimate: up.prompt_estimate,
-            embed_base64: up.embed_base64,
-            upstream_model: resolved.model.clone(),
-            endpoint: ep,
-            sent_ms: now,
-        });
-        self.phase = Phase::Routed;
-        Ok(())
-    }
-
-    fn metric_name(&self, provider: &Provider, model: &str, what: &str) -> String {
-        format!(
-            "tollgate.provider.{}.model.{}.{}",
-            metric_safe(&provider.name),
-            metric_safe(model),
-            what
-        )
-    }
-
-    fn route_metric(&self, what: &str) -> Option<String> {
-        let r = self.route.as_ref()?;
-        let p = self.rt.provider(r.provider)?;
-        let model = r.canonical.split_once('/').map(|(_, m)| m).unwrap_or("");
-        Some(self.metric_name(p, model, what))
     }
 
     /// Error and translated bodies hold the response headers until the body
     /// is complete (status, content-type and content-length are final then);
     /// streams and passthrough bodies go on at once.
     pub fn on_response_headers(&mut self, h: &mut dyn Host, end_of_stream: bool) -> Action {
-        if self.phase != Phase::Routed {
-            return Action::Continue;
-        }
-        let Some(route) = self.route.as_ref() else {
+        let Phase::Routed(r) = &mut self.phase else {
             return Action::Continue;
         };
-        let Some(provider) = self.rt.provider(route.provider) else {
+        if r.fanned_out {
+            return Action::Continue;
+        }
+        let rt = &self.rt;
+        let Some(provider) = rt.provider(r.route.provider) else {
             return Action::Continue;
         };
         let status: u16 = h
@@ -461,64 +511,49 @@ impl Flow {
         if !h.response_from_upstream() {
             // Envoy's own reply (connect failure, timeout, overflow…): its
             // body is already OpenAI-shaped by local_reply_config.
-            self.envoy_reply = true;
-            self.resp = RespMode::None;
+            r.envoy_reply = true;
+            r.resp = RespMode::None;
             return Action::Continue;
         }
-        self.upstream_status = status;
-        h.set_response_header(HDR_PROVIDER, Some(&provider.name));
+        r.upstream_status = status;
+        h.set_response_header(PROVIDER, Some(&provider.name));
         // The provider's rate-limit headers describe the gateway's provider
         // key, not the client's virtual key (authz-service sets those).
         for name in PROVIDER_RATELIMIT_HEADERS {
             h.set_response_header(name, None);
         }
-        let latency = now.saturating_sub(route.sent_ms);
-        if let Some(n) = self.route_metric("upstream_latency_ms") {
-            h.metric(MetricKind::Histogram, &n, latency);
+        if let Some(n) = r.route.metric(rt, "upstream_latency_ms") {
+            h.metric(
+                MetricKind::Histogram,
+                &n,
+                now.saturating_sub(r.route.sent_ms),
+            );
         }
         if status == 429 || status == 401 {
-            if let Some(key) = provider.keys.get(route.key) {
-                let until = now.saturating_add(self.rt.cooldown_ms);
-                h.shared_set(
-                    &format!("{COOLDOWN_PREFIX}{}", key.id),
-                    until.to_string().as_bytes(),
-                );
-                h.log(
-                    Level::Warn,
-                    &format!("tollgate: provider {} answered {status} for key {}; cooling it down for {} ms", provider.name, key.id, self.rt.cooldown_ms),
-                );
+            if let Some(key) = provider.keys.get(r.route.key) {
+                cooldown::start(h, &provider.name, &key.id, status, now, rt.cooldown_ms);
             }
         }
         let ctype = h.response_header("content-type").unwrap_or_default();
-        let tr = for_kind(provider.kind);
+        let tr = for_kind(provider.kind());
         if status >= 400 {
-            let (mapped, _, _) = crate::translate::map_error_status(status);
+            let (mapped, _, _) = map_error_status(status);
             h.set_response_header(":status", Some(&mapped.to_string()));
             h.set_response_header("content-type", Some("application/json"));
-            self.resp = RespMode::Error(status);
-        } else if route.stream && tr.is_stream(&ctype) {
-            let ctx = ResponseCtx {
-                endpoint: route.endpoint,
-                stream: true,
-                include_usage: route.include_usage,
-                created: now / 1000,
-                json_mode: route.json_mode,
-                prompt_estimate: route.prompt_estimate,
-                embed_base64: route.embed_base64,
-                model: route.upstream_model.clone(),
-            };
-            self.resp = RespMode::Stream(tr.stream(&ctx));
+            r.resp = RespMode::Error(status);
+        } else if r.route.stream && tr.is_stream(&ctype) {
+            r.resp = RespMode::Stream(tr.stream(&r.route.response_ctx(true, now / 1000)));
             h.set_response_header("content-length", None);
             if !tr.passthrough() {
                 h.set_response_header("content-type", Some("text/event-stream"));
             }
             return Action::Continue;
         } else if tr.passthrough() {
-            self.resp = RespMode::Copy(Some(Vec::new()));
+            r.resp = RespMode::Copy(Some(Vec::new()));
             return Action::Continue;
         } else {
             h.set_response_header("content-type", Some("application/json"));
-            self.resp = RespMode::Buffer;
+            r.resp = RespMode::Buffer;
         }
         if end_of_stream {
             // No body will follow: nothing to rewrite.
@@ -535,18 +570,16 @@ impl Flow {
         body_size: usize,
         end_of_stream: bool,
     ) -> Action {
-        if self.phase != Phase::Routed {
-            return Action::Continue;
-        }
-        let Some(route) = self.route.as_ref() else {
+        let Phase::Routed(r) = &mut self.phase else {
             return Action::Continue;
         };
-        let Some(provider) = self.rt.provider(route.provider) else {
+        let rt = &self.rt;
+        let Some(provider) = rt.provider(r.route.provider) else {
             return Action::Continue;
         };
-        let tr = for_kind(provider.kind);
+        let tr = for_kind(provider.kind());
         let created = h.now_ms() / 1000;
-        match &mut self.resp {
+        match &mut r.resp {
             RespMode::None => Action::Continue,
             RespMode::Copy(copy) => {
                 if let Some(buf) = copy {
@@ -558,18 +591,8 @@ impl Flow {
                 }
                 if end_of_stream {
                     if let Some(buf) = copy.take() {
-                        let ctx = ResponseCtx {
-                            endpoint: route.endpoint,
-                            stream: false,
-                            include_usage: false,
-                            created,
-                            json_mode: route.json_mode,
-                            prompt_estimate: route.prompt_estimate,
-                            embed_base64: route.embed_base64,
-                            model: route.upstream_model.clone(),
-                        };
-                        if let Ok(t) = tr.response(&ctx, &buf) {
-                            self.usage = t.usage;
+                        if let Ok(t) = tr.response(&r.route.response_ctx(false, created), &buf) {
+                            r.usage = t.usage;
                         }
                     }
                 }
@@ -581,13 +604,12 @@ impl Flow {
                 t.feed(&chunk, &mut out);
                 if end_of_stream {
                     t.finish(&mut out);
-                    self.stream_finished = true;
                 }
-                self.usage = t.usage();
-                if !self.first_token && t.first_token_seen() {
-                    self.first_token = true;
-                    let ttft = h.now_ms().saturating_sub(route.sent_ms);
-                    if let Some(n) = self.route_metric("ttft_ms") {
+                r.usage = t.usage();
+                if !r.first_token && t.first_token_seen() {
+                    r.first_token = true;
+                    let ttft = h.now_ms().saturating_sub(r.route.sent_ms);
+                    if let Some(n) = r.route.metric(rt, "ttft_ms") {
                         h.metric(MetricKind::Histogram, &n, ttft);
                     }
                 }
@@ -601,19 +623,9 @@ impl Flow {
                     return Action::Pause;
                 }
                 let body = h.response_body(body_size).unwrap_or_default();
-                let ctx = ResponseCtx {
-                    endpoint: route.endpoint,
-                    stream: false,
-                    include_usage: false,
-                    created,
-                    json_mode: route.json_mode,
-                    prompt_estimate: route.prompt_estimate,
-                    embed_base64: route.embed_base64,
-                    model: route.upstream_model.clone(),
-                };
-                let out = match tr.response(&ctx, &body) {
+                let out = match tr.response(&r.route.response_ctx(false, created), &body) {
                     Ok(t) => {
-                        self.usage = t.usage;
+                        r.usage = t.usage;
                         t.body
                     }
                     Err(e) => {
@@ -631,25 +643,18 @@ impl Flow {
                 if !end_of_stream {
                     return Action::Pause;
                 }
+                let status = *status;
                 let body = h.response_body(body_size).unwrap_or_default();
-                let e = tr.error(*status, &body);
+                let e = tr.error(status, &body);
                 // The body can say more than the status (Gemini answers a bad
                 // key with 400 API_KEY_INVALID): the translated error decides.
                 h.set_response_header(":status", Some(&e.status.to_string()));
-                if e.code.as_deref() == Some("provider_auth_failed") && *status != 401 {
+                if e.code.as_deref() == Some("provider_auth_failed") && status != 401 {
                     // 401 already cooled the key on the headers; other
                     // credential refusals (Bedrock 403, Gemini 400) do here.
-                    if let Some(key) = provider.keys.get(route.key) {
+                    if let Some(key) = provider.keys.get(r.route.key) {
                         let now = h.now_ms();
-                        let until = now.saturating_add(self.rt.cooldown_ms);
-                        h.shared_set(
-                            &format!("{COOLDOWN_PREFIX}{}", key.id),
-                            until.to_string().as_bytes(),
-                        );
-                        h.log(
-                            Level::Warn,
-                            &format!("tollgate: provider {} refused the credentials of key {} ({status}); cooling it down for {} ms", provider.name, key.id, self.rt.cooldown_ms),
-                        );
+                        cooldown::start(h, &provider.name, &key.id, status, now, rt.cooldown_ms);
                     }
                 }
                 let b = e.body();
@@ -666,15 +671,15 @@ impl Flow {
             return;
         }
         self.logged = true;
-        let Some(route) = self.route.as_ref() else {
+        let Phase::Routed(r) = &mut self.phase else {
             return;
         };
-        if let RespMode::Stream(t) = &self.resp {
-            self.usage = t.usage();
+        let rt = &self.rt;
+        if let RespMode::Stream(t) = &r.resp {
+            r.usage = t.usage();
         }
-        let status = self.upstream_status;
-        let class = match status {
-            _ if self.envoy_reply => Some("gateway"),
+        let class = match r.upstream_status {
+            _ if r.envoy_reply => Some("gateway"),
             0 => Some("no_response"),
             429 => Some("rate_limited"),
             400..=499 => Some("upstream_4xx"),
@@ -682,33 +687,31 @@ impl Flow {
             _ => None,
         };
         if let Some(c) = class {
-            if let Some(n) = self.route_metric(&format!("errors.{c}")) {
+            if let Some(n) = r.route.metric(rt, &format!("errors.{c}")) {
                 h.metric(MetricKind::Counter, &n, 1);
             }
         }
-        let Some(u) = self.usage else { return };
-        if let Some(n) = self.route_metric("prompt_tokens") {
+        let Some(u) = r.usage else { return };
+        if let Some(n) = r.route.metric(rt, "prompt_tokens") {
             h.metric(MetricKind::Counter, &n, u.prompt_tokens);
         }
-        if let Some(n) = self.route_metric("completion_tokens") {
+        if let Some(n) = r.route.metric(rt, "completion_tokens") {
             h.metric(MetricKind::Counter, &n, u.completion_tokens);
         }
-        let (Some(target), Some(tenant), Some(key_id)) = (
-            self.rt.usage.as_ref(),
-            self.tenant.as_ref(),
-            self.key_id.as_ref(),
-        ) else {
+        let (Some(target), Some(tenant), Some(key_id)) =
+            (rt.usage.as_ref(), r.tenant.as_ref(), r.key_id.as_ref())
+        else {
             return;
         };
         let report = Report {
             tenant: tenant.clone(),
             key_id: key_id.clone(),
-            model: route.canonical.clone(),
+            model: Some(r.route.canonical.clone()),
             prompt_tokens: u.prompt_tokens,
             completion_tokens: u.completion_tokens,
         };
         let body = match &self.batch {
-            None => report.body(),
+            None => report_body(&report),
             Some(b) => {
                 let mut b = b.borrow_mut();
                 if !b.add(report) {

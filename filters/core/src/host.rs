@@ -42,6 +42,17 @@ pub trait Host {
     fn shared_set(&mut self, key: &str, value: &[u8]) -> bool;
     /// Fire-and-forget POST to an Envoy cluster.
     fn post(&mut self, cluster: &str, path: &str, body: &[u8], timeout_ms: u64) -> bool;
+    /// An HTTP call (headers include `:method`, `:path`, `:authority`) to an
+    /// Envoy cluster on behalf of this request; its answer comes back to
+    /// [`crate::flow::Flow::on_call_response`] with the returned token.
+    /// `None` when the host refused the call.
+    fn call(
+        &mut self,
+        cluster: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        timeout_ms: u64,
+    ) -> Option<u32>;
     fn metric(&mut self, kind: MetricKind, name: &str, value: u64);
     fn log(&self, level: Level, msg: &str);
 }
@@ -55,6 +66,8 @@ pub mod fake {
 
     /// (status, headers, body) of a local reply.
     pub type LocalReply = (u16, Vec<(String, String)>, Vec<u8>);
+    /// (cluster, headers, body) of a [`Host::call`].
+    pub type Call = (String, Vec<(String, String)>, Vec<u8>);
 
     #[derive(Debug, Default)]
     pub struct FakeHost {
@@ -70,6 +83,9 @@ pub mod fake {
         pub random: Vec<u32>,
         pub shared: RefCell<HashMap<String, Vec<u8>>>,
         pub posts: Vec<(String, String, Vec<u8>)>,
+        /// (cluster, headers, body) of each [`Host::call`]; the token is the
+        /// index + 1.
+        pub calls: Vec<Call>,
         pub metrics: HashMap<String, u64>,
         pub logs: RefCell<Vec<String>>,
     }
@@ -162,6 +178,23 @@ pub mod fake {
             self.posts
                 .push((cluster.to_string(), path.to_string(), body.to_vec()));
             true
+        }
+        fn call(
+            &mut self,
+            cluster: &str,
+            headers: &[(&str, &str)],
+            body: &[u8],
+            _timeout_ms: u64,
+        ) -> Option<u32> {
+            self.calls.push((
+                cluster.to_string(),
+                headers
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                body.to_vec(),
+            ));
+            u32::try_from(self.calls.len()).ok()
         }
         fn metric(&mut self, _kind: MetricKind, name: &str, value: u64) {
             *self.metrics.entry(name.to_string()).or_default() += value;

@@ -26,9 +26,11 @@
 //! ```
 //!
 //! Modules: [`config`] (plugin JSON → [`config::Runtime`]), [`keys`]
-//! (weighted choice), [`sse`] (incremental SSE parser), [`translate`] (one
-//! `<from>_<to>` module per provider family), [`flow`] (the per-request state
-//! machine), [`usage`] (usage reports and their batches), [`host`] (the one
+//! (weighted choice), [`codec`] (SSE and AWS event-stream readers),
+//! [`credentials`] (API-key headers, SigV4), [`translate`] (one
+//! `<from>_<to>` module per provider family), [`plan`] (the pure route
+//! planner), [`flow`] (the per-request state machine, in phases),
+//! [`cooldown`] (provider keys skipped after refusals), [`usage`] (usage reports and their batches), [`host`] (the one
 //! host boundary).
 
 #![cfg_attr(
@@ -36,11 +38,14 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod codec;
 pub mod config;
+pub mod cooldown;
+pub mod credentials;
 pub mod error;
 pub mod flow;
 pub mod host;
 pub mod keys;
-pub mod sse;
+pub mod plan;
 pub mod translate;
 pub mod usage;

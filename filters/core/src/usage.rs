@@ -4,27 +4,18 @@
 //! batching on (`usage_flush_ms` > 0) each Wasm VM sums the answers of one
 //! flush interval per (tenant, key, model) and posts the sums on its tick, so
 //! the debit costs one callout per interval instead of one per answer. The
-//! authz service adds them up either way.
+//! authz service adds them up either way. The report type is the wire
+//! contract's ([`tollgate_wire::UsageReport`]).
 
-use serde::Serialize;
+pub use tollgate_wire::UsageReport as Report;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Report {
-    pub tenant: String,
-    pub key_id: String,
-    pub model: String,
-    pub prompt_tokens: u64,
-    pub completion_tokens: u64,
+/// One report as the body of its own `POST`.
+pub fn report_body(r: &Report) -> Vec<u8> {
+    serde_json::to_vec(r).unwrap_or_default()
 }
 
-impl Report {
-    pub fn body(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
-    }
-
-    fn same_account(&self, other: &Report) -> bool {
-        self.tenant == other.tenant && self.key_id == other.key_id && self.model == other.model
-    }
+fn same_account(a: &Report, b: &Report) -> bool {
+    a.tenant == b.tenant && a.key_id == b.key_id && a.model == b.model
 }
 
 /// Reports waiting for the next flush, summed per (tenant, key, model).
@@ -39,7 +30,7 @@ impl UsageBatch {
 
     /// Adds a report; true when the batch is full and should be flushed now.
     pub fn add(&mut self, r: Report) -> bool {
-        match self.entries.iter_mut().find(|e| e.same_account(&r)) {
+        match self.entries.iter_mut().find(|e| same_account(e, &r)) {
             Some(e) => {
                 e.prompt_tokens = e.prompt_tokens.saturating_add(r.prompt_tokens);
                 e.completion_tokens = e.completion_tokens.saturating_add(r.completion_tokens);
@@ -78,7 +69,7 @@ mod tests {
         Report {
             tenant: tenant.into(),
             key_id: key.into(),
-            model: model.into(),
+            model: Some(model.into()),
             prompt_tokens: p,
             completion_tokens: c,
         }
@@ -86,7 +77,8 @@ mod tests {
 
     #[test]
     fn a_report_is_one_object() {
-        let v: Value = serde_json::from_slice(&report("t", "k", "openai/m", 3, 4).body()).unwrap();
+        let v: Value =
+            serde_json::from_slice(&report_body(&report("t", "k", "openai/m", 3, 4))).unwrap();
         assert_eq!(
             v,
             json!({"tenant": "t", "key_id": "k", "model": "openai/m",

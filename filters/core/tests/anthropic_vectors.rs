@@ -15,7 +15,7 @@ fn translate(model: &str, body: Value) -> Result<Value, (u16, Option<String>, Op
         model_cfg: &p.models[&r.model],
         endpoint: Endpoint::Chat,
     };
-    match for_kind(p.kind).request(&ctx, &body) {
+    match for_kind(p.kind()).request(&ctx, &body) {
         Ok(up) => {
             assert_eq!(up.path, "/v1/messages");
             Ok(serde_json::from_slice(&up.body).unwrap())
@@ -506,7 +506,7 @@ fn embeddings_refused_for_anthropic() {
         model_cfg: &p.models[&r.model],
         endpoint: Endpoint::Embeddings,
     };
-    let e = for_kind(p.kind)
+    let e = for_kind(p.kind())
         .request(&ctx, &json!({"model": "smart", "input": "x"}))
         .unwrap_err();
     assert_eq!(

@@ -10,7 +10,7 @@
 use aws_smithy_eventstream::frame::{read_message_from, write_message_to};
 use aws_smithy_types::event_stream::{Header, HeaderValue, Message as AwsMessage};
 use aws_smithy_types::DateTime;
-use tollgate_core::translate::eventstream::{Decoder, EsError, Message};
+use tollgate_core::codec::eventstream::{encode, Decoder, EsError, Message};
 
 fn frame(headers: Vec<(&'static str, HeaderValue)>, payload: &[u8]) -> Vec<u8> {
     let headers = headers
@@ -221,4 +221,26 @@ fn truncated_stream_is_refused() {
     let (got, end) = decode(&[&bytes[..bytes.len() - 1]]);
     assert_eq!(got, expected[..2]);
     assert!(matches!(end, Err(EsError::Truncated(_))));
+}
+
+#[test]
+fn the_filters_test_encoder_writes_frames_aws_reads() {
+    let frame = encode(
+        &[(":event-type", "metadata"), (":message-type", "event")],
+        br#"{"usage":{"inputTokens":1}}"#,
+    );
+    let m = read_message_from(&frame[..]).unwrap();
+    let names: Vec<(&str, &HeaderValue)> = m
+        .headers()
+        .iter()
+        .map(|h| (h.name().as_str(), h.value()))
+        .collect();
+    assert_eq!(
+        names,
+        vec![
+            (":event-type", &HeaderValue::String("metadata".into())),
+            (":message-type", &HeaderValue::String("event".into())),
+        ]
+    );
+    assert_eq!(m.payload().as_ref(), br#"{"usage":{"inputTokens":1}}"#);
 }

@@ -8,6 +8,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
+use tollgate_core::config::Runtime;
 use tollgate_core::flow::{Action, Flow};
 use tollgate_core::host::fake::FakeHost;
 use tollgate_core::keys::XorShift;
@@ -119,7 +120,7 @@ fn a_full_batch_is_posted_by_the_answer_that_fills_it() {
         batch.borrow_mut().add(Report {
             tenant: "t".into(),
             key_id: format!("k{i}"),
-            model: "openai/gpt-4o-mini".into(),
+            model: Some("openai/gpt-4o-mini".into()),
             prompt_tokens: 1,
             completion_tokens: 1,
         });
@@ -575,6 +576,38 @@ fn models_list_and_one_model() {
 }
 
 #[test]
+fn one_model_id_is_percent_decoded() {
+    let rt = Arc::new(
+        Runtime::from_json(
+            br#"{"providers":{"bedrock":{"kind":"bedrock","cluster":"bedrock","region":"us-east-1",
+              "models":["anthropic.claude-3-haiku-20240307-v1:0"],
+              "keys":[{"id":"b1","access_key_id":"AKID","value":"secret"}]}}}"#,
+            &|_| None,
+        )
+        .unwrap(),
+    );
+    let want = "bedrock/anthropic.claude-3-haiku-20240307-v1:0";
+    for path in [
+        "/v1/models/bedrock/anthropic.claude-3-haiku-20240307-v1:0",
+        "/v1/models/bedrock%2Fanthropic.claude-3-haiku-20240307-v1%3A0",
+        "/v1/models/bedrock%2fanthropic%2Eclaude-3-haiku-20240307-v1%3a0",
+    ] {
+        let mut h = host("GET", path, b"");
+        Flow::new(Arc::clone(&rt)).on_request_headers(&mut h, true);
+        let (status, v) = reply(&h);
+        assert_eq!((status, v["id"].as_str()), (200, Some(want)), "{path}");
+    }
+    // Not UTF-8 once decoded: an OpenAI 404, not a crash.
+    let mut h = host("GET", "/v1/models/bedrock%2F%FF", b"");
+    Flow::new(rt).on_request_headers(&mut h, true);
+    let (status, v) = reply(&h);
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (404, Some("model_not_found"))
+    );
+}
+
+#[test]
 fn cooldown_after_429_and_401_is_shared_and_expires() {
     let mut h = host("POST", "/v1/chat/completions", &chat("openai/gpt-4o"));
     h.random = vec![0]; // openai-1
@@ -710,4 +743,160 @@ fn weighted_split_over_1000_requests() {
     }
     // Weights 3:1 → 750 expected; wide bounds.
     assert!((650..850).contains(&one), "openai-1 got {one}/1000");
+}
+
+fn titan_runtime() -> Arc<Runtime> {
+    Arc::new(
+        Runtime::from_json(
+            br#"{"providers":{"bedrock":{"kind":"bedrock","cluster":"bedrock","region":"us-east-1",
+              "models":["amazon.titan-embed-text-v2:0"],
+              "keys":[{"id":"b1","access_key_id":"AKID","value":"secret"}]}},
+              "usage_flush_ms":0}"#,
+            &|_| None,
+        )
+        .unwrap(),
+    )
+}
+
+fn titan_answer(values: &[f64], tokens: u64) -> Vec<u8> {
+    serde_json::to_vec(&json!({"embedding": values, "inputTextTokenCount": tokens})).unwrap()
+}
+
+/// Several inputs to Bedrock Titan (one input per call): one signed call
+/// per input, answers merged in request order whatever order they arrive in.
+#[test]
+fn titan_embeddings_fan_out_and_merge_in_order() {
+    let body = serde_json::to_vec(&json!({"model": "bedrock/amazon.titan-embed-text-v2:0",
+        "input": ["alpha", "beta", "gamma"], "dimensions": 2}))
+    .unwrap();
+    let mut h = host("POST", "/v1/embeddings", &body);
+    let mut f = Flow::new(titan_runtime());
+    assert_eq!(f.on_request_headers(&mut h, false), Action::Pause);
+    assert_eq!(f.on_request_body(&mut h, body.len(), true), Action::Pause);
+    assert!(h.local_reply.is_none(), "nothing answered before the calls");
+    assert_eq!(h.calls.len(), 3);
+    assert_eq!(
+        h.metrics
+            .get("tollgate.provider.bedrock.model.amazon_titan-embed-text-v2_0.requests"),
+        Some(&1),
+        "one client request, however many calls"
+    );
+    for (i, (cluster, headers, call_body)) in h.calls.iter().enumerate() {
+        assert_eq!(cluster, "bedrock");
+        let get = |n: &str| {
+            headers
+                .iter()
+                .find(|(k, _)| k == n)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(get(":method"), Some("POST"));
+        assert_eq!(
+            get(":path"),
+            Some("/model/amazon.titan-embed-text-v2%3A0/invoke")
+        );
+        assert_eq!(
+            get(":authority"),
+            Some("bedrock-runtime.us-east-1.amazonaws.com")
+        );
+        assert!(get("authorization")
+            .unwrap()
+            .starts_with("AWS4-HMAC-SHA256 Credential=AKID/"));
+        let v: Value = serde_json::from_slice(call_body).unwrap();
+        assert_eq!(
+            v,
+            json!({"inputText": (["alpha", "beta", "gamma"][i]), "dimensions": 2})
+        );
+    }
+    let signatures: std::collections::HashSet<_> = h
+        .calls
+        .iter()
+        .map(|(_, hs, _)| {
+            hs.iter()
+                .find(|(k, _)| k == "authorization")
+                .unwrap()
+                .1
+                .clone()
+        })
+        .collect();
+    assert_eq!(signatures.len(), 3, "each call is signed for its own body");
+    // Answers arrive out of order; unknown tokens are ignored.
+    f.on_call_response(&mut h, 3, 200, titan_answer(&[3.0, 3.5], 3));
+    f.on_call_response(&mut h, 99, 200, titan_answer(&[9.0, 9.0], 9));
+    f.on_call_response(&mut h, 1, 200, titan_answer(&[1.0, 1.5], 1));
+    assert!(h.local_reply.is_none(), "one call still out");
+    f.on_call_response(&mut h, 2, 200, titan_answer(&[2.0, 2.5], 2));
+    let (status, headers, _) = h.local_reply.clone().unwrap();
+    assert!(headers.contains(&("x-tollgate-provider".into(), "bedrock".into())));
+    let (_, v) = reply(&h);
+    assert_eq!(status, 200);
+    assert_eq!(v["object"], "list");
+    let data = v["data"].as_array().unwrap();
+    assert_eq!(data.len(), 3);
+    for (i, item) in data.iter().enumerate() {
+        assert_eq!(item["index"], i);
+        assert_eq!(item["embedding"], json!([i as f64 + 1.0, i as f64 + 1.5]));
+    }
+    assert_eq!(v["usage"], json!({"prompt_tokens": 6, "total_tokens": 6}));
+    // The reply passes back through the filter untouched; usage is reported.
+    h.resp_headers = vec![(":status".into(), "200".into())];
+    h.envoy_local_response = true;
+    assert_eq!(f.on_response_headers(&mut h, false), Action::Continue);
+    f.on_log(&mut h);
+    let report: Value = serde_json::from_slice(&h.posts[0].2).unwrap();
+    assert_eq!(report["model"], "bedrock/amazon.titan-embed-text-v2:0");
+    assert_eq!(report["prompt_tokens"], 6);
+    assert!(
+        h.metrics.keys().all(|k| !k.contains("errors.")),
+        "{:?}",
+        h.metrics
+    );
+}
+
+#[test]
+fn titan_fan_out_failure_is_the_first_in_order_and_cools_the_key() {
+    let body = serde_json::to_vec(&json!({"model": "bedrock/amazon.titan-embed-text-v2:0",
+        "input": ["a", "b"]}))
+    .unwrap();
+    let mut h = host("POST", "/v1/embeddings", &body);
+    let mut f = Flow::new(titan_runtime());
+    f.on_request_headers(&mut h, false);
+    assert_eq!(f.on_request_body(&mut h, body.len(), true), Action::Pause);
+    f.on_call_response(
+        &mut h,
+        2,
+        429,
+        br#"{"message":"Too many requests"}"#.to_vec(),
+    );
+    f.on_call_response(&mut h, 1, 200, titan_answer(&[1.0], 1));
+    let (status, v) = reply(&h);
+    assert_eq!(status, 429);
+    assert_eq!(v["error"]["code"], "rate_limit_exceeded");
+    assert!(h.shared.borrow().contains_key("tollgate.cooldown.b1"));
+
+    // No answer at all (timeout, connect failure): 502, not a hang.
+    let mut h = host("POST", "/v1/embeddings", &body);
+    let mut f = Flow::new(titan_runtime());
+    f.on_request_headers(&mut h, false);
+    f.on_request_body(&mut h, body.len(), true);
+    f.on_call_response(&mut h, 1, 0, Vec::new());
+    f.on_call_response(&mut h, 2, 200, titan_answer(&[1.0], 1));
+    let (status, v) = reply(&h);
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (502, Some("upstream_unavailable"))
+    );
+
+    // Too many inputs: refused before any call.
+    let many: Vec<String> = (0..65).map(|i| format!("t{i}")).collect();
+    let body = serde_json::to_vec(
+        &json!({"model": "bedrock/amazon.titan-embed-text-v2:0", "input": many}),
+    )
+    .unwrap();
+    let mut h = host("POST", "/v1/embeddings", &body);
+    let mut f = Flow::new(titan_runtime());
+    f.on_request_headers(&mut h, false);
+    f.on_request_body(&mut h, body.len(), true);
+    let (status, v) = reply(&h);
+    assert_eq!((status, v["error"]["param"].as_str()), (400, Some("input")));
+    assert!(h.calls.is_empty());
 }

@@ -276,10 +276,7 @@ fn fuzz_responses_and_streams_never_panic() {
             r#"{"usage":{"inputTokens":1,"outputTokens":2}}"#,
         ),
     ] {
-        bedrock_stream.extend(tollgate_core::translate::eventstream::event(
-            t,
-            p.as_bytes(),
-        ));
+        bedrock_stream.extend(tollgate_core::codec::eventstream::event(t, p.as_bytes()));
     }
     let openai_stream = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n".to_vec();
     for _ in 0..iters() {
@@ -352,7 +349,7 @@ fn fuzz_responses_and_streams_never_panic() {
 
 #[test]
 fn fuzz_event_stream_decoder_never_panics() {
-    use tollgate_core::translate::eventstream::{event, Decoder};
+    use tollgate_core::codec::eventstream::{event, Decoder};
     let mut r = XorShift::new(seed() ^ 0xe5e5);
     let mut good = event(
         "contentBlockDelta",

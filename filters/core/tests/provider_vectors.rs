@@ -4,8 +4,8 @@
 //! the event-stream translator on truncated and corrupted frames.
 
 use serde_json::{json, Value};
+use tollgate_core::codec::eventstream::{encode, event};
 use tollgate_core::config::{Key, Runtime};
-use tollgate_core::translate::eventstream::{encode, event};
 use tollgate_core::translate::{for_kind, Endpoint, RequestCtx, ResponseCtx, Usage};
 
 const CONFIG: &str = r#"{"providers": {
@@ -34,7 +34,7 @@ fn translate(model: &str, endpoint: Endpoint, body: Value) -> Req {
         model_cfg: &p.models[&r.model],
         endpoint,
     };
-    match for_kind(p.kind).request(&ctx, &body) {
+    match for_kind(p.kind()).request(&ctx, &body) {
         Ok(up) => Ok((up.path, serde_json::from_slice(&up.body).unwrap())),
         Err(e) => Err((e.status, e.param, e.code)),
     }
@@ -324,9 +324,10 @@ fn refusals_name_the_parameter() {
             "invalid_value",
         ),
         (
+            // Several inputs are fanned out (one Titan call each), up to 64.
             "bedrock/amazon.titan-embed-text-v2:0",
             Endpoint::Embeddings,
-            json!({"model": "x", "input": ["a", "b"]}),
+            json!({"model": "x", "input": (0..65).map(|i| format!("t{i}")).collect::<Vec<_>>()}),
             "input",
             "invalid_value",
         ),
@@ -368,7 +369,7 @@ fn respond(
     let rt = rt();
     let r = rt.resolve(kind_model).unwrap();
     let p = rt.provider(r.provider).unwrap();
-    let t = for_kind(p.kind)
+    let t = for_kind(p.kind())
         .response(
             &rctx(endpoint, false, base64),
             &serde_json::to_vec(&body).unwrap(),
@@ -533,7 +534,7 @@ fn bedrock_json_mode() {
     let p = rt.providers.iter().find(|p| p.name == "bedrock").unwrap();
     let mut ctx = rctx(Endpoint::Chat, true, false);
     ctx.json_mode = true;
-    let t = for_kind(p.kind)
+    let t = for_kind(p.kind())
         .response(
             &ctx,
             &serde_json::to_vec(
@@ -570,7 +571,7 @@ fn bedrock_json_mode() {
     ));
     ctx.stream = true;
     for i in 0..=s.len() {
-        let mut st = for_kind(p.kind).stream(&ctx);
+        let mut st = for_kind(p.kind()).stream(&ctx);
         let mut out = Vec::new();
         st.feed(&s[..i], &mut out);
         st.feed(&s[i..], &mut out);
@@ -588,7 +589,7 @@ fn bedrock_json_mode() {
 #[test]
 fn errors() {
     let rt = rt();
-    let tr = |name: &str| for_kind(rt.providers.iter().find(|p| p.name == name).unwrap().kind);
+    let tr = |name: &str| for_kind(rt.providers.iter().find(|p| p.name == name).unwrap().kind());
     let e = tr("gemini").error(400, br#"{"error":{"code":400,"message":"API key not valid. Please pass a valid API key.","status":"INVALID_ARGUMENT","details":[{"reason":"API_KEY_INVALID"}]}}"#);
     assert_eq!(
         (e.status, e.code.as_deref()),
@@ -642,6 +643,7 @@ fn auth_headers() {
         json_mode: false,
         prompt_estimate: 0,
         embed_base64: false,
+        fan_out: Vec::new(),
     };
     let b = by("bedrock");
     let p = &rt.providers[b];
@@ -649,7 +651,7 @@ fn auth_headers() {
         p.host.as_deref(),
         Some("bedrock-runtime.us-east-1.amazonaws.com")
     );
-    let h = for_kind(p.kind)
+    let h = for_kind(p.kind())
         .auth_headers(p, key(b), &req, 1_763_812_800_000)
         .unwrap();
     let names: Vec<&str> = h.iter().map(|(n, _)| *n).collect();
@@ -659,12 +661,12 @@ fn auth_headers() {
     );
     assert!(h[0].1.starts_with("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20251122/us-east-1/bedrock/aws4_request, SignedHeaders=content-type;host;x-amz-date;x-amz-security-token, Signature="));
     let g = by("gemini");
-    let h = for_kind(rt.providers[g].kind)
+    let h = for_kind(rt.providers[g].kind())
         .auth_headers(&rt.providers[g], key(g), &req, 0)
         .unwrap();
     assert_eq!(h, vec![("x-goog-api-key", "gk".to_string())]);
     let a = by("azure");
-    let h = for_kind(rt.providers[a].kind)
+    let h = for_kind(rt.providers[a].kind())
         .auth_headers(&rt.providers[a], key(a), &req, 0)
         .unwrap();
     assert_eq!(h, vec![("api-key", "azk".to_string())]);
@@ -684,7 +686,7 @@ fn run_stream(model: &str, include_usage: bool, parts: &[&[u8]]) -> (Vec<u8>, Op
     let p = rt.provider(r.provider).unwrap();
     let mut ctx = rctx(Endpoint::Chat, include_usage, false);
     ctx.stream = true;
-    let mut t = for_kind(p.kind).stream(&ctx);
+    let mut t = for_kind(p.kind()).stream(&ctx);
     let mut out = Vec::new();
     for part in parts {
         t.feed(part, &mut out);
@@ -1030,8 +1032,8 @@ mod flow_level {
             "{auth}"
         );
         // The signature covers the body that is actually sent.
-        let sent =
-            tollgate_core::translate::sigv4::sign(&tollgate_core::translate::sigv4::SignInput {
+        let sent = tollgate_core::credentials::sigv4::sign(
+            &tollgate_core::credentials::sigv4::SignInput {
                 method: "POST",
                 path: "/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse",
                 host: "bedrock-runtime.us-east-1.amazonaws.com",
@@ -1043,7 +1045,8 @@ mod flow_level {
                 region: "us-east-1",
                 service: "bedrock",
                 now_ms: h.now,
-            });
+            },
+        );
         assert_eq!(sent[0].1, auth);
     }
 

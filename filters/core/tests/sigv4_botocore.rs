@@ -3,7 +3,7 @@
 //! `.venv/bin/python filters/core/tests/gen_sigv4_vectors.py`).
 
 use serde_json::Value;
-use tollgate_core::translate::sigv4::{sign, SignInput};
+use tollgate_core::credentials::sigv4::{sign, SignInput};
 
 #[test]
 fn matches_botocore() {

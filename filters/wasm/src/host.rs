@@ -325,6 +325,23 @@ impl Host for WasmHost {
         }
         r
     }
+    fn call(
+        &mut self,
+        cluster: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        timeout_ms: u64,
+    ) -> Option<u32> {
+        // Made by this request's context, so the answer comes back to it.
+        proxy_wasm::hostcalls::dispatch_http_call(
+            cluster,
+            headers.to_vec(),
+            Some(body),
+            vec![],
+            Duration::from_millis(timeout_ms),
+        )
+        .ok()
+    }
     fn metric(&mut self, kind: MetricKind, name: &str, value: u64) {
         let id = METRICS.with(|m| {
             let mut m = m.borrow_mut();

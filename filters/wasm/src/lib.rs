@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::{Action as WasmAction, BufferType, ContextType, LogLevel};
+use proxy_wasm::types::{Action as WasmAction, BufferType, ContextType, LogLevel, MapType};
 use tollgate_core::config::Runtime;
 use tollgate_core::error::{ApiError, SERVER};
 use tollgate_core::flow::{Action, Flow};
@@ -143,7 +143,31 @@ fn action(a: Action) -> WasmAction {
     }
 }
 
-impl Context for Http {}
+impl Context for Http {
+    /// The answer to one call of a fan-out (see `Flow::on_call_response`).
+    fn on_http_call_response(
+        &mut self,
+        token_id: u32,
+        _num_headers: usize,
+        body_size: usize,
+        _num_trailers: usize,
+    ) {
+        let status =
+            proxy_wasm::hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status")
+                .ok()
+                .flatten()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+        let body =
+            proxy_wasm::hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
+                .ok()
+                .flatten()
+                .unwrap_or_default();
+        if let Some(f) = self.flow.as_mut() {
+            f.on_call_response(&mut self.host, token_id, status, body);
+        }
+    }
+}
 
 impl HttpContext for Http {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> WasmAction {

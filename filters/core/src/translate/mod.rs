@@ -8,19 +8,18 @@
 //! here and one arm in [`for_kind`]; the request flow does not change.
 
 pub mod chat_ir;
-pub mod eventstream;
+mod chunk;
 pub mod openai_anthropic;
 pub mod openai_azure;
 pub mod openai_bedrock;
 pub mod openai_gemini;
 pub mod openai_openai;
-pub mod sigv4;
 
 use serde_json::{Map, Value};
 
+use crate::codec::sse::{Event, SseParser};
 use crate::config::{Key, Kind, ModelCfg, Provider};
 use crate::error::{ApiError, INVALID_REQUEST, RATE_LIMIT, SERVER};
-use crate::sse::{Event, SseParser};
 
 /// Token usage of one completion, as the client sees it (OpenAI semantics:
 /// `prompt_tokens` includes cached prompt tokens).
@@ -83,6 +82,27 @@ pub struct UpstreamRequest {
     /// Embeddings translated by the filter: the client asked for
     /// `encoding_format: base64`.
     pub embed_base64: bool,
+    /// More bodies for the same path, one call each, whose answers are
+    /// merged in order after `body`'s ([`merge_embeddings`]): a provider
+    /// that embeds one input per call (Bedrock Titan) gets several inputs
+    /// this way.
+    pub fan_out: Vec<Vec<u8>>,
+}
+
+impl UpstreamRequest {
+    /// A copy without the bodies (for one call of a fan-out).
+    pub fn clone_head(&self) -> UpstreamRequest {
+        UpstreamRequest {
+            path: self.path.clone(),
+            body: Vec::new(),
+            stream: self.stream,
+            include_usage: self.include_usage,
+            json_mode: self.json_mode,
+            prompt_estimate: self.prompt_estimate,
+            embed_base64: self.embed_base64,
+            fan_out: Vec::new(),
+        }
+    }
 }
 
 /// What response translators need to know about the request.
@@ -437,6 +457,49 @@ pub fn embedding_list(data: Vec<Value>, model: &str, prompt_tokens: u64) -> Valu
     })
 }
 
+/// OpenAI embedding lists (translated answers to the calls of a fan-out,
+/// in request order) → one list, items re-indexed in order, prompt tokens
+/// summed.
+pub fn merge_embeddings(lists: &[Vec<u8>], model: &str) -> Result<(Vec<u8>, Usage), ApiError> {
+    let bad = || {
+        ApiError::new(
+            502,
+            SERVER,
+            "provider_error",
+            "The provider returned a malformed response",
+        )
+    };
+    let mut data = Vec::with_capacity(lists.len());
+    let mut prompt_tokens = 0u64;
+    for list in lists {
+        let v: Value = serde_json::from_slice(list).map_err(|_| bad())?;
+        let items = v.get("data").and_then(Value::as_array).ok_or_else(bad)?;
+        for item in items {
+            let mut item = item.clone();
+            if let Some(o) = item.as_object_mut() {
+                o.insert("index".into(), Value::from(data.len()));
+            }
+            data.push(item);
+        }
+        prompt_tokens = prompt_tokens.saturating_add(
+            v.get("usage")
+                .and_then(|u| u.get("prompt_tokens"))
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
+        );
+    }
+    let body =
+        serde_json::to_vec(&embedding_list(data, model, prompt_tokens)).map_err(|_| bad())?;
+    Ok((
+        body,
+        Usage {
+            prompt_tokens,
+            completion_tokens: 0,
+            cached_tokens: 0,
+        },
+    ))
+}
+
 /// Standard base64 with padding.
 pub fn base64_encode(bytes: &[u8]) -> String {
     const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -483,21 +546,6 @@ pub(crate) fn assistant_message(text: String, calls: Vec<Value>) -> Value {
     }
     message.insert("refusal".into(), Value::Null);
     Value::Object(message)
-}
-
-/// The end of a `chat.completion.chunk` whose prefix and delta are written:
-/// `,"logprobs":null,"finish_reason":…}]}` and the SSE event's end.
-pub(crate) fn chunk_tail(out: &mut Vec<u8>, finish: Option<&str>) {
-    out.extend_from_slice(b",\"logprobs\":null,\"finish_reason\":");
-    match finish {
-        Some(f) => {
-            out.push(b'"');
-            out.extend_from_slice(f.as_bytes());
-            out.push(b'"');
-        }
-        None => out.extend_from_slice(b"null"),
-    }
-    out.extend_from_slice(b"}]}\n\n");
 }
 
 /// Append `data: <json>\n\n`.

@@ -19,19 +19,18 @@
 //! `stop_reason` → `finish_reason`, usage with cache tokens counted in
 //! `prompt_tokens` (OpenAI semantics) and reported as `cached_tokens`.
 
-use std::fmt::Write as _;
-
 use serde_json::{json, Map, Value};
 
 use super::chat_ir::{self, Accept, Chat, Part, Role, ToolChoice};
+use super::chunk::ChunkWriter;
 use super::{
-    assistant_message, chunk_tail, feed_sse, finish_sse, include_usage_flag, push_stream_error,
-    upstream_error, usage_json, Endpoint, RequestCtx, ResponseCtx, SseEvents, StreamTranslator,
-    Translated, Translator, UpstreamRequest, Usage, DONE,
+    assistant_message, feed_sse, finish_sse, include_usage_flag, upstream_error, usage_json,
+    Endpoint, RequestCtx, ResponseCtx, SseEvents, StreamTranslator, Translated, Translator,
+    UpstreamRequest, Usage,
 };
-use crate::config::{Key, Kind, Provider};
+use crate::codec::sse::{Event, SseParser};
+use crate::config::{Api, Key, Kind, Provider, DEFAULT_ANTHROPIC_VERSION};
 use crate::error::{ApiError, INVALID_REQUEST};
-use crate::sse::{Event, SseParser};
 
 pub struct OpenAiAnthropic;
 
@@ -199,6 +198,7 @@ impl Translator for OpenAiAnthropic {
             json_mode,
             prompt_estimate: 0,
             embed_base64: false,
+            fan_out: Vec::new(),
         })
     }
 
@@ -210,8 +210,14 @@ impl Translator for OpenAiAnthropic {
         _now_ms: u64,
     ) -> Result<Vec<(&'static str, String)>, ApiError> {
         Ok(vec![
-            ("x-api-key", key.value.clone()),
-            ("anthropic-version", provider.version.clone()),
+            crate::credentials::api_key("x-api-key", key),
+            (
+                "anthropic-version",
+                match &provider.api {
+                    Api::Anthropic { version } => version.clone(),
+                    _ => DEFAULT_ANTHROPIC_VERSION.to_string(),
+                },
+            ),
         ])
     }
 
@@ -339,18 +345,13 @@ fn translate_response(ctx: &ResponseCtx, v: &Value) -> (Value, Usage) {
 /// Anthropic SSE → OpenAI `chat.completion.chunk` SSE, one event at a time.
 pub struct AnthropicStream {
     parser: SseParser,
-    include_usage: bool,
-    created: u64,
-    /// `data: {"id":..,"object":..,"created":..,"model":..,"choices":[{"index":0,"delta":`
-    prefix: String,
+    w: ChunkWriter,
     /// Anthropic content-block index → OpenAI tool_call index.
     tool_index: Vec<(u64, u32)>,
     next_tool: u32,
     usage: Usage,
     saw_usage: bool,
     finish: Option<&'static str>,
-    done: bool,
-    first_token: bool,
     json_mode: bool,
     /// JSON mode: Anthropic block index of the forced tool, streamed as content.
     json_block: Option<u64>,
@@ -360,63 +361,24 @@ impl AnthropicStream {
     pub fn new(ctx: &ResponseCtx) -> AnthropicStream {
         AnthropicStream {
             parser: SseParser::default(),
-            include_usage: ctx.include_usage,
-            created: ctx.created,
-            prefix: String::new(),
+            w: ChunkWriter::new(ctx),
             tool_index: Vec::new(),
             next_tool: 0,
             usage: Usage::default(),
             saw_usage: false,
             finish: None,
-            done: false,
-            first_token: false,
             json_mode: ctx.json_mode,
             json_block: None,
         }
     }
 
-    fn set_prefix(&mut self, id: &str, model: &str) {
-        let id = serde_json::to_string(id).unwrap_or_else(|_| "\"\"".into());
-        let model = serde_json::to_string(model).unwrap_or_else(|_| "\"\"".into());
-        self.prefix.clear();
-        let _ = write!(
-            self.prefix,
-            "data: {{\"id\":{id},\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{model},\"choices\":[{{\"index\":0,\"delta\":",
-            self.created
-        );
-    }
-
     fn chunk(&mut self, out: &mut Vec<u8>, delta: &str, finish: Option<&str>) {
-        if !self.first_token
-            && (delta.starts_with("{\"content\"") || delta.starts_with("{\"tool_calls\""))
-        {
-            self.first_token = true;
-        }
-        if self.prefix.is_empty() {
-            self.set_prefix("", "");
-        }
-        out.extend_from_slice(self.prefix.as_bytes());
-        out.extend_from_slice(delta.as_bytes());
-        chunk_tail(out, finish);
+        self.w.delta(out, delta, finish);
     }
 
     fn end(&mut self, out: &mut Vec<u8>) {
         let f = self.finish.unwrap_or("stop");
-        self.chunk(out, "{}", Some(f));
-        if self.include_usage {
-            let mut s = self.prefix.clone();
-            // Usage chunk: same envelope, empty choices.
-            if let Some(pos) = s.find("\"choices\":[") {
-                s.truncate(pos);
-            }
-            out.extend_from_slice(s.as_bytes());
-            let u = usage_json(&self.usage).to_string();
-            out.extend_from_slice(b"\"choices\":[],\"usage\":");
-            out.extend_from_slice(u.as_bytes());
-            out.extend_from_slice(b"}\n\n");
-        }
-        out.extend_from_slice(DONE);
-        self.done = true;
+        self.w.end(out, f, self.usage);
     }
 }
 
@@ -426,11 +388,11 @@ impl SseEvents for AnthropicStream {
     }
 
     fn is_done(&self) -> bool {
-        self.done
+        self.w.is_done()
     }
 
     fn on_event(&mut self, ev: Event, out: &mut Vec<u8>) {
-        if self.done || ev.data.is_empty() {
+        if self.w.is_done() || ev.data.is_empty() {
             return;
         }
         let Ok(v) = serde_json::from_str::<Value>(&ev.data) else {
@@ -445,7 +407,7 @@ impl SseEvents for AnthropicStream {
                 let m = v.get("message").unwrap_or(&Value::Null);
                 let id = m.get("id").and_then(Value::as_str).unwrap_or("");
                 let model = m.get("model").and_then(Value::as_str).unwrap_or("");
-                self.set_prefix(id, model);
+                self.w.open(id, model);
                 if let Some(u) = m.get("usage") {
                     self.usage = parse_usage(u);
                     self.saw_usage = true;
@@ -580,8 +542,7 @@ impl SseEvents for AnthropicStream {
     }
 
     fn error_event(&mut self, out: &mut Vec<u8>, status: u16, message: &str) {
-        push_stream_error(out, status, message);
-        self.done = true;
+        self.w.fail(out, status, message);
     }
 }
 
@@ -601,6 +562,6 @@ impl StreamTranslator for AnthropicStream {
     }
 
     fn first_token_seen(&self) -> bool {
-        self.first_token
+        self.w.first_token_seen()
     }
 }

@@ -2,9 +2,11 @@
 //! [`super::openai_openai::prepare`]); the path names the model's deployment
 //! and carries `api-version`, the key goes in `api-key`. Answers pass through
 //! (Azure's `prompt_filter_results` / `content_filter_results` are extra
-//! fields OpenAI clients ignore), except that the stream's content-filter
-//! chunk with `choices: []` and no usage, which Azure sends first, is dropped:
-//! many OpenAI clients read `choices[0]` of every chunk.
+//! fields OpenAI clients ignore), except a stream's content-filter chunks
+//! (empty `object`, `id` and `model`; no choices, or choices with only
+//! filter results): they are dropped, since many OpenAI clients read
+//! `choices[0]` of every chunk and check its `object`
+//! (`openai_openai::azure_chunk`).
 
 use serde_json::Value;
 
@@ -13,7 +15,7 @@ use super::{
     upstream_error, RequestCtx, ResponseCtx, StreamTranslator, Translated, Translator,
     UpstreamRequest,
 };
-use crate::config::{Key, Kind, Provider};
+use crate::config::{Api, Key, Kind, Provider, DEFAULT_AZURE_API_VERSION};
 use crate::error::ApiError;
 
 pub struct OpenAiAzure;
@@ -25,16 +27,24 @@ impl Translator for OpenAiAzure {
 
     fn request(&self, ctx: &RequestCtx<'_>, body: &Value) -> Result<UpstreamRequest, ApiError> {
         let (bytes, suffix, stream, include_usage) = prepare(ctx, body)?;
-        let deployment = ctx
-            .provider
-            .deployments
-            .get(ctx.model)
-            .map(String::as_str)
-            .unwrap_or(ctx.model);
+        let (deployment, api_version) = match &ctx.provider.api {
+            Api::Azure {
+                deployments,
+                api_version,
+                ..
+            } => (
+                deployments
+                    .get(ctx.model)
+                    .map(String::as_str)
+                    .unwrap_or(ctx.model),
+                api_version.as_str(),
+            ),
+            _ => (ctx.model, DEFAULT_AZURE_API_VERSION),
+        };
         Ok(UpstreamRequest {
             path: format!(
                 "{}/deployments/{}{}?api-version={}",
-                ctx.provider.base_path, deployment, suffix, ctx.provider.api_version
+                ctx.provider.base_path, deployment, suffix, api_version
             ),
             body: bytes,
             stream,
@@ -42,6 +52,7 @@ impl Translator for OpenAiAzure {
             json_mode: false,
             prompt_estimate: 0,
             embed_base64: false,
+            fan_out: Vec::new(),
         })
     }
 
@@ -52,7 +63,7 @@ impl Translator for OpenAiAzure {
         _req: &UpstreamRequest,
         _now_ms: u64,
     ) -> Result<Vec<(&'static str, String)>, ApiError> {
-        Ok(vec![("api-key", key.value.clone())])
+        Ok(vec![crate::credentials::api_key("api-key", key)])
     }
 
     fn passthrough(&self) -> bool {
@@ -84,6 +95,14 @@ data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage
 data: [DONE]\n\n";
 
     fn run(include_usage: bool, split: usize) -> (String, Option<crate::translate::Usage>) {
+        run_on(STREAM, include_usage, split)
+    }
+
+    fn run_on(
+        stream: &str,
+        include_usage: bool,
+        split: usize,
+    ) -> (String, Option<crate::translate::Usage>) {
         let ctx = ResponseCtx {
             endpoint: Endpoint::Chat,
             stream: true,
@@ -96,11 +115,36 @@ data: [DONE]\n\n";
         };
         let mut t = OpenAiAzure.stream(&ctx);
         let mut out = Vec::new();
-        let (a, b) = STREAM.as_bytes().split_at(split);
+        let (a, b) = stream.as_bytes().split_at(split);
         t.feed(a, &mut out);
         t.feed(b, &mut out);
         t.finish(&mut out);
         (String::from_utf8(out).unwrap(), t.usage())
+    }
+
+    #[test]
+    fn every_content_filter_chunk_is_dropped_or_made_valid() {
+        let stream = "data: {\"created\":0,\"id\":\"\",\"model\":\"\",\"object\":\"\",\"prompt_filter_results\":[{\"prompt_index\":0,\"content_filter_results\":{}}]}\n\n\
+data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n\
+data: {\"choices\":[{\"content_filter_offsets\":{\"check_offset\":0,\"start_offset\":0,\"end_offset\":2},\"content_filter_results\":{},\"finish_reason\":null,\"index\":0}],\"created\":0,\"id\":\"\",\"model\":\"\",\"object\":\"\"}\n\n\
+data: {\"choices\": [], \"id\": \"\", \"object\": \"\", \"prompt_filter_results\": []}\n\n\
+data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"!\"},\"finish_reason\":null}],\"id\":\"\",\"model\":\"\",\"object\":\"\"}\n\n\
+data: [DONE]\n\n";
+        for i in 0..=stream.len() {
+            let (out, _) = run_on(stream, true, i);
+            let events: Vec<&str> = out.split("\n\n").filter(|e| !e.is_empty()).collect();
+            assert_eq!(events.len(), 3, "split {i}: {out}");
+            assert_eq!(events[2], "data: [DONE]");
+            let texts: Vec<Value> = events[..2]
+                .iter()
+                .map(|e| serde_json::from_str(e.strip_prefix("data: ").unwrap()).unwrap())
+                .collect();
+            for v in &texts {
+                assert_eq!(v["object"], "chat.completion.chunk", "split {i}: {v}");
+            }
+            assert_eq!(texts[0]["choices"][0]["delta"]["content"], "Hi");
+            assert_eq!(texts[1]["choices"][0]["delta"]["content"], "!");
+        }
     }
 
     #[test]

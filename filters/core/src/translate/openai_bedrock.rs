@@ -1,5 +1,5 @@
 //! OpenAI → Amazon Bedrock Converse / ConverseStream (and Titan text
-//! embeddings through InvokeModel), signed with SigV4 ([`super::sigv4`]).
+//! embeddings through InvokeModel), signed with SigV4 ([`crate::credentials::sigv4`]).
 //!
 //! Request: system/developer messages → `system` text blocks; turns →
 //! `messages` with content blocks (`text`; data: URL images → `image` with
@@ -22,7 +22,7 @@
 //! content_filter; usage `inputTokens` (+ cache read/write) / `outputTokens`.
 //!
 //! Stream: the event-stream frames are decoded incrementally
-//! ([`super::eventstream`], CRC-checked); `messageStart` → role chunk,
+//! ([`crate::codec::eventstream`], CRC-checked); `messageStart` → role chunk,
 //! `contentBlockStart` (tool use) → tool call header, `contentBlockDelta`
 //! text / tool input fragments → content / argument deltas (never
 //! re-split), `messageStop` → finish reason, `metadata` → usage and the end
@@ -32,16 +32,16 @@
 use serde_json::{json, Map, Value};
 
 use super::chat_ir::{self, Accept, Part, Role, ToolChoice};
-use super::eventstream::{Decoder, Message};
+use super::chunk::ChunkWriter;
 use super::openai_openai::error_message;
-use super::sigv4::{self, uri_encode, SignInput};
 use super::{
-    assistant_message, chunk_tail, embedding_base64, embedding_dimensions, embedding_inputs,
-    embedding_item, embedding_list, push_stream_error, upstream_error, usage_json, Endpoint,
-    RequestCtx, ResponseCtx, StreamTranslator, Translated, Translator, UpstreamRequest, Usage,
-    DONE,
+    assistant_message, embedding_base64, embedding_dimensions, embedding_inputs, embedding_item,
+    embedding_list, upstream_error, usage_json, Endpoint, RequestCtx, ResponseCtx,
+    StreamTranslator, Translated, Translator, UpstreamRequest, Usage,
 };
-use crate::config::{Key, Kind, Provider};
+use crate::codec::eventstream::{Decoder, Message};
+use crate::config::{Api, Key, Kind, Provider};
+use crate::credentials::sigv4::{self, uri_encode, SignInput};
 use crate::error::{ApiError, INVALID_REQUEST, SERVER};
 
 pub struct OpenAiBedrock;
@@ -49,6 +49,8 @@ pub struct OpenAiBedrock;
 const PROVIDER: &str = "bedrock";
 /// Embedding models served through InvokeModel (model id prefix).
 pub const EMBEDDING_PREFIX: &str = "amazon.titan-embed-text";
+/// Most inputs of one embeddings request (one Titan call each).
+pub const MAX_EMBEDDING_INPUTS: usize = 64;
 
 /// Name of the forced tool that carries JSON-mode answers.
 pub const JSON_TOOL: &str = "json_response";
@@ -203,6 +205,7 @@ impl Translator for OpenAiBedrock {
                     json_mode,
                     prompt_estimate: 0,
                     embed_base64: false,
+                    fan_out: Vec::new(),
                 })
             }
             Endpoint::Embeddings => {
@@ -228,26 +231,38 @@ impl Translator for OpenAiBedrock {
                 }) {
                     return Err(ApiError::unsupported_param(k, PROVIDER));
                 }
+                // Titan embeds one input per call: several inputs are fanned
+                // out, one call each, and the answers merged in order.
                 let inputs = embedding_inputs(body, PROVIDER)?;
-                let [text] = inputs.as_slice() else {
+                if inputs.len() > MAX_EMBEDDING_INPUTS {
                     return Err(ApiError::bad_param(
                         "input",
-                        "Provider 'bedrock' (Titan) embeds one input per request: send a string or an array of one string",
+                        format!("Provider 'bedrock' (Titan) embeds one input per call: at most {MAX_EMBEDDING_INPUTS} inputs per request"),
                     ));
-                };
-                let mut req = json!({"inputText": text});
-                if let (Some(d), Some(o)) = (embedding_dimensions(body)?, req.as_object_mut()) {
-                    o.insert("dimensions".into(), json!(d));
                 }
+                let dimensions = embedding_dimensions(body)?;
+                let mut bodies = Vec::with_capacity(inputs.len());
+                for text in &inputs {
+                    let mut req = json!({"inputText": text});
+                    if let (Some(d), Some(o)) = (dimensions, req.as_object_mut()) {
+                        o.insert("dimensions".into(), json!(d));
+                    }
+                    bodies.push(
+                        serde_json::to_vec(&req)
+                            .map_err(|e| ApiError::invalid_json(&e.to_string()))?,
+                    );
+                }
+                let mut bodies = bodies.into_iter();
+                let first = bodies.next().unwrap_or_default();
                 Ok(UpstreamRequest {
                     path: format!("{base}/model/{model}/invoke"),
-                    body: serde_json::to_vec(&req)
-                        .map_err(|e| ApiError::invalid_json(&e.to_string()))?,
+                    body: first,
                     stream: false,
                     include_usage: false,
                     json_mode: false,
                     prompt_estimate: 0,
                     embed_base64: embedding_base64(body)?,
+                    fan_out: bodies.collect(),
                 })
             }
         }
@@ -270,6 +285,10 @@ impl Translator for OpenAiBedrock {
         };
         let access = key.access_key_id.as_deref().ok_or_else(missing)?;
         let host = provider.host.as_deref().unwrap_or("");
+        let region = match &provider.api {
+            Api::Bedrock { region } => region.as_str(),
+            _ => "",
+        };
         Ok(sigv4::sign(&SignInput {
             method: "POST",
             path: &req.path,
@@ -279,7 +298,7 @@ impl Translator for OpenAiBedrock {
             access_key_id: access,
             secret: &key.value,
             session_token: key.session_token.as_deref(),
-            region: &provider.region,
+            region,
             service: "bedrock",
             now_ms,
         }))
@@ -417,16 +436,13 @@ fn chat_response(ctx: &ResponseCtx, v: &Value) -> (Value, Usage) {
 /// ConverseStream (event-stream frames) → OpenAI chunks.
 pub struct BedrockStream {
     decoder: Decoder,
-    include_usage: bool,
-    prefix: String,
+    w: ChunkWriter,
     /// Bedrock content-block index → OpenAI tool index.
     tool_index: Vec<(u64, u32)>,
     next_tool: u32,
     usage: Option<Usage>,
     finish: Option<&'static str>,
     started: bool,
-    done: bool,
-    first_token: bool,
     json_mode: bool,
     /// JSON mode: block index of the forced tool, streamed as content.
     json_block: Option<u64>,
@@ -434,30 +450,23 @@ pub struct BedrockStream {
 
 impl BedrockStream {
     pub fn new(ctx: &ResponseCtx) -> BedrockStream {
+        let mut w = ChunkWriter::new(ctx);
+        w.open("chatcmpl-bedrock", &ctx.model);
         BedrockStream {
             decoder: Decoder::default(),
-            include_usage: ctx.include_usage,
-            prefix: format!(
-                "data: {{\"id\":\"chatcmpl-bedrock\",\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{},\"choices\":[{{\"index\":0,\"delta\":",
-                ctx.created,
-                json!(ctx.model)
-            ),
+            w,
             tool_index: Vec::new(),
             next_tool: 0,
             usage: None,
             finish: None,
             started: false,
-            done: false,
-            first_token: false,
             json_mode: ctx.json_mode,
             json_block: None,
         }
     }
 
     fn chunk(&mut self, out: &mut Vec<u8>, delta: &Value, finish: Option<&str>) {
-        out.extend_from_slice(self.prefix.as_bytes());
-        out.extend_from_slice(delta.to_string().as_bytes());
-        chunk_tail(out, finish);
+        self.w.delta_value(out, delta, finish);
     }
 
     fn start(&mut self, out: &mut Vec<u8>) {
@@ -468,31 +477,17 @@ impl BedrockStream {
     }
 
     fn error_event(&mut self, out: &mut Vec<u8>, status: u16, message: &str) {
-        push_stream_error(out, status, message);
-        self.done = true;
+        self.w.fail(out, status, message);
     }
 
     fn end(&mut self, out: &mut Vec<u8>) {
         self.start(out);
         let f = self.finish.unwrap_or("stop");
-        self.chunk(out, &json!({}), Some(f));
-        if self.include_usage {
-            let u = self.usage.unwrap_or_default();
-            let mut s = self.prefix.clone();
-            if let Some(pos) = s.find("\"choices\":[") {
-                s.truncate(pos);
-            }
-            out.extend_from_slice(s.as_bytes());
-            out.extend_from_slice(b"\"choices\":[],\"usage\":");
-            out.extend_from_slice(usage_json(&u).to_string().as_bytes());
-            out.extend_from_slice(b"}\n\n");
-        }
-        out.extend_from_slice(DONE);
-        self.done = true;
+        self.w.end(out, f, self.usage.unwrap_or_default());
     }
 
     fn on_message(&mut self, m: Message, out: &mut Vec<u8>) {
-        if self.done {
+        if self.w.is_done() {
             return;
         }
         let v: Value = serde_json::from_slice(&m.payload).unwrap_or(Value::Null);
@@ -536,7 +531,6 @@ impl BedrockStream {
                     let k = self.next_tool;
                     self.next_tool += 1;
                     self.tool_index.push((idx, k));
-                    self.first_token = true;
                     let d = json!({"tool_calls": [{
                         "index": k,
                         "id": tu.get("toolUseId").cloned().unwrap_or(Value::Null),
@@ -555,7 +549,6 @@ impl BedrockStream {
                 let d = v.get("delta").unwrap_or(&Value::Null);
                 if let Some(t) = d.get("text").and_then(Value::as_str) {
                     if !t.is_empty() {
-                        self.first_token = true;
                         self.chunk(out, &json!({"content": t}), None);
                     }
                 } else if let Some(input) = d
@@ -565,7 +558,6 @@ impl BedrockStream {
                     .filter(|_| self.json_block == Some(idx))
                 {
                     if !input.is_empty() {
-                        self.first_token = true;
                         self.chunk(out, &json!({"content": input}), None);
                     }
                 } else if let Some(input) = d
@@ -609,7 +601,7 @@ impl BedrockStream {
 
 impl StreamTranslator for BedrockStream {
     fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
-        if self.done {
+        if self.w.is_done() {
             return;
         }
         let mut msgs = Vec::new();
@@ -618,7 +610,7 @@ impl StreamTranslator for BedrockStream {
             self.on_message(m, out);
         }
         if let Err(e) = r {
-            if !self.done {
+            if !self.w.is_done() {
                 self.error_event(
                     out,
                     502,
@@ -629,7 +621,7 @@ impl StreamTranslator for BedrockStream {
     }
 
     fn finish(&mut self, out: &mut Vec<u8>) {
-        if self.done {
+        if self.w.is_done() {
             return;
         }
         if let Err(e) = self.decoder.finish() {
@@ -653,6 +645,6 @@ impl StreamTranslator for BedrockStream {
     }
 
     fn first_token_seen(&self) -> bool {
-        self.first_token
+        self.w.first_token_seen()
     }
 }

@@ -25,15 +25,16 @@
 use serde_json::{json, Map, Value};
 
 use super::chat_ir::{self, Accept, Part, Role, ToolChoice};
+use super::chunk::ChunkWriter;
 use super::{
-    assistant_message, chunk_tail, embedding_base64, embedding_dimensions, embedding_inputs,
-    embedding_item, embedding_list, estimate_tokens, feed_sse, finish_sse, push_stream_error,
-    upstream_error, usage_json, Endpoint, RequestCtx, ResponseCtx, SseEvents, StreamTranslator,
-    Translated, Translator, UpstreamRequest, Usage, DONE,
+    assistant_message, embedding_base64, embedding_dimensions, embedding_inputs, embedding_item,
+    embedding_list, estimate_tokens, feed_sse, finish_sse, upstream_error, usage_json, Endpoint,
+    RequestCtx, ResponseCtx, SseEvents, StreamTranslator, Translated, Translator, UpstreamRequest,
+    Usage,
 };
+use crate::codec::sse::{Event, SseParser};
 use crate::config::{Key, Kind, Provider};
 use crate::error::{ApiError, SERVER};
-use crate::sse::{Event, SseParser};
 
 pub struct OpenAiGemini;
 
@@ -211,6 +212,7 @@ impl Translator for OpenAiGemini {
                     json_mode: false,
                     prompt_estimate: 0,
                     embed_base64: false,
+                    fan_out: Vec::new(),
                 })
             }
             Endpoint::Embeddings => {
@@ -249,6 +251,7 @@ impl Translator for OpenAiGemini {
                     json_mode: false,
                     prompt_estimate: estimate,
                     embed_base64: base64,
+                    fan_out: Vec::new(),
                 })
             }
         }
@@ -261,7 +264,7 @@ impl Translator for OpenAiGemini {
         _req: &UpstreamRequest,
         _now_ms: u64,
     ) -> Result<Vec<(&'static str, String)>, ApiError> {
-        Ok(vec![("x-goog-api-key", key.value.clone())])
+        Ok(vec![crate::credentials::api_key("x-goog-api-key", key)])
     }
 
     fn response(&self, ctx: &ResponseCtx, body: &[u8]) -> Result<Translated, ApiError> {
@@ -435,39 +438,29 @@ fn chat_response(ctx: &ResponseCtx, v: &Value) -> (Value, Usage) {
 /// Gemini SSE (one `GenerateContentResponse` per event) → OpenAI chunks.
 pub struct GeminiStream {
     parser: SseParser,
-    include_usage: bool,
-    created: u64,
+    w: ChunkWriter,
     model: String,
-    prefix: String,
     started: bool,
     next_tool: usize,
     usage: Option<Usage>,
     finish: Option<&'static str>,
-    done: bool,
-    first_token: bool,
 }
 
 impl GeminiStream {
     pub fn new(ctx: &ResponseCtx) -> GeminiStream {
         GeminiStream {
             parser: SseParser::default(),
-            include_usage: ctx.include_usage,
-            created: ctx.created,
+            w: ChunkWriter::new(ctx),
             model: ctx.model.clone(),
-            prefix: String::new(),
             started: false,
             next_tool: 0,
             usage: None,
             finish: None,
-            done: false,
-            first_token: false,
         }
     }
 
     fn chunk(&mut self, out: &mut Vec<u8>, delta: &Value, finish: Option<&str>) {
-        out.extend_from_slice(self.prefix.as_bytes());
-        out.extend_from_slice(delta.to_string().as_bytes());
-        chunk_tail(out, finish);
+        self.w.delta_value(out, delta, finish);
     }
 }
 
@@ -477,11 +470,11 @@ impl SseEvents for GeminiStream {
     }
 
     fn is_done(&self) -> bool {
-        self.done
+        self.w.is_done()
     }
 
     fn on_event(&mut self, ev: Event, out: &mut Vec<u8>) {
-        if self.done || ev.data.is_empty() {
+        if self.w.is_done() || ev.data.is_empty() {
             return;
         }
         let Ok(v) = serde_json::from_str::<Value>(&ev.data) else {
@@ -512,12 +505,7 @@ impl SseEvents for GeminiStream {
             if let Some(m) = v.get("modelVersion").and_then(Value::as_str) {
                 self.model = m.to_string();
             }
-            self.prefix = format!(
-                "data: {{\"id\":{},\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{},\"choices\":[{{\"index\":0,\"delta\":",
-                json!(id),
-                self.created,
-                json!(self.model)
-            );
+            self.w.open(&id, &self.model);
             self.chunk(out, &json!({"role": "assistant", "content": ""}), None);
         }
         if let Some(u) = v.get("usageMetadata") {
@@ -529,7 +517,6 @@ impl SseEvents for GeminiStream {
             let mut calls = Vec::new();
             candidate_parts(c, self.next_tool, &mut text, &mut calls);
             if !text.is_empty() {
-                self.first_token = true;
                 self.chunk(out, &json!({"content": text}), None);
             }
             for mut call in calls {
@@ -537,7 +524,6 @@ impl SseEvents for GeminiStream {
                     o.insert("index".into(), json!(self.next_tool));
                 }
                 self.next_tool += 1;
-                self.first_token = true;
                 self.chunk(out, &json!({"tool_calls": [call]}), None);
             }
             if let Some(r) = c.get("finishReason").and_then(Value::as_str) {
@@ -553,8 +539,7 @@ impl SseEvents for GeminiStream {
     }
 
     fn error_event(&mut self, out: &mut Vec<u8>, status: u16, message: &str) {
-        push_stream_error(out, status, message);
-        self.done = true;
+        self.w.fail(out, status, message);
     }
 }
 
@@ -574,20 +559,7 @@ impl StreamTranslator for GeminiStream {
         if f == "stop" && self.next_tool > 0 {
             f = "tool_calls";
         }
-        self.chunk(out, &json!({}), Some(f));
-        if self.include_usage {
-            let u = self.usage.unwrap_or_default();
-            let mut s = self.prefix.clone();
-            if let Some(pos) = s.find("\"choices\":[") {
-                s.truncate(pos);
-            }
-            out.extend_from_slice(s.as_bytes());
-            out.extend_from_slice(b"\"choices\":[],\"usage\":");
-            out.extend_from_slice(usage_json(&u).to_string().as_bytes());
-            out.extend_from_slice(b"}\n\n");
-        }
-        out.extend_from_slice(DONE);
-        self.done = true;
+        self.w.end(out, f, self.usage.unwrap_or_default());
     }
 
     fn usage(&self) -> Option<Usage> {
@@ -595,6 +567,6 @@ impl StreamTranslator for GeminiStream {
     }
 
     fn first_token_seen(&self) -> bool {
-        self.first_token
+        self.w.first_token_seen()
     }
 }

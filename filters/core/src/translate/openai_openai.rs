@@ -11,9 +11,9 @@ use super::{
     upstream_error, Endpoint, RequestCtx, ResponseCtx, SseEvents, StreamTranslator, Translated,
     Translator, UpstreamRequest, Usage,
 };
+use crate::codec::sse::{Event, SseParser};
 use crate::config::{Key, Kind, Provider};
 use crate::error::ApiError;
-use crate::sse::{Event, SseParser};
 
 pub struct OpenAiOpenAi;
 
@@ -32,6 +32,7 @@ impl Translator for OpenAiOpenAi {
             json_mode: false,
             prompt_estimate: 0,
             embed_base64: false,
+            fan_out: Vec::new(),
         })
     }
 
@@ -42,7 +43,7 @@ impl Translator for OpenAiOpenAi {
         _req: &UpstreamRequest,
         _now_ms: u64,
     ) -> Result<Vec<(&'static str, String)>, ApiError> {
-        Ok(vec![("authorization", format!("Bearer {}", key.value))])
+        Ok(vec![crate::credentials::bearer(key)])
     }
 
     fn passthrough(&self) -> bool {
@@ -84,7 +85,7 @@ pub(crate) fn prepare(
                 check_messages(&body)?;
                 let stream = stream_flag(&body)?;
                 let include_usage = include_usage_flag(&body)?;
-                if stream && !include_usage && ctx.provider.stream_usage {
+                if stream && !include_usage && ctx.provider.stream_usage() {
                     if let Some(o) = body.as_object_mut() {
                         let mut so = serde_json::Map::new();
                         if let Some(Value::Object(existing)) = o.get("stream_options") {
@@ -176,20 +177,20 @@ pub(crate) struct OpenAiStream {
     usage: Option<Usage>,
     failed: bool,
     first_token: bool,
-    /// Azure: drop chunks with `choices: []` and no usage (the
-    /// `prompt_filter_results` chunk that opens Azure streams).
-    drop_empty: bool,
+    /// Azure: content-filter chunks are made valid or dropped
+    /// ([`azure_chunk`]).
+    azure: bool,
 }
 
 impl OpenAiStream {
-    pub(crate) fn new(ctx: &ResponseCtx, drop_empty: bool) -> OpenAiStream {
+    pub(crate) fn new(ctx: &ResponseCtx, azure: bool) -> OpenAiStream {
         OpenAiStream {
             parser: SseParser::default(),
             strip_usage: !ctx.include_usage,
             usage: None,
             failed: false,
             first_token: false,
-            drop_empty,
+            azure,
         }
     }
 }
@@ -214,17 +215,19 @@ impl SseEvents for OpenAiStream {
         {
             self.first_token = true;
         }
-        if self.drop_empty && data.contains("\"choices\":[]") && !data.contains("\"usage\":{") {
-            if let Ok(v) = serde_json::from_str::<Value>(data) {
-                let empty = v
-                    .get("choices")
-                    .and_then(Value::as_array)
-                    .is_some_and(|c| c.is_empty());
-                if empty && v.get("usage").is_none_or(Value::is_null) {
-                    return;
+        let rewritten;
+        let data = if self.azure && azure_annotation(data) {
+            match azure_chunk(data) {
+                AzureChunk::Drop => return,
+                AzureChunk::Keep => data,
+                AzureChunk::Rewritten(s) => {
+                    rewritten = s;
+                    rewritten.as_str()
                 }
             }
-        }
+        } else {
+            data
+        };
         // Only chunks that carry usage need parsing.
         if data != "[DONE]" && data.contains("\"usage\"") {
             if let Ok(v) = serde_json::from_str::<Value>(data) {
@@ -258,6 +261,63 @@ impl SseEvents for OpenAiStream {
         self.failed = true;
     }
 }
+
+/// Could this Azure chunk be a content-filter one? Cheap: the others are
+/// passed on without being parsed.
+fn azure_annotation(data: &str) -> bool {
+    data != "[DONE]"
+        && (data.contains("\"object\":\"\"")
+            || data.contains("\"choices\":[]")
+            || data.contains("filter_offsets\"")
+            || data.contains("\"prompt_filter_results\"")
+            || !data.contains("\"choices\""))
+}
+
+enum AzureChunk {
+    Drop,
+    Keep,
+    Rewritten(String),
+}
+
+/// Azure interleaves content-filter chunks with the completion: one with
+/// `prompt_filter_results` and no choices opens the stream, and with the
+/// asynchronous filter others carry only `content_filter_results` /
+/// `content_filter_offsets`. They have an empty `object`, `id` and `model`,
+/// which OpenAI clients reject or misread. A chunk with no usage and no
+/// delta with content is dropped; one that does carry them but is not a
+/// `chat.completion.chunk` is labelled as one.
+fn azure_chunk(data: &str) -> AzureChunk {
+    let Ok(Value::Object(mut v)) = serde_json::from_str::<Value>(data) else {
+        return AzureChunk::Keep;
+    };
+    let has_usage = v.get("usage").is_some_and(|u| !u.is_null());
+    let has_delta = v
+        .get("choices")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.get("delta")
+                    .and_then(Value::as_object)
+                    .is_some_and(|d| !d.is_empty())
+                    || c.get("finish_reason").is_some_and(|f| !f.is_null())
+            })
+        });
+    if !has_usage && !has_delta {
+        return AzureChunk::Drop;
+    }
+    if v.get("object").and_then(Value::as_str) == Some(CHUNK_OBJECT) {
+        return AzureChunk::Keep;
+    }
+    v.insert("object".into(), Value::from(CHUNK_OBJECT));
+    v.entry("choices")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    match serde_json::to_string(&v) {
+        Ok(s) => AzureChunk::Rewritten(s),
+        Err(_) => AzureChunk::Drop,
+    }
+}
+
+const CHUNK_OBJECT: &str = "chat.completion.chunk";
 
 impl StreamTranslator for OpenAiStream {
     fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {

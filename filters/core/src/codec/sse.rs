@@ -1,8 +1,13 @@
 //! Incremental Server-Sent Events parser: `feed` any split of the byte
 //! stream, get whole events. Handles `\n`, `\r\n` and `\r` line ends (a `\r`
 //! at the end of one chunk and `\n` at the start of the next count once),
-//! multi-line `data`, comments. Bounded: a line longer than `max_line`
-//! bytes is an error instead of unbounded buffering.
+//! multi-line `data`, comments. As the WHATWG rules say, a byte-order mark
+//! opening the stream is skipped (even split across chunks) and an event
+//! with no `data` line is not dispatched. Bounded: a line longer than
+//! `max_line` bytes is an error instead of unbounded buffering.
+
+/// UTF-8 byte-order mark.
+const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Event {
@@ -26,6 +31,9 @@ pub struct SseParser {
     data: String,
     has_data: bool,
     max_line: usize,
+    /// Bytes of a leading byte-order mark seen so far; `None` once the
+    /// stream's start is past.
+    bom: Option<usize>,
 }
 
 impl Default for SseParser {
@@ -43,6 +51,7 @@ impl SseParser {
             data: String::new(),
             has_data: false,
             max_line,
+            bom: Some(0),
         }
     }
 
@@ -52,6 +61,7 @@ impl SseParser {
         mut chunk: &[u8],
         on_event: &mut dyn FnMut(Event),
     ) -> Result<(), SseError> {
+        chunk = self.skip_bom(chunk);
         if self.after_cr {
             if let Some(rest) = chunk.strip_prefix(b"\n") {
                 chunk = rest;
@@ -103,6 +113,7 @@ impl SseParser {
     /// End of stream: an event not followed by a blank line is dispatched
     /// (lenient, as most providers end with one anyway).
     pub fn finish(&mut self, on_event: &mut dyn FnMut(Event)) -> Result<(), SseError> {
+        self.end_bom();
         if !self.line.is_empty() {
             let line = std::mem::take(&mut self.line);
             self.line_done(&line, on_event)?;
@@ -110,15 +121,45 @@ impl SseParser {
         self.line_done(b"", on_event)
     }
 
+    /// Consumes what `chunk` holds of a leading byte-order mark. Bytes that
+    /// began like one but are not are kept as the start of the first line.
+    fn skip_bom<'c>(&mut self, mut chunk: &'c [u8]) -> &'c [u8] {
+        let Some(mut seen) = self.bom else {
+            return chunk;
+        };
+        while let (Some(&want), Some((&b, rest))) = (BOM.get(seen), chunk.split_first()) {
+            if b != want {
+                self.bom = Some(seen);
+                self.end_bom();
+                return chunk;
+            }
+            seen += 1;
+            chunk = rest;
+        }
+        self.bom = if seen < BOM.len() { Some(seen) } else { None };
+        chunk
+    }
+
+    /// The stream's start is past: a partial mark was data after all.
+    fn end_bom(&mut self) {
+        if let Some(seen) = self.bom.take() {
+            self.line
+                .extend_from_slice(BOM.get(..seen).unwrap_or_default());
+        }
+    }
+
     fn line_done(&mut self, line: &[u8], on_event: &mut dyn FnMut(Event)) -> Result<(), SseError> {
         if line.is_empty() {
-            if self.has_data || !self.event.is_empty() {
+            if self.has_data {
                 let ev = Event {
                     event: std::mem::take(&mut self.event),
                     data: std::mem::take(&mut self.data),
                 };
                 self.has_data = false;
                 on_event(ev);
+            } else {
+                // No data: nothing is dispatched and the type is forgotten.
+                self.event.clear();
             }
             return Ok(());
         }
@@ -195,6 +236,52 @@ mod tests {
         }
         assert_eq!(out.len(), 2);
         assert_eq!(out[1].data, "[DONE]");
+    }
+
+    #[test]
+    fn leading_bom_skipped_at_every_split() {
+        let input = b"\xEF\xBB\xBFdata: a\n\n\xEF\xBB\xBFdata: b\n\n";
+        for i in 0..=input.len() {
+            let evs = parse_split(input, i);
+            assert_eq!(evs.len(), 1, "split at {i}: {evs:?}");
+            // Only the stream's first bytes may be a mark; later it is an
+            // unknown field name (not `data`), so that event has no data.
+            assert_eq!(evs[0].data, "a", "split at {i}");
+        }
+        // A stream that starts like a mark but is not one keeps its bytes.
+        let not_bom = b"\xEF\xBBdata: x\n\n";
+        for i in 0..=not_bom.len() {
+            let mut p = SseParser::default();
+            let (a, b) = not_bom.split_at(i);
+            let r = p.feed(a, &mut |_| {}).and_then(|()| p.feed(b, &mut |_| {}));
+            assert_eq!(r, Err(SseError::InvalidUtf8), "split at {i}");
+        }
+        let mut p = SseParser::default();
+        let mut out = Vec::new();
+        p.feed(b"\xEF", &mut |e| out.push(e)).unwrap();
+        assert_eq!(p.finish(&mut |e| out.push(e)), Err(SseError::InvalidUtf8));
+    }
+
+    #[test]
+    fn events_without_data_are_not_dispatched() {
+        let input =
+            b"event: ping\n\nevent: a\nid: 1\n\n: c\n\ndata\n\nevent: b\ndata: x\n\nevent: c\n";
+        for i in 0..=input.len() {
+            assert_eq!(
+                parse_split(input, i),
+                vec![
+                    Event {
+                        event: "".into(),
+                        data: "".into()
+                    },
+                    Event {
+                        event: "b".into(),
+                        data: "x".into()
+                    },
+                ],
+                "split at {i}"
+            );
+        }
     }
 
     #[test]

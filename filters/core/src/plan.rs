@@ -1,0 +1,414 @@
+//! The route planner: a pure function from a request's facts and the
+//! config to what the request becomes — the route (provider, model, key,
+//! what the response side needs) and the header and body mutations — with
+//! no host calls. [`crate::flow`] gathers the facts and applies the plan.
+//!
+//! New front doors (another client API) add an [`Endpoint`] and parse into
+//! the same planner; a per-attempt key choice re-runs [`choose_key`].
+
+use tollgate_wire::header::{CLUSTER, KEY_ID, MODEL, MODELS, TENANT};
+use tollgate_wire::models_allowed;
+
+use crate::config::{Key, ModelCfg, Provider, Runtime};
+use crate::error::{ApiError, INVALID_REQUEST, SERVER};
+use crate::translate::{
+    for_kind, parse_client_body, Endpoint, RequestCtx, ResponseCtx, Translator, UpstreamRequest,
+};
+
+/// What the planner knows about a request.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestFacts<'a> {
+    pub endpoint: Endpoint,
+    pub body: &'a [u8],
+    /// `x-tollgate-models`, the key's allow-list ("" when absent).
+    pub allowed: &'a str,
+    /// `x-tollgate-model`, the model the client declared for admission.
+    pub declared_model: Option<&'a str>,
+    pub now_ms: u64,
+    /// Random source of the weighted key choice.
+    pub random: u32,
+}
+
+/// Where a request goes and what its response side needs to know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// Index in [`Runtime::providers`].
+    pub provider: usize,
+    /// `provider/model`.
+    pub canonical: String,
+    /// Index in the provider's keys.
+    pub key: usize,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub json_mode: bool,
+    pub prompt_estimate: u64,
+    pub embed_base64: bool,
+    pub upstream_model: String,
+    pub endpoint: Endpoint,
+    pub sent_ms: u64,
+}
+
+impl Route {
+    /// The one place a response translator's context is made.
+    pub fn response_ctx(&self, stream: bool, created: u64) -> ResponseCtx {
+        ResponseCtx {
+            endpoint: self.endpoint,
+            stream,
+            include_usage: stream && self.include_usage,
+            created,
+            json_mode: self.json_mode,
+            prompt_estimate: self.prompt_estimate,
+            embed_base64: self.embed_base64,
+            model: self.upstream_model.clone(),
+        }
+    }
+
+    /// `tollgate.provider.<provider>.model.<model>.<what>`.
+    pub fn metric(&self, rt: &Runtime, what: &str) -> Option<String> {
+        let p = rt.provider(self.provider)?;
+        Some(metric_name(&p.name, &self.upstream_model, what))
+    }
+}
+
+/// The request rewritten for the provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub route: Route,
+    /// Request header changes in order: `Some` sets, `None` removes.
+    pub headers: Vec<(&'static str, Option<String>)>,
+    pub body: Vec<u8>,
+    /// A fan-out: instead of forwarding the request, make these calls to
+    /// the provider's cluster and answer with their merged answers.
+    pub calls: Vec<Call>,
+}
+
+/// One call of a fan-out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    /// `:method`, `:path`, `:authority`, content and credential headers.
+    pub headers: Vec<(&'static str, String)>,
+    pub body: Vec<u8>,
+}
+
+/// Request headers that never go upstream: the client's credentials, the
+/// gateway's own headers, and encodings the filter cannot rewrite through.
+const REMOVED: [&str; 8] = [
+    "authorization",
+    "x-api-key",
+    TENANT,
+    KEY_ID,
+    MODELS,
+    MODEL,
+    "accept-encoding",
+    "transfer-encoding",
+];
+
+/// Plans a request. `cooling` says whether a provider key (by id) is cooling
+/// down; it is asked only about keys the weighted choice lands on.
+pub fn plan(
+    rt: &Runtime,
+    facts: &RequestFacts<'_>,
+    cooling: &dyn Fn(&str) -> bool,
+) -> Result<Plan, ApiError> {
+    if facts.body.is_empty() {
+        return Err(ApiError::new(
+            400,
+            INVALID_REQUEST,
+            "invalid_json",
+            "Request body is required",
+        ));
+    }
+    let (value, model) = parse_client_body(facts.body)?;
+    let resolved = rt
+        .resolve(&model)
+        .ok_or_else(|| ApiError::model_not_found(&model))?;
+    if !models_allowed(facts.allowed, &[&model, &resolved.canonical]) {
+        return Err(ApiError::model_not_allowed(&model));
+    }
+    if let Some(declared) = facts.declared_model {
+        let declared = declared.trim();
+        if declared != model && declared != resolved.canonical {
+            return Err(ApiError {
+                param: Some("model".into()),
+                ..ApiError::new(
+                    400,
+                    INVALID_REQUEST,
+                    "model_mismatch",
+                    format!("The x-tollgate-model header ('{declared}') does not name the request's model ('{model}')"),
+                )
+            });
+        }
+    }
+    let provider = rt
+        .provider(resolved.provider)
+        .ok_or_else(|| ApiError::model_not_found(&model))?;
+    let model_cfg = provider
+        .models
+        .get(&resolved.model)
+        .ok_or_else(|| ApiError::model_not_found(&model))?;
+    let tr = for_kind(provider.kind());
+    let ctx = RequestCtx {
+        provider,
+        model: &resolved.model,
+        model_cfg,
+        endpoint: facts.endpoint,
+    };
+    let up = tr.request(&ctx, &value)?;
+    let key_idx = choose_key(provider, model_cfg, facts.random, cooling)?;
+    let key = provider
+        .keys
+        .get(key_idx)
+        .ok_or_else(|| ApiError::model_not_found(&model))?;
+
+    let mut headers: Vec<(&'static str, Option<String>)> = Vec::with_capacity(16);
+    headers.extend(REMOVED.iter().map(|&name| (name, None)));
+    headers.push((CLUSTER, Some(provider.cluster.clone())));
+    headers.push((":path", Some(up.path.clone())));
+    if let Some(host) = &provider.host {
+        headers.push((":authority", Some(host.clone())));
+    }
+    for (name, value) in tr.auth_headers(provider, key, &up, facts.now_ms)? {
+        headers.push((name, Some(value)));
+    }
+    headers.push(("content-type", Some("application/json".into())));
+    headers.push(("content-length", Some(up.body.len().to_string())));
+    let calls = fan_out_calls(tr, provider, key, &up, facts.now_ms)?;
+    Ok(Plan {
+        route: Route {
+            provider: resolved.provider,
+            canonical: resolved.canonical,
+            key: key_idx,
+            stream: up.stream,
+            include_usage: up.include_usage,
+            json_mode: up.json_mode,
+            prompt_estimate: up.prompt_estimate,
+            embed_base64: up.embed_base64,
+            upstream_model: resolved.model,
+            endpoint: facts.endpoint,
+            sent_ms: facts.now_ms,
+        },
+        headers,
+        body: up.body,
+        calls,
+    })
+}
+
+/// The calls of a fan-out (none unless the translator asked for one): the
+/// request's own body first, each call signed for its own body.
+fn fan_out_calls(
+    tr: &dyn Translator,
+    provider: &Provider,
+    key: &Key,
+    up: &UpstreamRequest,
+    now_ms: u64,
+) -> Result<Vec<Call>, ApiError> {
+    if up.fan_out.is_empty() {
+        return Ok(Vec::new());
+    }
+    let authority = provider.host.as_deref().unwrap_or(&provider.cluster);
+    let mut calls = Vec::with_capacity(up.fan_out.len() + 1);
+    for body in std::iter::once(&up.body).chain(&up.fan_out) {
+        let one = UpstreamRequest {
+            body: body.clone(),
+            fan_out: Vec::new(),
+            ..up.clone_head()
+        };
+        let mut headers = vec![
+            (":method", "POST".to_string()),
+            (":path", one.path.clone()),
+            (":authority", authority.to_string()),
+            ("content-type", "application/json".to_string()),
+        ];
+        headers.extend(tr.auth_headers(provider, key, &one, now_ms)?);
+        calls.push(Call {
+            headers,
+            body: one.body,
+        });
+    }
+    Ok(calls)
+}
+
+/// The weighted choice among the model's keys, skipping keys cooling down.
+pub fn choose_key(
+    provider: &Provider,
+    model_cfg: &ModelCfg,
+    random: u32,
+    cooling: &dyn Fn(&str) -> bool,
+) -> Result<usize, ApiError> {
+    model_cfg
+        .pool
+        .pick(random, |k| {
+            provider.keys.get(k).is_some_and(|key| !cooling(&key.id))
+        })
+        .ok_or_else(|| {
+            ApiError::new(
+                503,
+                SERVER,
+                "no_provider_key_available",
+                format!(
+                    "Every key of provider '{}' is cooling down after provider errors; retry later",
+                    provider.name
+                ),
+            )
+        })
+}
+
+/// Metric-safe fragment: model names may contain '.', '/', ':'.
+pub fn metric_safe(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// `tollgate.provider.<provider>.model.<model>.<what>`, fragments made safe.
+pub fn metric_name(provider: &str, model: &str, what: &str) -> String {
+    format!(
+        "tollgate.provider.{}.model.{}.{}",
+        metric_safe(provider),
+        metric_safe(model),
+        what
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rt() -> Runtime {
+        Runtime::from_json(
+            br#"{"providers":{
+              "openai":{"kind":"openai","cluster":"openai_cluster","models":["gpt-4o"],
+                "keys":[{"id":"o1","value":"sk-1"},{"id":"o2","value":"sk-2"}]},
+              "anthropic":{"kind":"anthropic","cluster":"anthropic","host":"api.anthropic.com",
+                "models":["claude"],"keys":[{"id":"a1","value":"sk-ant"}]}},
+              "aliases":{"smart":"anthropic/claude"}}"#,
+            &|_| None,
+        )
+        .unwrap()
+    }
+
+    fn facts<'a>(body: &'a [u8], allowed: &'a str) -> RequestFacts<'a> {
+        RequestFacts {
+            endpoint: Endpoint::Chat,
+            body,
+            allowed,
+            declared_model: None,
+            now_ms: 1_700_000_000_000,
+            random: 0,
+        }
+    }
+
+    const CHAT: &[u8] = br#"{"model":"openai/gpt-4o","messages":[{"role":"user","content":"hi"}]}"#;
+
+    fn header<'p>(p: &'p Plan, name: &str) -> Option<Option<&'p str>> {
+        p.headers
+            .iter()
+            .rev()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_deref())
+    }
+
+    #[test]
+    fn plans_headers_body_and_route_without_a_host() {
+        let rt = rt();
+        let p = plan(&rt, &facts(CHAT, "*"), &|_| false).unwrap();
+        assert_eq!(header(&p, CLUSTER), Some(Some("openai_cluster")));
+        assert_eq!(header(&p, ":path"), Some(Some("/v1/chat/completions")));
+        assert_eq!(header(&p, "authorization"), Some(Some("Bearer sk-1")));
+        for removed in [
+            TENANT,
+            KEY_ID,
+            MODELS,
+            MODEL,
+            "x-api-key",
+            "accept-encoding",
+        ] {
+            assert_eq!(header(&p, removed), Some(None), "{removed}");
+        }
+        assert_eq!(
+            header(&p, "content-length"),
+            Some(Some(p.body.len().to_string().as_str()))
+        );
+        let body: serde_json::Value = serde_json::from_slice(&p.body).unwrap();
+        assert_eq!(body["model"], "gpt-4o");
+        assert_eq!(
+            (p.route.canonical.as_str(), p.route.key, p.route.stream),
+            ("openai/gpt-4o", 0, false)
+        );
+        assert_eq!(p.route.sent_ms, 1_700_000_000_000);
+        assert_eq!(
+            p.route.metric(&rt, "requests").as_deref(),
+            Some("tollgate.provider.openai.model.gpt-4o.requests")
+        );
+    }
+
+    #[test]
+    fn alias_routes_to_its_provider_with_its_host_and_key_header() {
+        let rt = rt();
+        let body =
+            br#"{"model":"smart","messages":[{"role":"user","content":"hi"}],"stream":true}"#;
+        let p = plan(&rt, &facts(body, "anthropic/*"), &|_| false).unwrap();
+        assert_eq!(p.route.canonical, "anthropic/claude");
+        assert_eq!(header(&p, ":authority"), Some(Some("api.anthropic.com")));
+        assert_eq!(header(&p, "x-api-key"), Some(Some("sk-ant")));
+        assert!(p.route.stream);
+        let streamed = p.route.response_ctx(true, 7);
+        let buffered = p.route.response_ctx(false, 7);
+        assert_eq!((streamed.stream, streamed.created), (true, 7));
+        assert!(!buffered.stream && !buffered.include_usage);
+        assert_eq!(buffered.model, "claude");
+    }
+
+    #[test]
+    fn refusals() {
+        let rt = rt();
+        let code = |r: Result<Plan, ApiError>| {
+            let e = r.unwrap_err();
+            (e.status, e.code.unwrap_or_default())
+        };
+        assert_eq!(
+            code(plan(&rt, &facts(b"", "*"), &|_| false)),
+            (400, "invalid_json".into())
+        );
+        assert_eq!(
+            code(plan(&rt, &facts(CHAT, "anthropic/*"), &|_| false)),
+            (403, "model_not_allowed".into())
+        );
+        let nope = br#"{"model":"openai/nope","messages":[{"role":"user","content":"hi"}]}"#;
+        assert_eq!(
+            code(plan(&rt, &facts(nope, "*"), &|_| false)),
+            (404, "model_not_found".into())
+        );
+        let declared = RequestFacts {
+            declared_model: Some("smart"),
+            ..facts(CHAT, "*")
+        };
+        assert_eq!(
+            code(plan(&rt, &declared, &|_| false)),
+            (400, "model_mismatch".into())
+        );
+        let declared = RequestFacts {
+            declared_model: Some(" openai/gpt-4o "),
+            ..facts(CHAT, "*")
+        };
+        assert!(plan(&rt, &declared, &|_| false).is_ok());
+    }
+
+    #[test]
+    fn cooling_keys_are_skipped_and_all_cooling_is_503() {
+        let rt = rt();
+        let p = plan(&rt, &facts(CHAT, "*"), &|id| id == "o1").unwrap();
+        assert_eq!(header(&p, "authorization"), Some(Some("Bearer sk-2")));
+        let e = plan(&rt, &facts(CHAT, "*"), &|_| true).unwrap_err();
+        assert_eq!(
+            (e.status, e.code.as_deref()),
+            (503, Some("no_provider_key_available"))
+        );
+    }
+}

@@ -1,0 +1,212 @@
+//! The wire contract between Tollgate's parts: what authz-service and the
+//! Wasm filter say to each other (the `x-tollgate-*` request headers, the
+//! usage report of `POST /v1/usage`), the OpenAI error body both answer
+//! clients with, and the rules both apply to names and model patterns.
+//! No dependency beyond serde, so it builds for wasm32 as well as natively.
+//!
+//! ```
+//! use tollgate_wire::{error_body, models_allowed, UsageReport, header};
+//!
+//! assert_eq!(header::MODELS, "x-tollgate-models");
+//! assert!(models_allowed("openai/*, fast", &["openai/gpt-4o"]));
+//! let r: UsageReport = serde_json::from_str(
+//!     r#"{"tenant":"t","key_id":"k","model":"openai/gpt-4o","prompt_tokens":3,"completion_tokens":4}"#,
+//! ).unwrap();
+//! assert_eq!(r.prompt_tokens, 3);
+//! assert_eq!(
+//!     error_body("No such model", "invalid_request_error", Some("model"), Some("model_not_found")),
+//!     br#"{"error":{"message":"No such model","type":"invalid_request_error","param":"model","code":"model_not_found"}}"#,
+//! );
+//! ```
+
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+use serde::{Deserialize, Serialize};
+
+/// Request headers set by authz-service for the filter (and, for
+/// [`MODEL`](header::MODEL), by clients), and those the filter sets itself.
+/// authz-service removes any client-sent copy of the ones it owns.
+pub mod header {
+    /// The tenant of the virtual key (authz-service → filter).
+    pub const TENANT: &str = "x-tollgate-tenant";
+    /// The virtual key's id, never the key (authz-service → filter).
+    pub const KEY_ID: &str = "x-tollgate-key-id";
+    /// The key's model allow-list: patterns joined with `,` (authz-service →
+    /// filter); see [`crate::models_allowed`].
+    pub const MODELS: &str = "x-tollgate-models";
+    /// The model a client declares up front for per-model admission; the
+    /// filter checks that the body names the same model.
+    pub const MODEL: &str = "x-tollgate-model";
+    /// The provider cluster the filter routes to (filter → router).
+    pub const CLUSTER: &str = "x-tollgate-cluster";
+    /// The provider that answered (filter → client).
+    pub const PROVIDER: &str = "x-tollgate-provider";
+}
+
+/// Path on authz-service's HTTP port that takes usage reports.
+pub const USAGE_PATH: &str = "/v1/usage";
+
+/// One answer's (or one batch entry's) usage, debited from the tenant's and
+/// the key's token budgets. The filter posts one object, or a JSON array of
+/// them (a batch), to [`USAGE_PATH`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsageReport {
+    pub tenant: String,
+    pub key_id: String,
+    /// `provider/model`; absent in reports that only debit key and tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    #[serde(default)]
+    pub completion_tokens: u64,
+}
+
+/// OpenAI's error `type` values used by Tollgate.
+pub mod error_type {
+    pub const INVALID_REQUEST: &str = "invalid_request_error";
+    pub const AUTH: &str = "authentication_error";
+    pub const PERMISSION: &str = "permission_error";
+    pub const RATE_LIMIT: &str = "rate_limit_error";
+    pub const SERVER: &str = "server_error";
+}
+
+/// `{"error":{"message","type","param","code"}}` in OpenAI's field order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ErrorBody<'a> {
+    pub error: ErrorDetail<'a>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ErrorDetail<'a> {
+    pub message: &'a str,
+    #[serde(rename = "type")]
+    pub kind: &'a str,
+    pub param: Option<&'a str>,
+    pub code: Option<&'a str>,
+}
+
+/// The OpenAI error body as bytes.
+pub fn error_body(message: &str, kind: &str, param: Option<&str>, code: Option<&str>) -> Vec<u8> {
+    let body = ErrorBody {
+        error: ErrorDetail {
+            message,
+            kind,
+            param,
+            code,
+        },
+    };
+    serde_json::to_vec(&body).unwrap_or_else(|_| {
+        br#"{"error":{"message":"internal error","type":"server_error","param":null,"code":null}}"#
+            .to_vec()
+    })
+}
+
+/// Does one allow-list pattern match `model`? `*` matches any model, a
+/// trailing `*` a prefix (`openai/*`), anything else only itself.
+pub fn model_matches(pattern: &str, model: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => model.starts_with(prefix),
+        None => pattern == model,
+    }
+}
+
+/// Does the comma-separated allow-list (as sent in [`header::MODELS`];
+/// blanks around patterns and empty patterns are ignored) allow any of
+/// `names` (a model can be named as asked and as resolved)?
+pub fn models_allowed(patterns: &str, names: &[&str]) -> bool {
+    patterns
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .any(|p| names.iter().any(|n| model_matches(p, n)))
+}
+
+/// A name of the config (tenant, key id, provider): non-empty, only ASCII
+/// letters, digits, `.`, `_` and `-`, so it is safe in headers, metric names,
+/// Redis keys and logs.
+pub fn valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+}
+
+/// Longest tenant or virtual key id authz-service accepts.
+pub const MAX_POLICY_NAME_LEN: usize = 64;
+
+/// A model name or allow-list pattern: non-empty, at most 128 bytes of
+/// visible ASCII, without the `,` that separates patterns in
+/// [`header::MODELS`] or braces (Redis hash tags).
+pub fn valid_model(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 128
+        && s.bytes()
+            .all(|b| b.is_ascii_graphic() && b != b',' && b != b'{' && b != b'}')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns() {
+        assert!(model_matches("*", "openai/gpt-4o"));
+        assert!(model_matches("openai/*", "openai/gpt-4o"));
+        assert!(!model_matches("openai/*", "anthropic/claude"));
+        assert!(model_matches("openai/gpt-4o", "openai/gpt-4o"));
+        assert!(!model_matches("openai/gpt-4o", "openai/gpt-4o-mini"));
+        assert!(models_allowed(" , anthropic/*, fast ", &["x", "fast"]));
+        assert!(!models_allowed("", &["fast"]));
+        assert!(!models_allowed(" , ", &["fast"]));
+        assert!(!models_allowed("openai/gpt-4o", &["openai/gpt-4o-mini"]));
+    }
+
+    #[test]
+    fn names() {
+        assert!(valid_name("demo-key_1.a"));
+        for bad in ["", "a b", "a/b", "é", "a,b"] {
+            assert!(!valid_name(bad), "{bad:?}");
+        }
+        assert!(valid_model(
+            "bedrock/anthropic.claude-3-haiku-20240307-v1:0"
+        ));
+        for bad in ["", "a,b", "a b", "{a}", &"m".repeat(129)] {
+            assert!(!valid_model(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn usage_report_round_trip() {
+        let r = UsageReport {
+            tenant: "t".into(),
+            key_id: "k".into(),
+            model: Some("a/m".into()),
+            prompt_tokens: 3,
+            completion_tokens: 4,
+        };
+        let bytes = serde_json::to_vec(&r).unwrap();
+        assert_eq!(
+            bytes,
+            br#"{"tenant":"t","key_id":"k","model":"a/m","prompt_tokens":3,"completion_tokens":4}"#
+        );
+        assert_eq!(serde_json::from_slice::<UsageReport>(&bytes).unwrap(), r);
+        let minimal: UsageReport = serde_json::from_str(r#"{"tenant":"t","key_id":"k"}"#).unwrap();
+        assert_eq!((minimal.model, minimal.prompt_tokens), (None, 0));
+        assert!(
+            serde_json::from_str::<UsageReport>(r#"{"tenant":"t","key_id":"k","x":1}"#).is_err()
+        );
+    }
+
+    #[test]
+    fn error_body_escapes_and_orders() {
+        let b = error_body("m \"q\"", "t", None, Some("c"));
+        assert_eq!(
+            b,
+            br#"{"error":{"message":"m \"q\"","type":"t","param":null,"code":"c"}}"#
+        );
+    }
+}
