@@ -26,6 +26,7 @@ pub mod authz;
 pub mod bucket;
 pub mod http;
 pub mod keygen;
+pub mod lease;
 pub mod metrics;
 pub mod policy;
 pub mod reload;

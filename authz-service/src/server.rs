@@ -40,7 +40,7 @@ impl ServeConfig {
             redis_url: "redis://127.0.0.1:6390".to_string(),
             redis_timeout: Duration::from_millis(10),
             redis_max_in_flight: 256,
-            reload_interval: Duration::from_secs(1),
+            reload_interval: Duration::from_millis(500),
         }
     }
 }
@@ -92,7 +92,9 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, String> {
         let mut rc = RedisStoreConfig::new(cfg.redis_url.clone());
         rc.timeout = cfg.redis_timeout;
         rc.max_in_flight = cfg.redis_max_in_flight;
-        let s = RedisStore::new(&rc).map_err(|e| e.to_string())?;
+        let s = RedisStore::new(&rc)
+            .map_err(|e| e.to_string())?
+            .with_call_counter(metrics.redis_calls.clone());
         // SCRIPT LOAD once up front; EVALSHA reloads on NOSCRIPT anyway.
         if let Err(e) = s.load_script().await {
             tracing::warn!(error = %e, "could not load the bucket script yet (redis down?); will load on first use");
@@ -104,7 +106,8 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, String> {
         tenants = policy.tenant_count(),
         "policy loaded"
     );
-    let authz = Arc::new(Authorizer::new(policy, store, metrics));
+    let authz =
+        Arc::new(Authorizer::new(policy, store, metrics).with_refill_wait(cfg.redis_timeout * 2));
     let (tx, rx) = watch::channel(false);
     let mut tasks = Vec::new();
 
@@ -141,6 +144,23 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, String> {
         {
             tracing::error!(error = %e, "HTTP server failed");
         }
+    }));
+
+    // Idle leases back to the store, queued usage debits applied.
+    let upkeep = authz.clone();
+    let upkeep_rx = rx.clone();
+    tasks.push(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => upkeep.maintain().await,
+                _ = wait_shutdown(upkeep_rx.clone()) => break,
+            }
+        }
+        // Shutting down: give every lease back so no unit is stranded.
+        upkeep.leases().clear();
+        upkeep.maintain().await;
     }));
 
     // Policy reload on change and SIGHUP.
