@@ -31,6 +31,8 @@ pub enum Action {
 pub const HDR_TENANT: &str = "x-tollgate-tenant";
 pub const HDR_KEY_ID: &str = "x-tollgate-key-id";
 pub const HDR_MODELS: &str = "x-tollgate-models";
+/// Tokens authz-service reserved at Check time; echoed in the usage report.
+pub const HDR_RESERVED: &str = "x-tollgate-reserved";
 pub const HDR_CLUSTER: &str = "x-tollgate-cluster";
 pub const HDR_MODEL: &str = "x-tollgate-model";
 pub const HDR_PROVIDER: &str = "x-tollgate-provider";
@@ -94,6 +96,7 @@ pub struct Flow {
     endpoint: Option<Endpoint>,
     tenant: Option<String>,
     key_id: Option<String>,
+    reserved: Option<u64>,
     allowed: Option<String>,
     /// `x-tollgate-model`, the client's declaration that authz-service used
     /// for per-model admission: must name the body's model.
@@ -133,6 +136,7 @@ impl Flow {
             endpoint: None,
             tenant: None,
             key_id: None,
+            reserved: None,
             allowed: None,
             declared_model: None,
             route: None,
@@ -211,6 +215,7 @@ impl Flow {
         self.endpoint = Some(ep);
         self.tenant = h.request_header(HDR_TENANT);
         self.key_id = h.request_header(HDR_KEY_ID);
+        self.reserved = h.request_header(HDR_RESERVED).and_then(|v| v.parse().ok());
         self.declared_model = h.request_header(HDR_MODEL);
         self.phase = Phase::AwaitBody;
         Action::Pause
@@ -371,6 +376,7 @@ impl Flow {
             HDR_KEY_ID,
             HDR_MODELS,
             HDR_MODEL,
+            HDR_RESERVED,
             "accept-encoding",
             "transfer-encoding",
         ] {
@@ -706,6 +712,7 @@ impl Flow {
             model: route.canonical.clone(),
             prompt_tokens: u.prompt_tokens,
             completion_tokens: u.completion_tokens,
+            reserved: self.reserved,
         };
         let body = match &self.batch {
             None => report.body(),
