@@ -496,15 +496,7 @@ impl<S: Store> Authorizer<S> {
         let waiting = refill.wait();
         let Ok(_guard) = tokio::time::timeout(self.refill_wait, refill.lock.lock()).await else {
             drop(waiting);
-            return self.unreachable(
-                &policy,
-                key,
-                model,
-                &planned,
-                &ops,
-                StoreError::Timeout,
-                allow,
-            );
+            return self.unreachable(&policy, key, model, &planned, StoreError::Timeout, allow);
         };
         let now = Instant::now();
         match self.leases.try_take(&ops, now) {
@@ -554,11 +546,10 @@ impl<S: Store> Authorizer<S> {
                 key,
                 model,
                 &planned,
-                &ops,
                 StoreError::Protocol(format!("store refused unknown bucket {i}")),
                 allow,
             ),
-            Err(e) => self.unreachable(&policy, key, model, &planned, &ops, e, allow),
+            Err(e) => self.unreachable(&policy, key, model, &planned, e, allow),
         }
     }
 
@@ -610,11 +601,11 @@ impl<S: Store> Authorizer<S> {
         key: &Key,
         model: Option<&str>,
         planned: &[Planned],
-        ops: &[BucketOp],
         e: StoreError,
         allow: impl FnOnce(Vec<(&'static str, String)>, u64) -> Decision,
     ) -> Decision {
-        if let Some((i, levels)) = self.leases.known_exhausted(ops, Instant::now()) {
+        let ops: Vec<BucketOp> = planned.iter().map(|p| p.op.clone()).collect();
+        if let Some((i, levels)) = self.leases.known_exhausted(&ops, Instant::now()) {
             self.count_store_error("check", &e);
             return self.rate_limited(planned, i, &levels, key, model);
         }
@@ -762,7 +753,8 @@ impl<S: Store> Authorizer<S> {
             .with_label_values(&["debit"])
             .observe(t.elapsed().as_secs_f64());
         match result {
-            Ok(_) => {
+            Ok(outcome) => {
+                self.leases.observe(&debit.ops, &outcome.levels);
                 self.count_debited(&debit.tenant, debit.tokens);
                 Ok(())
             }

@@ -235,6 +235,17 @@ impl Leases {
         levels
     }
 
+    /// The store reported `levels` for `ops` (after a debit or refund made
+    /// by this instance): the levels clients see follow.
+    pub fn observe(&self, ops: &[BucketOp], levels: &[f64]) {
+        let mut map = self.map();
+        for (op, level) in ops.iter().zip(levels) {
+            if let Some(e) = map.get_mut(&op.key).filter(|e| e.spec == op.spec) {
+                e.level = *level;
+            }
+        }
+    }
+
     /// The store refused bucket `op` at `level`; it admits again in
     /// `retry`. Refuse it from memory for at most [`DENIAL_CACHE`], and
     /// while the store is unreachable until it can have refilled.
