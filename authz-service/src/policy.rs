@@ -254,7 +254,7 @@ impl Policy {
         if text.trim().is_empty() {
             return err("policy file is empty");
         }
-        let raw: RawPolicy = match serde_yaml::from_str(text) {
+        let raw: RawPolicy = match serde_norway::from_str(text) {
             Ok(r) => r,
             Err(e) => return err(e.to_string()),
         };

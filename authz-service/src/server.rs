@@ -18,6 +18,21 @@ use crate::reload::Reloader;
 use crate::service::AuthzService;
 use crate::storage::{AnyStore, MemoryStore, RedisStore, RedisStoreConfig, SystemClock};
 
+/// Defaults of `tollgate-authz serve` (the flags and [`ServeConfig::new`]
+/// both read them; nothing else states them).
+pub mod defaults {
+    use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+
+    pub const GRPC_LISTEN: SocketAddr =
+        SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9100));
+    pub const HTTP_LISTEN: SocketAddr =
+        SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9101));
+    pub const REDIS_URL: &str = "redis://127.0.0.1:6390";
+    pub const REDIS_TIMEOUT_MS: u64 = 10;
+    pub const REDIS_MAX_IN_FLIGHT: usize = 256;
+    pub const RELOAD_INTERVAL_MS: u64 = 500;
+}
+
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     pub policy_path: PathBuf,
@@ -35,12 +50,12 @@ impl ServeConfig {
     pub fn new(policy_path: impl Into<PathBuf>) -> Self {
         ServeConfig {
             policy_path: policy_path.into(),
-            grpc_listen: SocketAddr::from(([127, 0, 0, 1], 9100)),
-            http_listen: SocketAddr::from(([127, 0, 0, 1], 9101)),
-            redis_url: "redis://127.0.0.1:6390".to_string(),
-            redis_timeout: Duration::from_millis(10),
-            redis_max_in_flight: 256,
-            reload_interval: Duration::from_millis(500),
+            grpc_listen: defaults::GRPC_LISTEN,
+            http_listen: defaults::HTTP_LISTEN,
+            redis_url: defaults::REDIS_URL.to_string(),
+            redis_timeout: Duration::from_millis(defaults::REDIS_TIMEOUT_MS),
+            redis_max_in_flight: defaults::REDIS_MAX_IN_FLIGHT,
+            reload_interval: Duration::from_millis(defaults::RELOAD_INTERVAL_MS),
         }
     }
 }

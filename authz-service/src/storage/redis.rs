@@ -44,9 +44,9 @@ impl RedisStoreConfig {
     pub fn new(url: impl Into<String>) -> Self {
         RedisStoreConfig {
             url: url.into(),
-            timeout: Duration::from_millis(10),
+            timeout: Duration::from_millis(crate::server::defaults::REDIS_TIMEOUT_MS),
             breaker: Duration::from_millis(250),
-            max_in_flight: 256,
+            max_in_flight: crate::server::defaults::REDIS_MAX_IN_FLIGHT,
         }
     }
 }
