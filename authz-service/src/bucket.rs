@@ -2,8 +2,10 @@
 //!
 //! Nothing here reads a clock: the caller passes `now_ms`. The in-memory
 //! store uses these functions directly and the Redis Lua script
-//! (`storage/bucket.lua`) implements the same rules; the shared storage
-//! behaviour suite checks that both agree.
+//! (`storage/bucket.lua`) implements the same rules. One table of test
+//! vectors, `tests/fixtures/bucket_vectors.json`, is run against both (these
+//! functions, and the script in a real Redis: `tests/bucket_vectors.rs`);
+//! a rule changed in one place and not the other fails it.
 //!
 //! Rules (one for every bucket):
 //! * A bucket holds `level` units, at most `capacity` (burst = capacity).

@@ -38,6 +38,9 @@
 --
 -- Clock: Redis's TIME, so every gateway instance shares one clock.
 --
+-- The same rules are in src/bucket.rs; tests/fixtures/bucket_vectors.json
+-- holds test vectors that both must pass (tests/bucket_vectors.rs).
+--
 -- Returns an array of 2n+1 integers:
 --   [1]      0 if admitted (or mode "debit"), else i of the first refusing bucket
 --   [i+1]    level of bucket i after the decision, in thousandths (floored)
