@@ -480,15 +480,19 @@ impl<S: Store> Authorizer<S> {
             return allow(Vec::new(), 0);
         }
         let mut ops: Vec<BucketOp> = planned.iter().map(|p| p.op.clone()).collect();
-        match self.leases.try_take(&ops, Instant::now()) {
+        // From this instance's leases and cached refusals, when they decide.
+        let from_memory = |ops: &[BucketOp], now| match self.leases.try_take(ops, now) {
             Local::Taken(levels) => {
                 self.record("allowed", "ok");
-                return allow(rate_headers(&planned, &levels), reserve);
+                Some(allow(rate_headers(&planned, &levels), reserve))
             }
             Local::Denied { index, levels } => {
-                return self.rate_limited(&planned, index, &levels, key, model);
+                Some(self.rate_limited(&planned, index, &levels, key, model))
             }
-            Local::Miss => {}
+            Local::Miss => None,
+        };
+        if let Some(d) = from_memory(&ops, Instant::now()) {
+            return d;
         }
         // Refill: one at a time per lease set; the others wait, then take
         // from what it brought (a burst coalesces into one store call).
@@ -499,15 +503,8 @@ impl<S: Store> Authorizer<S> {
             return self.unreachable(&policy, key, model, &planned, StoreError::Timeout, allow);
         };
         let now = Instant::now();
-        match self.leases.try_take(&ops, now) {
-            Local::Taken(levels) => {
-                self.record("allowed", "ok");
-                return allow(rate_headers(&planned, &levels), reserve);
-            }
-            Local::Denied { index, levels } => {
-                return self.rate_limited(&planned, index, &levels, key, model);
-            }
-            Local::Miss => {}
+        if let Some(d) = from_memory(&ops, now) {
+            return d;
         }
         let wants = self.leases.wants(&ops, &refill, now);
         for (op, want) in ops.iter_mut().zip(wants) {
