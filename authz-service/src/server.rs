@@ -121,8 +121,10 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, String> {
         tenants = policy.tenant_count(),
         "policy loaded"
     );
-    let authz =
-        Arc::new(Authorizer::new(policy, store, metrics).with_refill_wait(cfg.redis_timeout * 2));
+    // A burst on a nearly empty bucket refills one Check at a time: give the
+    // queue room beyond one Redis deadline (Envoy's own is 250 ms).
+    let refill_wait = (cfg.redis_timeout * 2).max(Duration::from_millis(100));
+    let authz = Arc::new(Authorizer::new(policy, store, metrics).with_refill_wait(refill_wait));
     let (tx, rx) = watch::channel(false);
     let mut tasks = Vec::new();
 
