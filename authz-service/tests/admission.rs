@@ -1,9 +1,9 @@
 //! Admission with leases, against real Redis (one server, and a 3-primary
 //! Redis Cluster): two service instances enforce one limit exactly under
 //! 16 concurrent clients, token reservations settle, policy changes reach
-//! every instance within 1 s, an exhausted key stays refused while Redis is
-//! down, and usage reports sent during an outage are applied when it
-//! returns.
+//! every instance within 1 s, an instance killed mid-window loses at most
+//! its lease, an exhausted key stays refused while Redis is down, and usage
+//! reports sent during an outage are applied when it returns.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -346,4 +346,60 @@ async fn usage_sent_during_an_outage_is_applied_when_redis_returns() {
     let full: i64 = redis.cli(&["GET", "tg:{shared}:tm:k:k"]).parse().unwrap();
     assert!(full > 0);
     svc.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_killed_mid_window_loses_at_most_its_lease() {
+    use std::process::{Command, Stdio};
+
+    const N: usize = 1000;
+    let redis = RedisServer::start();
+    let (_dir, path) = temp_policy(&one_key_policy(&format!("requests_per_day: {N}"), ""));
+    let (grpc, http) = (common::free_port(), common::free_port());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate-authz"))
+        .args(["serve", "--policy"])
+        .arg(&path)
+        .args(["--grpc-listen", &format!("127.0.0.1:{grpc}")])
+        .args(["--http-listen", &format!("127.0.0.1:{http}")])
+        .args(["--redis-url", &redis.url(), "--redis-timeout-ms", "250"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut c = loop {
+        if let Ok(c) = AuthzClient::connect(format!("http://127.0.0.1:{grpc}")).await {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "the service did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // 100 Checks back to back: the instance now holds a lease.
+    const USED: usize = 100;
+    for _ in 0..USED {
+        assert_eq!(
+            http_status(&check_key(&mut c, "tg-shared").await.unwrap()),
+            200
+        );
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    // Another instance gets what is left, minus at most the dead one's
+    // lease: an eighth of what was left at its last grant.
+    let b = start_service(&path, &redis.url()).await;
+    let mut c = client(&b).await;
+    let mut admitted = 0;
+    for _ in 0..N {
+        if http_status(&check_key(&mut c, "tg-shared").await.unwrap()) == 200 {
+            admitted += 1;
+        }
+    }
+    let lost = N - USED - admitted;
+    // It did hold a lease (1..), and lost no more than the bound.
+    assert!(
+        (1..=(N - USED) / 8).contains(&lost),
+        "lost {lost} units with the killed instance"
+    );
+    b.shutdown().await;
 }
