@@ -153,8 +153,13 @@ class Stack:
     def command(self, name: str) -> list[str]:
         p = self.ports
         if name == "redis":
+            # Budgets survive a Redis restart: append-only file, fsync every
+            # second (a crash loses at most the last second of bucket writes).
+            data = self.run_dir / "redis"
+            data.mkdir(parents=True, exist_ok=True)
             return [tool("redis-server"), "--port", str(p["TG_REDIS_PORT"]), "--bind", "127.0.0.1",
-                    "--save", "", "--appendonly", "no", "--daemonize", "no"]
+                    "--dir", str(data), "--save", "", "--appendonly", "yes", "--appendfsync", "everysec",
+                    "--daemonize", "no"]
         if name == "mock":
             return [str(ROOT / "target" / "release" / "mock-llm"),
                     "--listen", f"127.0.0.1:{p['TG_MOCK_PORT']}", "--config", str(self.mock_config)]

@@ -39,6 +39,7 @@ fn input(auth: Option<&str>, model: Option<&str>) -> CheckInput {
         authorization: auth.map(String::from),
         api_key: None,
         model: model.map(String::from),
+        content_length: None,
     }
 }
 
@@ -95,6 +96,7 @@ fn benches(c: &mut Criterion) {
                 black_box(&states),
                 &specs,
                 &[1, 1, 0, 0],
+                &[0, 0, 0, 0],
                 30_000,
             ))
         })

@@ -6,11 +6,12 @@
 # Starts its own redis-server and a release tollgate-authz on free loopback
 # ports. For each rate it runs two scenarios back to back:
 #   baseline  an unknown key: gRPC + header parsing + 401, no Redis call
-#   demo      tg-demo-key: 4 buckets (key+tenant × requests+tokens), one
-#             EVALSHA round trip
+#   demo      tg-demo-key: 4 buckets (key+tenant × requests+tokens), taken
+#             from this instance's leases (a Redis call per lease refill)
 # and prints the driver's client-side latency and the service's own Check
 # histogram (`tollgate_authz_check_duration_seconds`, difference of two
-# scrapes). AUTHZ_ARGS adds flags to `tollgate-authz serve` (e.g.
+# scrapes) and Redis calls per check (`tollgate_authz_redis_calls_total` /
+# `tollgate_authz_checks_total`). AUTHZ_ARGS adds flags to `tollgate-authz serve` (e.g.
 # "--redis-max-in-flight 1024"). DRIVER=rust (default:
 # examples/check_load.rs) or DRIVER=ghz
 # (go install github.com/bojand/ghz/cmd/ghz@latest). DURATION seconds per
@@ -42,7 +43,9 @@ for _ in $(seq 50); do curl -sf "127.0.0.1:$HP/healthz" >/dev/null && break; sle
 
 # utime+stime of the service, in clock ticks.
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$AUTHZ_PID/stat"; }
-scrape() { curl -s "127.0.0.1:$HP/metrics" | grep -E '^tollgate_authz_(check_duration_seconds_bucket|fail_open_total)'; }
+scrape() { curl -s "127.0.0.1:$HP/metrics" | grep -E '^tollgate_authz_(check_duration_seconds_bucket|fail_open_total|checks_total|redis_calls_total)'; }
+# Sum of one metric's series in a scrape.
+total() { echo "$1" | awk -v m="$2" 'index($1, m) == 1 {s += $2} END {print s + 0}'; }
 
 drive() { # $1 rate, $2 key
   if [ "$DRIVER" = ghz ]; then
@@ -74,6 +77,9 @@ for RPS in "${RATES[@]}"; do
     TICK=$(getconf CLK_TCK)
     echo "   service CPU: $(awk -v a="$CPU0" -v b="$CPU1" -v t="$TICK" -v n="$((RPS * DURATION))" 'BEGIN {printf "%.1f us per check", (b-a)/t*1e6/n}')"
     echo "   server Check histogram: p50 <= ${P50}s, p99 <= ${P99}s, ${U100}% within 100us; fail-open total $(echo "$AFTER" | awk '/^tollgate_authz_fail_open_total/{print $2}')"
+    CALLS=$(( $(total "$AFTER" tollgate_authz_redis_calls_total) - $(total "$BEFORE" tollgate_authz_redis_calls_total) ))
+    CHECKS=$(( $(total "$AFTER" tollgate_authz_checks_total) - $(total "$BEFORE" tollgate_authz_checks_total) ))
+    echo "   redis calls per check: $(awk -v a="$CALLS" -v b="$CHECKS" 'BEGIN {if (b > 0) printf "%.4f (%d calls, %d checks)", a/b, a, b; else print "n/a"}')"
     if [ "$SCEN" = demo ]; then
       echo "   redis: $(redis-cli -p "$RP" info commandstats | grep -E '^cmdstat_evalsha' | tr -d '\r'), $(redis-cli -p "$RP" info cpu | grep -E '^used_cpu_(user|sys):' | tr -d '\r' | paste -sd' ')"
     fi

@@ -1,20 +1,24 @@
 //! The decision core: authenticate a virtual key against the policy (never
-//! Redis), then check-and-take every bucket of the request in one store call.
+//! Redis), then take every bucket of the request from this instance's leases
+//! ([`crate::lease`]), or, when they fall short, in one store call that also
+//! refills them.
 //!
 //! Transport-free: [`crate::service`] maps a [`Decision`] onto an ext_authz
 //! `CheckResponse`, [`crate::http`] feeds usage reports to
 //! [`Authorizer::record_usage`].
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use serde::Deserialize;
 
 use crate::bucket::{format_reset, ms_until_admits, ms_until_full};
+use crate::lease::{Leases, Local};
 use crate::metrics::Metrics;
-use crate::policy::{Key, Kind, Limit, Policy, RedisFailure};
+use crate::policy::{Key, Kind, Limit, Policy, RedisFailure, Tenant};
 use crate::storage::{bucket_key, BucketOp, Outcome, Store, StoreError};
 
 /// The request headers a decision needs (names as Envoy sends them, lowercase).
@@ -27,6 +31,9 @@ pub struct CheckInput {
     /// `x-tollgate-model` header: the model, when a client states it up front
     /// (ext_authz sees headers only, never the body).
     pub model: Option<String>,
+    /// `content-length` header: the prompt's size estimate for the token
+    /// reservation.
+    pub content_length: Option<u64>,
 }
 
 /// What to answer.
@@ -39,6 +46,9 @@ pub enum Decision {
         /// `x-ratelimit-*` response headers (empty when the key has no
         /// limits, or when Redis failed open).
         rate_headers: Vec<(&'static str, String)>,
+        /// Tokens reserved from the token buckets (0: none), sent on as
+        /// `x-tollgate-reserved` for the filter to echo in its usage report.
+        reserved: u64,
     },
     Deny {
         status: u16,
@@ -63,6 +73,30 @@ pub struct UsageReport {
     pub prompt_tokens: u64,
     #[serde(default)]
     pub completion_tokens: u64,
+    /// Tokens reserved at Check time for the requests this report covers
+    /// (the `x-tollgate-reserved` header echoed by the filter, summed);
+    /// absent in reports of older filters: the usage is debited in full.
+    #[serde(default)]
+    pub reserved: Option<u64>,
+}
+
+/// What became of a usage report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    /// Written to the store.
+    Debited,
+    /// The store is unreachable: kept in the bounded queue, applied when it
+    /// returns.
+    Queued,
+}
+
+/// Queued usage debits kept at most (oldest dropped first and counted).
+pub const USAGE_QUEUE_MAX: usize = 10_000;
+
+struct QueuedDebit {
+    tenant: String,
+    tokens: u64,
+    ops: Vec<BucketOp>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -110,10 +144,52 @@ enum Scope {
     TenantModel,
 }
 
+impl Scope {
+    /// Key and tenant token buckets hold reservations; per-model token
+    /// buckets (known at Check time only from `x-tollgate-model`) do not.
+    fn reserves(self) -> bool {
+        matches!(self, Scope::Key | Scope::Tenant)
+    }
+}
+
 struct Planned {
     op: BucketOp,
     limit: Limit,
     scope: Scope,
+}
+
+/// What a plan takes from each bucket.
+#[derive(Clone, Copy)]
+enum Take {
+    /// A Check: 1 per request bucket, `reserve` per key or tenant token
+    /// bucket, 0 (admit while positive) per per-model token bucket.
+    Check { reserve: u64 },
+    /// A usage report: `tokens` minus `reserved` from the buckets that held
+    /// the reservation, `tokens` from the others.
+    Settle { tokens: u64, reserved: u64 },
+}
+
+/// Tokens to reserve for one request: the prompt estimated from its size
+/// (4 bytes a token) plus the tenant's answer reservation, at most the
+/// smallest key or tenant token bucket (so every bucket reserves the same
+/// amount and one echoed figure settles all of them). 0 without token limits.
+fn reservation(key: &Key, tenant: Option<&Tenant>, content_length: Option<u64>) -> u64 {
+    let smallest = key
+        .limits
+        .iter()
+        .chain(tenant.map(|t| t.limits.as_slice()).unwrap_or_default())
+        .filter(|l| l.kind == Kind::Tokens)
+        .map(|l| l.spec.capacity)
+        .min();
+    let Some(smallest) = smallest else { return 0 };
+    let answer = tenant.map_or(crate::policy::DEFAULT_RESERVE_COMPLETION_TOKENS, |t| {
+        t.reserve_completion_tokens
+    });
+    content_length
+        .unwrap_or(0)
+        .div_ceil(4)
+        .saturating_add(answer)
+        .min(smallest)
 }
 
 /// "key demo-key", "tenant demo", "key demo-key model m", "tenant demo model m".
@@ -127,16 +203,20 @@ fn scope_label(scope: Scope, key: &Key, model: Option<&str>) -> String {
     }
 }
 
-fn plan(policy: &Policy, key: &Key, model: Option<&str>, usage: Option<u64>) -> Vec<Planned> {
+fn plan(policy: &Policy, key: &Key, model: Option<&str>, how: Take) -> Vec<Planned> {
     let mut out = Vec::new();
     let tenant = policy.tenant(&key.tenant);
     let mut add = |limits: &[Limit], scope_key: String, scope: Scope| {
         for l in limits {
-            let take = match (usage, l.kind) {
-                (Some(tokens), Kind::Tokens) => tokens,
-                (Some(_), Kind::Requests) => continue,
-                (None, Kind::Requests) => 1,
-                (None, Kind::Tokens) => 0,
+            let take = match (how, l.kind) {
+                (Take::Settle { tokens, reserved }, Kind::Tokens) if scope.reserves() => {
+                    tokens as i64 - reserved as i64
+                }
+                (Take::Settle { tokens, .. }, Kind::Tokens) => tokens as i64,
+                (Take::Settle { .. }, Kind::Requests) => continue,
+                (Take::Check { .. }, Kind::Requests) => 1,
+                (Take::Check { reserve }, Kind::Tokens) if scope.reserves() => reserve as i64,
+                (Take::Check { .. }, Kind::Tokens) => 0,
             };
             let kp = match (l.kind, l.period) {
                 (Kind::Requests, "day") => "rd",
@@ -149,6 +229,7 @@ fn plan(policy: &Policy, key: &Key, model: Option<&str>, usage: Option<u64>) -> 
                     key: bucket_key(&key.tenant, kp, &scope_key),
                     spec: l.spec,
                     take,
+                    lease: 0,
                 },
                 limit: *l,
                 scope,
@@ -275,6 +356,10 @@ pub struct Authorizer<S: Store> {
     store: S,
     metrics: Arc<Metrics>,
     fail_log: Throttle,
+    leases: Leases,
+    /// Longest a Check waits for another Check's refill of its leases.
+    refill_wait: Duration,
+    usage_queue: Mutex<VecDeque<QueuedDebit>>,
 }
 
 impl<S: Store> Authorizer<S> {
@@ -285,7 +370,23 @@ impl<S: Store> Authorizer<S> {
             store,
             metrics,
             fail_log: Throttle::new(10_000),
+            leases: Leases::new(),
+            refill_wait: Duration::from_millis(20),
+            usage_queue: Mutex::new(VecDeque::new()),
         }
+    }
+
+    /// Longest a Check waits for a refill already under way (twice the
+    /// store's deadline is a good value); past it the failure policy
+    /// applies as for a slow store.
+    pub fn with_refill_wait(mut self, wait: Duration) -> Self {
+        self.refill_wait = wait;
+        self
+    }
+
+    /// This instance's leases.
+    pub fn leases(&self) -> &Leases {
+        &self.leases
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {
@@ -305,6 +406,8 @@ impl<S: Store> Authorizer<S> {
     pub fn set_policy(&self, policy: Policy) {
         self.metrics.policy_keys.set(policy.key_count() as i64);
         self.policy.store(Arc::new(policy));
+        // Limits may have changed: no lease or cached refusal outlives them.
+        self.leases.clear();
     }
 
     fn record(&self, result: &str, reason: &str) {
@@ -318,6 +421,7 @@ impl<S: Store> Authorizer<S> {
     pub async fn check(&self, input: &CheckInput) -> Decision {
         let started = Instant::now();
         let d = self.decide(input).await;
+        self.metrics.checks.inc();
         self.metrics
             .check_duration
             .observe(started.elapsed().as_secs_f64());
@@ -361,74 +465,148 @@ impl<S: Store> Authorizer<S> {
                 };
             }
         }
-        let allow = |rate_headers| Decision::Allow {
+        let tenant = policy.tenant(&key.tenant);
+        let reserve = reservation(key, tenant, input.content_length);
+        let allow = |rate_headers, reserved| Decision::Allow {
             tenant: key.tenant.clone(),
             key_id: key.id.clone(),
             models: key.models_header.clone(),
             rate_headers,
+            reserved,
         };
-        let planned = plan(&policy, key, model, None);
+        let planned = plan(&policy, key, model, Take::Check { reserve });
         if planned.is_empty() {
             self.record("allowed", "no_limits");
-            return allow(Vec::new());
+            return allow(Vec::new(), 0);
         }
-        let ops: Vec<BucketOp> = planned.iter().map(|p| p.op.clone()).collect();
+        let mut ops: Vec<BucketOp> = planned.iter().map(|p| p.op.clone()).collect();
+        // From this instance's leases and cached refusals, when they decide.
+        let from_memory = |ops: &[BucketOp], now| match self.leases.try_take(ops, now) {
+            Local::Taken(levels) => {
+                self.record("allowed", "ok");
+                Some(allow(rate_headers(&planned, &levels), reserve))
+            }
+            Local::Denied { index, levels } => {
+                Some(self.rate_limited(&planned, index, &levels, key, model))
+            }
+            Local::Miss => None,
+        };
+        if let Some(d) = from_memory(&ops, Instant::now()) {
+            return d;
+        }
+        // Refill: one at a time per lease set; the others wait, then take
+        // from what it brought (a burst coalesces into one store call).
+        let refill = self.leases.refill(&ops[0], Instant::now());
+        let waiting = refill.wait();
+        let Ok(_guard) = tokio::time::timeout(self.refill_wait, refill.lock.lock()).await else {
+            drop(waiting);
+            return self.unreachable(&policy, key, model, &planned, StoreError::Timeout, allow);
+        };
+        let now = Instant::now();
+        if let Some(d) = from_memory(&ops, now) {
+            return d;
+        }
+        let wants = self.leases.wants(&ops, &refill, now);
+        for (op, want) in ops.iter_mut().zip(wants) {
+            op.lease = want;
+        }
+        drop(waiting);
         let t = Instant::now();
         let result = self.store.check_and_take(&ops).await;
         self.metrics
             .redis_duration
             .with_label_values(&["check"])
             .observe(t.elapsed().as_secs_f64());
+        let now = Instant::now();
         match result {
-            Ok(Outcome {
-                denied: None,
-                levels,
-            }) => {
+            Ok(outcome @ Outcome { denied: None, .. }) => {
+                let levels = self.leases.grant(&ops, &outcome, now);
                 self.record("allowed", "ok");
-                allow(rate_headers(&planned, &levels))
+                allow(rate_headers(&planned, &levels), reserve)
             }
             Ok(Outcome {
                 denied: Some(i),
                 levels,
+                ..
             }) if i < planned.len() => {
-                let p = &planned[i];
                 let level = levels.get(i).copied().unwrap_or(0.0);
-                let kind = p.limit.kind.as_str();
-                let retry_ms = ms_until_admits(level, p.op.take, p.limit.spec);
-                let msg = format!(
-                    "Rate limit reached for {} on {kind} per {}: limit {}, remaining {}. Please try again in {}.",
-                    scope_label(p.scope, key, model),
-                    p.limit.period,
-                    p.limit.spec.capacity,
-                    level.floor().max(0.0) as u64,
-                    format_reset(retry_ms),
-                );
-                self.record(
-                    "denied",
-                    if p.limit.kind == Kind::Requests {
-                        "rate_limited_requests"
-                    } else {
-                        "rate_limited_tokens"
-                    },
-                );
-                let mut headers = vec![("retry-after", retry_ms.div_ceil(1000).max(1).to_string())];
-                headers.extend(rate_headers(&planned, &levels));
-                Decision::Deny {
-                    status: 429,
-                    body: error_body(&msg, kind, "rate_limit_exceeded"),
-                    headers,
-                }
+                let p = &planned[i];
+                let retry = ms_until_admits(level, p.op.take, p.limit.spec);
+                self.leases
+                    .deny(&p.op, level, Duration::from_millis(retry), now);
+                self.rate_limited(&planned, i, &levels, key, model)
             }
             Ok(Outcome {
                 denied: Some(i), ..
-            }) => self.failed(
+            }) => self.unreachable(
                 &policy,
                 key,
+                model,
+                &planned,
                 StoreError::Protocol(format!("store refused unknown bucket {i}")),
                 allow,
             ),
-            Err(e) => self.failed(&policy, key, e, allow),
+            Err(e) => self.unreachable(&policy, key, model, &planned, e, allow),
         }
+    }
+
+    /// A 429 naming bucket `i` of `planned`; `levels` are every bucket's.
+    fn rate_limited(
+        &self,
+        planned: &[Planned],
+        i: usize,
+        levels: &[f64],
+        key: &Key,
+        model: Option<&str>,
+    ) -> Decision {
+        let (Some(p), Some(&level)) = (planned.get(i), levels.get(i)) else {
+            return Decision::Unavailable(format!("no bucket {i}"));
+        };
+        let kind = p.limit.kind.as_str();
+        let retry_ms = ms_until_admits(level, p.op.take, p.limit.spec);
+        let msg = format!(
+            "Rate limit reached for {} on {kind} per {}: limit {}, remaining {}. Please try again in {}.",
+            scope_label(p.scope, key, model),
+            p.limit.period,
+            p.limit.spec.capacity,
+            level.floor().max(0.0) as u64,
+            format_reset(retry_ms),
+        );
+        self.record(
+            "denied",
+            if p.limit.kind == Kind::Requests {
+                "rate_limited_requests"
+            } else {
+                "rate_limited_tokens"
+            },
+        );
+        let mut headers = vec![("retry-after", retry_ms.div_ceil(1000).max(1).to_string())];
+        headers.extend(rate_headers(planned, levels));
+        Decision::Deny {
+            status: 429,
+            body: error_body(&msg, kind, "rate_limit_exceeded"),
+            headers,
+        }
+    }
+
+    /// The store could not decide: a bucket this instance saw exhausted is
+    /// still refused (it cannot have refilled); otherwise the tenant's
+    /// `redis_failure` policy applies.
+    fn unreachable(
+        &self,
+        policy: &Policy,
+        key: &Key,
+        model: Option<&str>,
+        planned: &[Planned],
+        e: StoreError,
+        allow: impl FnOnce(Vec<(&'static str, String)>, u64) -> Decision,
+    ) -> Decision {
+        let ops: Vec<BucketOp> = planned.iter().map(|p| p.op.clone()).collect();
+        if let Some((i, levels)) = self.leases.known_exhausted(&ops, Instant::now()) {
+            self.count_store_error("check", &e);
+            return self.rate_limited(planned, i, &levels, key, model);
+        }
+        self.failed(policy, key, e, |h| allow(h, 0))
     }
 
     /// The store failed: apply the tenant's `redis_failure` policy.
@@ -495,9 +673,13 @@ impl<S: Store> Authorizer<S> {
             .inc();
     }
 
-    /// Debit real usage from the token buckets of the key, its tenant and,
-    /// when configured, the model (levels may go negative).
-    pub async fn record_usage(&self, report: &UsageReport) -> Result<(), UsageError> {
+    /// Settle a usage report: debit its tokens from the token buckets of
+    /// the key, its tenant and, when configured, the model, minus what was
+    /// reserved at Check time on the buckets that reserved it (a refund when
+    /// the answer was shorter). Levels may go negative. When the store is
+    /// unreachable the debit is queued ([`USAGE_QUEUE_MAX`], oldest dropped
+    /// first and counted) and applied by [`Authorizer::maintain`].
+    pub async fn record_usage(&self, report: &UsageReport) -> Result<Recorded, UsageError> {
         let policy = self.policy.load();
         let key = match policy.key_by_id(&report.key_id) {
             Some(k) if k.tenant == report.tenant => k,
@@ -515,39 +697,115 @@ impl<S: Store> Authorizer<S> {
         let tokens = report
             .prompt_tokens
             .saturating_add(report.completion_tokens);
+        let how = Take::Settle {
+            tokens,
+            reserved: report.reserved.unwrap_or(0),
+        };
+        let ops: Vec<BucketOp> = plan(&policy, key, report.model.as_deref(), how)
+            .into_iter()
+            .map(|p| p.op)
+            .filter(|op| op.take != 0)
+            .collect();
+        if ops.is_empty() {
+            self.count_debited(&key.tenant, tokens);
+            return Ok(Recorded::Debited);
+        }
+        let debit = QueuedDebit {
+            tenant: key.tenant.clone(),
+            tokens,
+            ops,
+        };
+        match self.apply_debit(&debit).await {
+            Ok(()) => Ok(Recorded::Debited),
+            // Never sent (store down, breaker open, no call slot): keep it.
+            Err(StoreError::Unavailable(_) | StoreError::Overloaded) => {
+                self.enqueue(debit);
+                Ok(Recorded::Queued)
+            }
+            // Sent but unanswered or refused: it may have been applied, so
+            // it is not retried (never debited twice).
+            Err(e) => {
+                self.metrics
+                    .usage_reports
+                    .with_label_values(&["store_error"])
+                    .inc();
+                Err(UsageError::Store(e))
+            }
+        }
+    }
+
+    fn count_debited(&self, tenant: &str, tokens: u64) {
+        self.metrics.usage_reports.with_label_values(&["ok"]).inc();
         self.metrics
             .usage_tokens
-            .with_label_values(&[&key.tenant])
+            .with_label_values(&[tenant])
             .inc_by(tokens as f64);
-        let planned = plan(&policy, key, report.model.as_deref(), Some(tokens));
-        if tokens == 0 || planned.is_empty() {
-            self.metrics.usage_reports.with_label_values(&["ok"]).inc();
-            return Ok(());
-        }
-        let ops: Vec<BucketOp> = planned.into_iter().map(|p| p.op).collect();
+    }
+
+    async fn apply_debit(&self, debit: &QueuedDebit) -> Result<(), StoreError> {
         let t = Instant::now();
-        let result = self.store.debit(&ops).await;
+        let result = self.store.debit(&debit.ops).await;
         self.metrics
             .redis_duration
             .with_label_values(&["debit"])
             .observe(t.elapsed().as_secs_f64());
         match result {
-            Ok(_) => {
-                self.metrics.usage_reports.with_label_values(&["ok"]).inc();
+            Ok(outcome) => {
+                self.leases.observe(&debit.ops, &outcome.levels);
+                self.count_debited(&debit.tenant, debit.tokens);
                 Ok(())
             }
             Err(e) => {
                 self.count_store_error("debit", &e);
-                self.metrics
-                    .usage_reports
-                    .with_label_values(&["store_error"])
-                    .inc();
                 if let Some(suppressed) = self.fail_log.ready() {
-                    tracing::warn!(error = %e, suppressed, "rate-limit store failed; usage not debited");
+                    tracing::warn!(error = %e, suppressed, "rate-limit store failed; usage not debited yet");
                 }
-                Err(UsageError::Store(e))
+                Err(e)
             }
         }
+    }
+
+    fn queue(&self) -> std::sync::MutexGuard<'_, VecDeque<QueuedDebit>> {
+        self.usage_queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn enqueue(&self, debit: QueuedDebit) {
+        let mut q = self.queue();
+        if q.len() >= USAGE_QUEUE_MAX {
+            q.pop_front();
+            self.metrics.usage_dropped.inc();
+        }
+        q.push_back(debit);
+        self.metrics.usage_queued.set(q.len() as i64);
+        self.metrics
+            .usage_reports
+            .with_label_values(&["queued"])
+            .inc();
+    }
+
+    /// Periodic upkeep (every 250 ms from the server): give idle leases back
+    /// to the store, then apply queued usage debits while the store takes
+    /// them.
+    pub async fn maintain(&self) {
+        for op in self.leases.sweep(Instant::now()) {
+            // A lost return only leaves units unused until they refill.
+            let _ = self.store.debit(std::slice::from_ref(&op)).await;
+        }
+        loop {
+            let Some(debit) = self.queue().pop_front() else {
+                break;
+            };
+            match self.apply_debit(&debit).await {
+                Ok(()) => {}
+                Err(StoreError::Unavailable(_) | StoreError::Overloaded) => {
+                    self.queue().push_front(debit);
+                    break;
+                }
+                // Sent but unanswered: may have been applied; not retried.
+                Err(_) => {}
+            }
+        }
+        self.metrics.usage_queued.set(self.queue().len() as i64);
     }
 }
 
@@ -560,6 +818,7 @@ mod tests {
             authorization: auth.map(String::from),
             api_key: api_key.map(String::from),
             model: None,
+            content_length: None,
         }
     }
 

@@ -2,8 +2,10 @@
 //!
 //! Nothing here reads a clock: the caller passes `now_ms`. The in-memory
 //! store uses these functions directly and the Redis Lua script
-//! (`storage/bucket.lua`) implements the same rules; the shared storage
-//! behaviour suite checks that both agree.
+//! (`storage/bucket.lua`) implements the same rules. One table of test
+//! vectors, `tests/fixtures/bucket_vectors.json`, is run against both (these
+//! functions, and the script in a real Redis: `tests/bucket_vectors.rs`);
+//! a rule changed in one place and not the other fails it.
 //!
 //! Rules (one for every bucket):
 //! * A bucket holds `level` units, at most `capacity` (burst = capacity).
@@ -11,10 +13,13 @@
 //! * An absent bucket is full.
 //! * A request with cost `take` is admitted by a bucket iff, after refill,
 //!   `level >= take && level > 0`. Request buckets use `take = 1`; token
-//!   buckets use `take = 0` at Check time (admit while positive), and real
-//!   usage is debited afterwards, which may drive the level negative.
+//!   buckets take the request's reservation at Check time, and the usage
+//!   report settles the difference afterwards (a debit, which may drive the
+//!   level negative, or a refund, capped at capacity).
 //! * A request is admitted only if every one of its buckets admits it; a
 //!   rejected request takes nothing from any bucket.
+//! * An admitted request may also take a lease: up to `want` extra units,
+//!   at most an eighth of the level left after its take ([`lease_grant`]).
 
 /// Capacity and refill window of one bucket.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -62,8 +67,20 @@ pub fn level_at(state: Option<BucketState>, spec: BucketSpec, now_ms: u64) -> f6
 }
 
 /// Whether a bucket at `level` admits a request costing `take`.
-pub fn admits(level: f64, take: u64) -> bool {
+pub fn admits(level: f64, take: i64) -> bool {
     level > 0.0 && level >= take as f64
+}
+
+/// A lease is at most this fraction (1/N) of the level left after a take.
+pub const LEASE_SHARE: f64 = 8.0;
+
+/// Whole units granted as a lease beside a take that leaves `left` in the
+/// bucket: at most `want`, at most `left / LEASE_SHARE`.
+pub fn lease_grant(left: f64, want: u64) -> u64 {
+    if left <= 0.0 {
+        return 0;
+    }
+    ((left / LEASE_SHARE).floor() as u64).min(want)
 }
 
 /// Milliseconds until a bucket at `level` is full again (OpenAI's "reset").
@@ -77,7 +94,7 @@ pub fn ms_until_full(level: f64, spec: BucketSpec) -> u64 {
 
 /// Milliseconds until a bucket at `level` admits a request costing `take`
 /// (the `retry-after` of a denial).
-pub fn ms_until_admits(level: f64, take: u64, spec: BucketSpec) -> u64 {
+pub fn ms_until_admits(level: f64, take: i64, spec: BucketSpec) -> u64 {
     let need = if take == 0 { 0.0 } else { take as f64 };
     // Token buckets need a strictly positive level: wait for one whole unit
     // so the retry is not refused again by a hair.
@@ -102,21 +119,26 @@ pub fn ttl_ms(level: f64, spec: BucketSpec) -> u64 {
 /// Outcome for one bucket of a check.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BucketOutcome {
-    /// Level after the decision (after the take, if the request was admitted).
+    /// Level after the decision (after the take and the lease, if the
+    /// request was admitted).
     pub level: f64,
+    /// Lease granted beside the take (0 unless admitted).
+    pub granted: u64,
 }
 
-/// Decide a whole request: every bucket `i` has `states[i]`, `specs[i]` and
-/// `takes[i]`. Returns the new states (unchanged levels if denied, but
-/// refilled) and the index of the first bucket that refused, if any.
+/// Decide a whole request: every bucket `i` has `states[i]`, `specs[i]`,
+/// `takes[i]` and a wanted lease `wants[i]`. Returns the new levels
+/// (unchanged if denied, but refilled) and the index of the first bucket
+/// that refused, if any.
 ///
-/// If admitted, each bucket's level drops by its take and its timestamp
-/// becomes `now_ms`. If denied, nothing is taken and the caller must not
-/// store anything.
+/// If admitted, each bucket's level drops by its take and its granted lease
+/// and its timestamp becomes `now_ms`. If denied, nothing is taken and the
+/// caller must not store anything.
 pub fn check_and_take(
     states: &[Option<BucketState>],
     specs: &[BucketSpec],
-    takes: &[u64],
+    takes: &[i64],
+    wants: &[u64],
     now_ms: u64,
 ) -> (Vec<BucketOutcome>, Option<usize>) {
     let levels: Vec<f64> = states
@@ -131,27 +153,36 @@ pub fn check_and_take(
     let outcomes = levels
         .iter()
         .zip(takes)
-        .map(|(level, take)| BucketOutcome {
-            level: if denied.is_none() {
-                level - *take as f64
-            } else {
-                *level
-            },
+        .zip(wants)
+        .map(|((level, take), want)| {
+            if denied.is_some() {
+                return BucketOutcome {
+                    level: *level,
+                    granted: 0,
+                };
+            }
+            let left = level - *take as f64;
+            let granted = lease_grant(left, *want);
+            BucketOutcome {
+                level: left - granted as f64,
+                granted,
+            }
         })
         .collect();
     (outcomes, denied)
 }
 
 /// Debit `amount` from a bucket at `now_ms` (usage reports); the level may
-/// go negative. Returns the new state.
+/// go negative. A negative amount is a refund, capped at capacity. Returns
+/// the new state.
 pub fn debit(
     state: Option<BucketState>,
     spec: BucketSpec,
-    amount: u64,
+    amount: i64,
     now_ms: u64,
 ) -> BucketState {
     BucketState {
-        level: level_at(state, spec, now_ms) - amount as f64,
+        level: (level_at(state, spec, now_ms) - amount as f64).min(spec.capacity as f64),
         ts_ms: now_ms,
     }
 }
@@ -217,18 +248,18 @@ mod tests {
     fn limit_of_five_admits_five_then_denies() {
         let mut state = None;
         for i in 0..5 {
-            let (out, denied) = check_and_take(&[state], &[RPM5], &[1], 0);
+            let (out, denied) = check_and_take(&[state], &[RPM5], &[1], &[0], 0);
             assert_eq!(denied, None, "request {i}");
             state = Some(BucketState {
                 level: out[0].level,
                 ts_ms: 0,
             });
         }
-        let (out, denied) = check_and_take(&[state], &[RPM5], &[1], 0);
+        let (out, denied) = check_and_take(&[state], &[RPM5], &[1], &[0], 0);
         assert_eq!(denied, Some(0));
         assert_eq!(out[0].level, 0.0);
         // 12 s later exactly one more fits.
-        let (_, denied) = check_and_take(&[state], &[RPM5], &[1], 12_000);
+        let (_, denied) = check_and_take(&[state], &[RPM5], &[1], &[0], 12_000);
         assert_eq!(denied, None);
     }
 
@@ -242,7 +273,7 @@ mod tests {
             level: 0.5,
             ts_ms: 0,
         });
-        let (out, denied) = check_and_take(&[key, tenant], &[RPM5, RPM5], &[1, 1], 0);
+        let (out, denied) = check_and_take(&[key, tenant], &[RPM5, RPM5], &[1, 1], &[9, 9], 0);
         assert_eq!(denied, Some(1));
         assert_eq!(out[0].level, 3.0);
         assert_eq!(out[1].level, 0.5);
@@ -256,15 +287,47 @@ mod tests {
         };
         let s = debit(None, tpm, 250, 0);
         assert_eq!(s.level, -150.0);
-        let (_, denied) = check_and_take(&[Some(s)], &[tpm], &[0], 0);
+        let (_, denied) = check_and_take(&[Some(s)], &[tpm], &[0], &[0], 0);
         assert_eq!(denied, Some(0));
         // -150 refills at 100/min: positive after 90 s.
-        let (_, denied) = check_and_take(&[Some(s)], &[tpm], &[0], 90_000);
+        let (_, denied) = check_and_take(&[Some(s)], &[tpm], &[0], &[0], 90_000);
         assert_eq!(denied, Some(0), "level exactly 0 is not positive");
-        let (out, denied) = check_and_take(&[Some(s)], &[tpm], &[0], 90_600);
+        let (out, denied) = check_and_take(&[Some(s)], &[tpm], &[0], &[0], 90_600);
         assert_eq!(denied, None);
         assert!(out[0].level > 0.0 && out[0].level < 1.01);
         assert_eq!(ms_until_admits(-150.0, 0, tpm), 90_600);
+    }
+
+    #[test]
+    fn leases_are_an_eighth_of_what_is_left_and_shrink_to_nothing() {
+        let big = BucketSpec {
+            capacity: 1000,
+            window_ms: 60_000,
+        };
+        let (out, denied) = check_and_take(&[None], &[big], &[1], &[500], 0);
+        assert_eq!(denied, None);
+        assert_eq!(out[0].granted, 124, "floor(999 / 8)");
+        assert_eq!(out[0].level, 875.0);
+        let (out, _) = check_and_take(&[None], &[big], &[1], &[10], 0);
+        assert_eq!(out[0].granted, 10, "no more than wanted");
+        let low = Some(BucketState {
+            level: 8.5,
+            ts_ms: 0,
+        });
+        let (out, _) = check_and_take(&[low], &[big], &[1], &[10], 0);
+        assert_eq!(
+            out[0].granted, 0,
+            "7.5 left: an eighth is less than one unit"
+        );
+        assert_eq!(out[0].level, 7.5);
+    }
+
+    #[test]
+    fn a_refund_is_capped_at_capacity() {
+        let s = debit(None, RPM5, 3, 0);
+        assert_eq!(s.level, 2.0);
+        assert_eq!(debit(Some(s), RPM5, -2, 0).level, 4.0);
+        assert_eq!(debit(Some(s), RPM5, -10, 0).level, 5.0);
     }
 
     #[test]

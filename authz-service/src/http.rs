@@ -10,7 +10,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde::Deserialize;
 
-use crate::authz::{error_body, Authorizer, UsageError, UsageReport};
+use crate::authz::{error_body, Authorizer, Recorded, UsageError, UsageReport};
 use crate::storage::Store;
 
 pub fn router<S: Store>(authz: Arc<Authorizer<S>>) -> Router {
@@ -86,14 +86,25 @@ async fn usage<S: Store>(State(authz): State<Arc<Authorizer<S>>>, body: Bytes) -
     let total = reports.len();
     let mut failed = 0;
     let mut first: Option<UsageError> = None;
+    let mut queued = false;
     for report in &reports {
-        if let Err(e) = authz.record_usage(report).await {
-            failed += 1;
-            first.get_or_insert(e);
+        match authz.record_usage(report).await {
+            Ok(Recorded::Debited) => {}
+            Ok(Recorded::Queued) => queued = true,
+            Err(e) => {
+                failed += 1;
+                first.get_or_insert(e);
+            }
         }
     }
     let Some(e) = first else {
-        return StatusCode::NO_CONTENT.into_response();
+        // 202: kept, to be applied when the store is reachable again.
+        return if queued {
+            StatusCode::ACCEPTED
+        } else {
+            StatusCode::NO_CONTENT
+        }
+        .into_response();
     };
     let (status, msg, kind, code) = match e {
         UsageError::UnknownKey(..) => (

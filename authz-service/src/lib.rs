@@ -14,7 +14,7 @@
 //! let policy = Policy::from_yaml(&yaml).unwrap();
 //! let authz = Authorizer::new(policy, MemoryStore::new(SystemClock), Arc::new(Metrics::new().unwrap()));
 //! let input = CheckInput { authorization: Some("Bearer tg-example".into()), ..Default::default() };
-//! let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+//! let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
 //! assert!(matches!(rt.block_on(authz.check(&input)), Decision::Allow { .. }));
 //! assert!(matches!(rt.block_on(authz.check(&input)), Decision::Allow { .. }));
 //! assert!(matches!(rt.block_on(authz.check(&input)), Decision::Deny { status: 429, .. }));
@@ -26,6 +26,7 @@ pub mod authz;
 pub mod bucket;
 pub mod http;
 pub mod keygen;
+pub mod lease;
 pub mod metrics;
 pub mod policy;
 pub mod reload;

@@ -26,11 +26,20 @@ pub struct Metrics {
     pub policy_reloads: IntCounterVec,
     /// `tollgate_authz_policy_keys`.
     pub policy_keys: IntGauge,
+    /// `tollgate_authz_checks_total`: every Check decided.
+    pub checks: IntCounter,
+    /// `tollgate_authz_redis_calls_total{op}`: every Redis round trip.
+    pub redis_calls: IntCounterVec,
+    /// `tollgate_authz_usage_queued`: usage debits waiting for Redis.
+    pub usage_queued: IntGauge,
+    /// `tollgate_authz_usage_dropped_total`: queued debits dropped (oldest
+    /// first) because the queue was full.
+    pub usage_dropped: IntCounter,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
-    0.000025, 0.00005, 0.000075, 0.0001, 0.00015, 0.0002, 0.0003, 0.0005, 0.001, 0.0025, 0.005,
-    0.01, 0.025, 0.05, 0.1, 0.25,
+    0.000005, 0.00001, 0.000025, 0.00005, 0.000075, 0.0001, 0.00015, 0.0002, 0.0003, 0.0005, 0.001,
+    0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
 ];
 
 impl Metrics {
@@ -79,7 +88,7 @@ impl Metrics {
         let usage_tokens = CounterVec::new(
             Opts::new(
                 "tollgate_authz_usage_tokens_total",
-                "Tokens debited from usage reports, by tenant",
+                "Tokens debited from usage reports (settled in the store), by tenant",
             ),
             &["tenant"],
         )?;
@@ -94,6 +103,26 @@ impl Metrics {
             "tollgate_authz_policy_keys",
             "Virtual keys in the active policy",
         )?;
+        let checks = IntCounter::new("tollgate_authz_checks_total", "Checks decided")?;
+        let redis_calls = IntCounterVec::new(
+            Opts::new(
+                "tollgate_authz_redis_calls_total",
+                "Redis round trips by operation",
+            ),
+            &["op"],
+        )?;
+        let usage_queued = IntGauge::new(
+            "tollgate_authz_usage_queued",
+            "Usage debits queued while Redis is unreachable",
+        )?;
+        let usage_dropped = IntCounter::new(
+            "tollgate_authz_usage_dropped_total",
+            "Queued usage debits dropped, oldest first, because the queue was full",
+        )?;
+        registry.register(Box::new(checks.clone()))?;
+        registry.register(Box::new(redis_calls.clone()))?;
+        registry.register(Box::new(usage_queued.clone()))?;
+        registry.register(Box::new(usage_dropped.clone()))?;
         registry.register(Box::new(decisions.clone()))?;
         registry.register(Box::new(check_duration.clone()))?;
         registry.register(Box::new(redis_errors.clone()))?;
@@ -114,6 +143,10 @@ impl Metrics {
             usage_tokens,
             policy_reloads,
             policy_keys,
+            checks,
+            redis_calls,
+            usage_queued,
+            usage_dropped,
         })
     }
 

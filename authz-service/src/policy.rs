@@ -44,6 +44,8 @@ pub struct Limits {
 struct RawDefaults {
     #[serde(default)]
     redis_failure: Option<RedisFailure>,
+    #[serde(default)]
+    reserve_completion_tokens: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -55,6 +57,8 @@ struct RawTenant {
     model_limits: BTreeMap<String, Limits>,
     #[serde(default)]
     redis_failure: Option<RedisFailure>,
+    #[serde(default)]
+    reserve_completion_tokens: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -140,7 +144,13 @@ pub struct Tenant {
     pub limits: Vec<Limit>,
     pub model_limits: HashMap<String, Vec<Limit>>,
     pub redis_failure: RedisFailure,
+    /// Tokens reserved at Check time for a request's answer (the prompt's
+    /// estimate comes on top), settled by the usage report.
+    pub reserve_completion_tokens: u64,
 }
+
+/// Default of `reserve_completion_tokens`.
+pub const DEFAULT_RESERVE_COMPLETION_TOKENS: u64 = 256;
 
 /// A virtual key after validation (never holds the key itself).
 #[derive(Debug, Clone)]
@@ -244,7 +254,7 @@ impl Policy {
         if text.trim().is_empty() {
             return err("policy file is empty");
         }
-        let raw: RawPolicy = match serde_yaml::from_str(text) {
+        let raw: RawPolicy = match serde_norway::from_str(text) {
             Ok(r) => r,
             Err(e) => return err(e.to_string()),
         };
@@ -255,6 +265,10 @@ impl Policy {
             ));
         }
         let default_failure = raw.defaults.redis_failure.unwrap_or_default();
+        let default_reserve = raw
+            .defaults
+            .reserve_completion_tokens
+            .unwrap_or(DEFAULT_RESERVE_COMPLETION_TOKENS);
         let mut tenants = HashMap::new();
         for (name, t) in &raw.tenants {
             if !valid_name(name) {
@@ -272,6 +286,9 @@ impl Policy {
                     limits: compile_limits(&t.limits),
                     model_limits,
                     redis_failure: t.redis_failure.unwrap_or(default_failure),
+                    reserve_completion_tokens: t
+                        .reserve_completion_tokens
+                        .unwrap_or(default_reserve),
                 },
             );
         }

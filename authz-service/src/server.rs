@@ -18,6 +18,21 @@ use crate::reload::Reloader;
 use crate::service::AuthzService;
 use crate::storage::{AnyStore, MemoryStore, RedisStore, RedisStoreConfig, SystemClock};
 
+/// Defaults of `tollgate-authz serve` (the flags and [`ServeConfig::new`]
+/// both read them; nothing else states them).
+pub mod defaults {
+    use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+
+    pub const GRPC_LISTEN: SocketAddr =
+        SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9100));
+    pub const HTTP_LISTEN: SocketAddr =
+        SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9101));
+    pub const REDIS_URL: &str = "redis://127.0.0.1:6390";
+    pub const REDIS_TIMEOUT_MS: u64 = 10;
+    pub const REDIS_MAX_IN_FLIGHT: usize = 256;
+    pub const RELOAD_INTERVAL_MS: u64 = 500;
+}
+
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     pub policy_path: PathBuf,
@@ -35,12 +50,12 @@ impl ServeConfig {
     pub fn new(policy_path: impl Into<PathBuf>) -> Self {
         ServeConfig {
             policy_path: policy_path.into(),
-            grpc_listen: SocketAddr::from(([127, 0, 0, 1], 9100)),
-            http_listen: SocketAddr::from(([127, 0, 0, 1], 9101)),
-            redis_url: "redis://127.0.0.1:6390".to_string(),
-            redis_timeout: Duration::from_millis(10),
-            redis_max_in_flight: 256,
-            reload_interval: Duration::from_secs(1),
+            grpc_listen: defaults::GRPC_LISTEN,
+            http_listen: defaults::HTTP_LISTEN,
+            redis_url: defaults::REDIS_URL.to_string(),
+            redis_timeout: Duration::from_millis(defaults::REDIS_TIMEOUT_MS),
+            redis_max_in_flight: defaults::REDIS_MAX_IN_FLIGHT,
+            reload_interval: Duration::from_millis(defaults::RELOAD_INTERVAL_MS),
         }
     }
 }
@@ -92,7 +107,9 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, String> {
         let mut rc = RedisStoreConfig::new(cfg.redis_url.clone());
         rc.timeout = cfg.redis_timeout;
         rc.max_in_flight = cfg.redis_max_in_flight;
-        let s = RedisStore::new(&rc).map_err(|e| e.to_string())?;
+        let s = RedisStore::new(&rc)
+            .map_err(|e| e.to_string())?
+            .with_call_counter(metrics.redis_calls.clone());
         // SCRIPT LOAD once up front; EVALSHA reloads on NOSCRIPT anyway.
         if let Err(e) = s.load_script().await {
             tracing::warn!(error = %e, "could not load the bucket script yet (redis down?); will load on first use");
@@ -104,7 +121,10 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, String> {
         tenants = policy.tenant_count(),
         "policy loaded"
     );
-    let authz = Arc::new(Authorizer::new(policy, store, metrics));
+    // A burst on a nearly empty bucket refills one Check at a time: give the
+    // queue room beyond one Redis deadline (Envoy's own is 250 ms).
+    let refill_wait = (cfg.redis_timeout * 2).max(Duration::from_millis(100));
+    let authz = Arc::new(Authorizer::new(policy, store, metrics).with_refill_wait(refill_wait));
     let (tx, rx) = watch::channel(false);
     let mut tasks = Vec::new();
 
@@ -141,6 +161,23 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, String> {
         {
             tracing::error!(error = %e, "HTTP server failed");
         }
+    }));
+
+    // Idle leases back to the store, queued usage debits applied.
+    let upkeep = authz.clone();
+    let upkeep_rx = rx.clone();
+    tasks.push(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => upkeep.maintain().await,
+                _ = wait_shutdown(upkeep_rx.clone()) => break,
+            }
+        }
+        // Shutting down: give every lease back so no unit is stranded.
+        upkeep.leases().clear();
+        upkeep.maintain().await;
     }));
 
     // Policy reload on change and SIGHUP.

@@ -32,6 +32,9 @@ const GRPC_UNAUTHENTICATED: i32 = 16;
 pub const HDR_TENANT: &str = "x-tollgate-tenant";
 pub const HDR_KEY_ID: &str = "x-tollgate-key-id";
 pub const HDR_MODELS: &str = "x-tollgate-models";
+/// Tokens reserved by this Check (always set, "0" when none, so a client
+/// cannot forge it); the filter echoes it in its usage report.
+pub const HDR_RESERVED: &str = "x-tollgate-reserved";
 /// Request headers removed from an allowed request (they carry the key).
 pub const HEADERS_TO_REMOVE: [&str; 2] = ["authorization", "x-api-key"];
 
@@ -66,6 +69,12 @@ pub fn check_input(req: &CheckRequest) -> CheckInput {
             "authorization" => &mut input.authorization,
             "x-api-key" => &mut input.api_key,
             "x-tollgate-model" => &mut input.model,
+            "content-length" => {
+                if input.content_length.is_none() {
+                    input.content_length = value.trim().parse().ok();
+                }
+                return;
+            }
             _ => return,
         };
         if slot.is_none() {
@@ -96,12 +105,14 @@ pub fn to_response(decision: Decision) -> Result<CheckResponse, tonic::Status> {
             key_id,
             models,
             rate_headers,
+            reserved,
         } => {
             let ok = OkHttpResponse {
                 headers: vec![
                     header(HDR_TENANT, tenant),
                     header(HDR_KEY_ID, key_id),
                     header(HDR_MODELS, models),
+                    header(HDR_RESERVED, reserved.to_string()),
                 ],
                 headers_to_remove: HEADERS_TO_REMOVE.iter().map(|s| s.to_string()).collect(),
                 response_headers_to_add: rate_headers

@@ -168,11 +168,15 @@ async fn answers_as_seen_through_envoy() {
             ("x-tollgate-tenant", "forged"),
             ("x-tollgate-key-id", "forged"),
             ("x-tollgate-models", "forged"),
+            ("x-tollgate-reserved", "999999"),
         ],
         "{}",
     )
     .await;
     assert_eq!(status, 200, "{body}");
+    // The reservation: the 2-byte body is 1 token of prompt, plus the
+    // default 256 for the answer; a forged value is overwritten.
+    assert_eq!(seen_reserved(&body), "257");
     let seen: BTreeMap<String, Vec<String>> = serde_json::from_str(&body).unwrap();
     assert_eq!(seen["x-tollgate-tenant"], vec!["demo"]);
     assert_eq!(seen["x-tollgate-key-id"], vec!["demo-key"]);
@@ -182,11 +186,8 @@ async fn answers_as_seen_through_envoy() {
     assert_eq!(all(&hs, "x-ratelimit-limit-requests"), vec!["1000000"]);
     assert_eq!(all(&hs, "x-ratelimit-remaining-requests"), vec!["999999"]);
     assert_eq!(all(&hs, "x-ratelimit-limit-tokens"), vec!["10000000000"]);
-    assert_eq!(
-        all(&hs, "x-ratelimit-remaining-tokens"),
-        vec!["10000000000"]
-    );
-    assert_eq!(all(&hs, "x-ratelimit-reset-tokens"), vec!["0s"]);
+    assert_eq!(all(&hs, "x-ratelimit-remaining-tokens"), vec!["9999999743"]);
+    assert_eq!(all(&hs, "x-ratelimit-reset-tokens"), vec!["1ms"]);
     assert_eq!(all(&hs, "x-ratelimit-reset-requests").len(), 1);
 
     // Missing key: 401 with our body and content type.
@@ -223,4 +224,11 @@ async fn answers_as_seen_through_envoy() {
     assert_eq!(all(&hs, "x-ratelimit-limit-requests"), vec!["5"]);
 
     svc.shutdown().await;
+}
+
+/// The `x-tollgate-reserved` value the echo upstream saw (exactly one).
+fn seen_reserved(body: &str) -> String {
+    let seen: BTreeMap<String, Vec<String>> = serde_json::from_str(body).unwrap();
+    assert_eq!(seen["x-tollgate-reserved"].len(), 1, "{seen:?}");
+    seen["x-tollgate-reserved"][0].clone()
 }

@@ -142,11 +142,16 @@ async fn check_over_grpc_with_redis() {
     );
     assert_eq!(
         resp.get("x-ratelimit-remaining-tokens").map(String::as_str),
-        Some("10000000000")
+        Some("9999999744"),
+        "the default reservation of 256 tokens is taken"
+    );
+    assert_eq!(
+        req.get("x-tollgate-reserved").map(String::as_str),
+        Some("256")
     );
     assert_eq!(
         resp.get("x-ratelimit-reset-tokens").map(String::as_str),
-        Some("0s")
+        Some("1ms")
     );
     assert!(resp.contains_key("x-ratelimit-reset-requests"));
 
@@ -183,19 +188,24 @@ async fn check_over_grpc_with_redis() {
     assert_eq!(hs["x-ratelimit-remaining-requests"], "0");
     assert_eq!(hs["content-type"], "application/json");
 
-    // TPM 100: admitted while positive; a usage report of 150 tokens drives it
-    // negative, then it is refused with type "tokens".
-    ok_headers(&check_key(&mut client, "tg-test-tpm").await.unwrap());
+    // TPM 100: the Check reserves the whole 100 (the reservation is capped at
+    // the bucket); a usage report of 150 tokens settling that reservation
+    // drives it to -50, then it is refused with type "tokens".
+    let (req, _, resp) = ok_headers(&check_key(&mut client, "tg-test-tpm").await.unwrap());
+    assert_eq!(req["x-tollgate-reserved"], "100");
+    assert_eq!(resp["x-ratelimit-remaining-tokens"], "0");
     let http = svc.http_addr.to_string();
-    let status = post_usage(&http, r#"{"tenant":"test-tpm","key_id":"tpm-key","model":"openai/gpt-4o-mini","prompt_tokens":100,"completion_tokens":50}"#).await;
+    let status = post_usage(&http, r#"{"tenant":"test-tpm","key_id":"tpm-key","model":"openai/gpt-4o-mini","prompt_tokens":100,"completion_tokens":50,"reserved":100}"#).await;
     assert_eq!(status, 204);
     let r = check_key(&mut client, "tg-test-tpm").await.unwrap();
     let (status, hs, body) = denied(&r);
     assert_eq!(status, 429);
     assert_eq!(body["error"]["type"], "tokens");
     assert_eq!(hs["x-ratelimit-remaining-tokens"], "0");
+    // The next request needs its 100-token reservation: 150 tokens away,
+    // 90 s at 100/min.
     let retry: u64 = hs["retry-after"].parse().unwrap();
-    assert!((30..=31).contains(&retry), "retry-after {retry}");
+    assert!((89..=90).contains(&retry), "retry-after {retry}");
     // Redis holds the debit, with a TTL.
     // Stored: the time the bucket is full again, in µs on Redis's clock:
     // level -50 of 100/min is 150 tokens = 90 s away.

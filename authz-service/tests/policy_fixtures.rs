@@ -163,5 +163,5 @@ fn keygen_prints_the_key_once_and_a_hash_entry_that_validates() {
 
     let bad = bin().args(["keygen", "--tenant", "demo"]).output().unwrap();
     assert_eq!(bad.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("keygen needs --id"));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--id <ID>"));
 }

@@ -17,7 +17,7 @@ use common::RedisServer;
 const MIN: u64 = 60_000;
 const DAY: u64 = 86_400_000;
 
-fn op(tenant: &str, scope: &str, capacity: u64, window_ms: u64, take: u64) -> BucketOp {
+fn op(tenant: &str, scope: &str, capacity: u64, window_ms: u64, take: i64) -> BucketOp {
     BucketOp {
         key: bucket_key(tenant, "rm", scope),
         spec: BucketSpec {
@@ -25,6 +25,7 @@ fn op(tenant: &str, scope: &str, capacity: u64, window_ms: u64, take: u64) -> Bu
             window_ms,
         },
         take,
+        lease: 0,
     }
 }
 
@@ -73,6 +74,7 @@ async fn token_bucket_admits_while_positive_and_debits_negative<S: Store>(s: &S,
             window_ms: MIN,
         },
         take: 0,
+        lease: 0,
     }];
     let o = s.check_and_take(&check).await.unwrap();
     assert_eq!(o.denied, None);
@@ -146,6 +148,29 @@ async fn concurrent_requests_admit_exactly_capacity<S: Store>(s: Arc<S>, t: &str
     );
 }
 
+async fn leases_are_granted_with_the_take_and_refunds_capped<S: Store>(s: &S, t: &str) {
+    let mut ops = [op(t, "k:l", 100, DAY, 1), op(t, "t", 17, DAY, 1)];
+    ops[0].lease = 50;
+    ops[1].lease = 50;
+    let o = s.check_and_take(&ops).await.unwrap();
+    assert_eq!(o.denied, None);
+    // floor(99 / 8) = 12 and floor(16 / 8) = 2: an eighth of what is left.
+    assert_eq!(o.granted, vec![12, 2]);
+    assert!(o.levels[0] >= 87.0 && o.levels[0] < 87.01, "{:?}", o.levels);
+    assert!(o.levels[1] >= 14.0 && o.levels[1] < 14.01, "{:?}", o.levels);
+    // A refused request is granted nothing and takes nothing.
+    let mut refused = [op(t, "k:l", 100, DAY, 1), op(t, "t", 17, DAY, 15)];
+    refused[0].lease = 50;
+    let o = s.check_and_take(&refused).await.unwrap();
+    assert_eq!((o.denied, o.granted.clone()), (Some(1), vec![0, 0]));
+    assert!(o.levels[0] >= 87.0 && o.levels[0] < 87.01);
+    // Refunds (negative debits) go back, capped at capacity.
+    let back = [op(t, "k:l", 100, DAY, -12), op(t, "t", 17, DAY, -100)];
+    let o = s.debit(&back).await.unwrap();
+    assert!(o.levels[0] >= 99.0 && o.levels[0] < 99.01, "{:?}", o.levels);
+    assert_eq!(o.levels[1], 17.0);
+}
+
 async fn empty_request_is_admitted<S: Store>(s: &S) {
     let o = s.check_and_take(&[]).await.unwrap();
     assert_eq!(o.denied, None);
@@ -160,6 +185,7 @@ async fn suite<S: Store>(s: Arc<S>) {
     buckets_are_independent(&*s, "t5").await;
     refills_continuously(&*s, "t6").await;
     concurrent_requests_admit_exactly_capacity(s.clone(), "t7").await;
+    leases_are_granted_with_the_take_and_refunds_capped(&*s, "t8").await;
     empty_request_is_admitted(&*s).await;
 }
 

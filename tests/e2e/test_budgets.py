@@ -6,6 +6,8 @@ buckets start full.
 """
 from __future__ import annotations
 
+import http.client
+import json
 import re
 import time
 import urllib.request
@@ -102,6 +104,99 @@ def test_redis_down_fails_open_then_limits_return(make_stack):
             break
         time.sleep(0.1)
     assert statuses[-1] == 429, statuses
+
+
+def test_an_exhausted_key_stays_exhausted_across_a_redis_restart(make_stack):
+    """Redis keeps the buckets in its append-only file: a restart hands no
+    tenant a fresh budget, and while Redis is down the authz service keeps
+    refusing the key it saw exhausted instead of failing open."""
+    s = make_stack()
+    for _ in range(5):
+        assert chat(s, "tg-test-rpm5")[0] == 200
+    assert chat(s, "tg-test-rpm5")[0] == 429
+    s.stop_component("redis")
+    statuses = [chat(s, "tg-test-rpm5")[0] for _ in range(3)]
+    s.start_component("redis")
+    deadline = time.monotonic() + 2  # well inside the 12 s one unit takes to refill
+    while time.monotonic() < deadline:
+        statuses.append(chat(s, "tg-test-rpm5")[0])
+        time.sleep(0.1)
+    assert set(statuses) == {429}, statuses
+    assert metric(s, "tollgate_authz_fail_open_total") == 0
+
+
+RESERVING_POLICY = """version: 1
+defaults: {{reserve_completion_tokens: 1000}}
+tenants:
+  r: {{}}
+keys:
+  - id: r-key
+    tenant: r
+    sha256: {sha}
+    limits: {{tokens_per_day: 100000}}
+"""
+
+
+def reserving_stack(make_stack, tmp_path):
+    import hashlib
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(RESERVING_POLICY.format(sha=hashlib.sha256(b"tg-reserve").hexdigest()))
+    return make_stack(policy=policy)
+
+
+def remaining_tokens(headers) -> int:
+    return int(headers["x-ratelimit-remaining-tokens"])
+
+
+def wait_settled(s, tokens: float):
+    deadline = time.monotonic() + 5  # the filter posts usage every 100 ms
+    while metric(s, "tollgate_authz_usage_tokens_total") < tokens and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert metric(s, "tollgate_authz_usage_tokens_total") >= tokens
+
+
+def test_a_reservation_is_refunded_after_a_short_answer(make_stack, tmp_path):
+    """The Check reserves the prompt's estimate plus 1,000 tokens for the
+    answer (x-ratelimit-remaining-tokens shows it); the usage report echoes
+    the reservation and the unused part comes back."""
+    s = reserving_stack(make_stack, tmp_path)
+    status, headers, body = chat(s, "tg-reserve")
+    assert status == 200, body
+    first = 100000 - remaining_tokens(headers)
+    assert 1000 < first < 1100, first  # 1,000 + a ~100-byte body / 4
+    used = body["usage"]["total_tokens"]
+    assert used < first
+    wait_settled(s, used)
+    status, headers, _ = chat(s, "tg-reserve")
+    assert status == 200
+    # Only the real usage stays charged, plus this request's reservation
+    # (a day's budget refills about 1 token a second).
+    assert 0 <= remaining_tokens(headers) - (100000 - used - first) <= 5
+
+
+def test_a_stream_the_client_drops_is_not_free(make_stack, tmp_path):
+    """A stream abandoned after its first chunk: the reservation is settled
+    by the filter's report at stream end, or kept when there is none; never
+    refunded as if nothing was produced."""
+    s = reserving_stack(make_stack, tmp_path)
+    host, port = s.base_url.split("//")[1].split("/")[0].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    conn.request("POST", "/v1/chat/completions", json.dumps(
+        {"model": "anthropic/claude-sonnet-4-5", "messages": HI, "stream": True}),
+        {"authorization": "Bearer tg-reserve", "content-type": "application/json",
+         "x-mock-response-bytes": "20000"})
+    resp = conn.getresponse()
+    assert resp.status == 200
+    reserved = 100000 - remaining_tokens(resp.headers)
+    assert resp.read(64)  # the first bytes of the stream, then hang up
+    conn.sock.close()
+    conn.close()
+    time.sleep(1)  # stream end, usage flush, settlement
+    status, headers, _ = chat(s, "tg-reserve")
+    assert status == 200
+    second = 100000 - remaining_tokens(headers)
+    # The dropped stream still costs something.
+    assert second > 1100, (reserved, second)
 
 
 def test_usage_of_concurrent_answers_reaches_authz_as_one_sum(stack):

@@ -43,6 +43,9 @@ pub mod header {
     /// The provider cluster the filter routes to (filter → router).
     pub const CLUSTER: &str = "x-tollgate-cluster";
     /// The provider that answered (filter → client).
+    /// Tokens authz-service reserved at Check time (request, set by
+    /// ext_authz); the filter echoes it as `reserved` in the usage report.
+    pub const RESERVED: &str = "x-tollgate-reserved";
     pub const PROVIDER: &str = "x-tollgate-provider";
 }
 
@@ -64,6 +67,10 @@ pub struct UsageReport {
     pub prompt_tokens: u64,
     #[serde(default)]
     pub completion_tokens: u64,
+    /// Tokens authz-service reserved at Check time (`x-tollgate-reserved`),
+    /// settled against the usage; absent in reports that settle nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved: Option<u64>,
 }
 
 /// OpenAI's error `type` values used by Tollgate.

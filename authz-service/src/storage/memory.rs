@@ -112,10 +112,15 @@ impl MemoryStore {
             })
             .collect();
         let specs: Vec<_> = ops.iter().map(|o| o.spec).collect();
-        let takes: Vec<u64> = ops.iter().map(|o| o.take).collect();
-        let (denied, levels) = if take_mode {
-            let (out, denied) = bucket::check_and_take(&states, &specs, &takes, now);
-            (denied, out.into_iter().map(|o| o.level).collect::<Vec<_>>())
+        let takes: Vec<i64> = ops.iter().map(|o| o.take).collect();
+        let (denied, levels, granted) = if take_mode {
+            let wants: Vec<u64> = ops.iter().map(|o| o.lease).collect();
+            let (out, denied) = bucket::check_and_take(&states, &specs, &takes, &wants, now);
+            (
+                denied,
+                out.iter().map(|o| o.level).collect::<Vec<_>>(),
+                out.iter().map(|o| o.granted).collect::<Vec<_>>(),
+            )
         } else {
             let levels = states
                 .iter()
@@ -123,11 +128,11 @@ impl MemoryStore {
                 .zip(&takes)
                 .map(|((s, spec), take)| bucket::debit(*s, *spec, *take, now).level)
                 .collect();
-            (None, levels)
+            (None, levels, vec![0; ops.len()])
         };
         let mut reported = Vec::with_capacity(levels.len());
-        for (op, level) in ops.iter().zip(levels) {
-            if denied.is_none() && op.take > 0 {
+        for ((op, level), lease) in ops.iter().zip(levels).zip(&granted) {
+            if denied.is_none() && (op.take != 0 || *lease > 0) {
                 let level = quantize(level);
                 let ttl = bucket::ttl_ms(level, op.spec);
                 g.map.insert(
@@ -149,6 +154,7 @@ impl MemoryStore {
         Ok(Outcome {
             denied,
             levels: reported,
+            granted,
         })
     }
 }
@@ -179,6 +185,7 @@ mod tests {
                 window_ms: 60_000,
             },
             take: 1,
+            lease: 0,
         }];
         assert_eq!(store.check_and_take(&ops).await.unwrap().denied, None);
         assert_eq!(store.check_and_take(&ops).await.unwrap().denied, None);

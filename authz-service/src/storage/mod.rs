@@ -20,9 +20,12 @@ pub struct BucketOp {
     /// Storage key, e.g. `tg:{demo}:rm:k:demo-key` (see [`bucket_key`]).
     pub key: String,
     pub spec: BucketSpec,
-    /// Units to take (1 per request, 0 for a token bucket at Check time,
-    /// the real usage on a debit).
-    pub take: u64,
+    /// Units to take: 1 per request, the reservation for a token bucket at
+    /// Check time, the usage (minus the reservation) on a debit; negative
+    /// on a debit is a refund.
+    pub take: i64,
+    /// Extra units wanted as a lease on an admitted check (0 for none).
+    pub lease: u64,
 }
 
 /// Result of a check-and-take or debit over a set of buckets.
@@ -32,6 +35,8 @@ pub struct Outcome {
     pub denied: Option<usize>,
     /// Level of each bucket after the decision (in ops order).
     pub levels: Vec<f64>,
+    /// Lease granted per bucket (in ops order; zeros unless admitted).
+    pub granted: Vec<u64>,
 }
 
 /// A storage failure: the request's fate is decided by the failure policy.
@@ -50,7 +55,8 @@ pub enum StoreError {
 /// Where buckets live. All buckets of one call are decided atomically.
 pub trait Store: Send + Sync + 'static {
     /// Admit or refuse a request over `ops`; if admitted take every op's
-    /// `take`, if refused take nothing.
+    /// `take` and grant leases (see [`crate::bucket::lease_grant`]), if
+    /// refused take nothing.
     fn check_and_take(
         &self,
         ops: &[BucketOp],

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use prometheus::IntCounterVec;
 use redis::aio::ConnectionManager;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -43,9 +44,9 @@ impl RedisStoreConfig {
     pub fn new(url: impl Into<String>) -> Self {
         RedisStoreConfig {
             url: url.into(),
-            timeout: Duration::from_millis(10),
+            timeout: Duration::from_millis(crate::server::defaults::REDIS_TIMEOUT_MS),
             breaker: Duration::from_millis(250),
-            max_in_flight: 256,
+            max_in_flight: crate::server::defaults::REDIS_MAX_IN_FLIGHT,
         }
     }
 }
@@ -77,13 +78,26 @@ impl Conn {
     }
 
     /// EVALSHA; on NOSCRIPT (Redis restarted, SCRIPT FLUSH) load the script
-    /// again and retry once.
-    async fn evalsha(&self, cmd: &redis::Cmd) -> Result<Value, RedisError> {
+    /// again and retry once. Every round trip is counted under `op`.
+    async fn evalsha(
+        &self,
+        cmd: &redis::Cmd,
+        calls: &Option<IntCounterVec>,
+        op: &str,
+    ) -> Result<Value, RedisError> {
+        let count = |op: &str| {
+            if let Some(c) = calls {
+                c.with_label_values(&[op]).inc();
+            }
+        };
+        count(op);
         match self.query(cmd).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 let mut load = redis::cmd("SCRIPT");
                 load.arg("LOAD").arg(BUCKET_LUA);
+                count("script_load");
                 self.query(&load).await?;
+                count(op);
                 self.query(cmd).await
             }
             r => r,
@@ -102,6 +116,8 @@ pub struct RedisStore {
     /// Bounds calls in flight; a permit is held until Redis answers, even
     /// after the caller gave up at its deadline.
     in_flight: Arc<Semaphore>,
+    /// `tollgate_authz_redis_calls_total{op}`, when the service counts.
+    calls: Option<IntCounterVec>,
 }
 
 fn to_store_error(e: &RedisError) -> StoreError {
@@ -166,7 +182,15 @@ impl RedisStore {
             started: Instant::now(),
             down_until: AtomicU64::new(0),
             in_flight: Arc::new(Semaphore::new(cfg.max_in_flight.max(1))),
+            calls: None,
         })
+    }
+
+    /// Count every Redis round trip in `calls` (label `op`: `check`,
+    /// `debit`, `script_load`).
+    pub fn with_call_counter(mut self, calls: IntCounterVec) -> Self {
+        self.calls = Some(calls);
+        self
     }
 
     /// SHA-1 of the script (what EVALSHA sends).
@@ -178,6 +202,9 @@ impl RedisStore {
     pub async fn load_script(&self) -> Result<(), StoreError> {
         let mut cmd = redis::cmd("SCRIPT");
         cmd.arg("LOAD").arg(BUCKET_LUA);
+        if let Some(c) = &self.calls {
+            c.with_label_values(&["script_load"]).inc();
+        }
         let fut = self.conn.query(&cmd);
         match tokio::time::timeout(Duration::from_secs(2), fut).await {
             Ok(Ok(_)) => Ok(()),
@@ -196,7 +223,8 @@ impl RedisStore {
         for op in ops {
             cmd.arg(op.spec.capacity)
                 .arg(op.spec.window_ms)
-                .arg(op.take);
+                .arg(op.take)
+                .arg(op.lease);
         }
         cmd
     }
@@ -210,6 +238,7 @@ impl RedisStore {
             return Ok(Outcome {
                 denied: None,
                 levels: Vec::new(),
+                granted: Vec::new(),
             });
         }
         if self.now_ms() < self.down_until.load(Ordering::Relaxed) {
@@ -222,10 +251,12 @@ impl RedisStore {
         };
         let cmd = self.command(ops, mode);
         let conn = self.conn.clone();
+        let calls = self.calls.clone();
+        let op = if mode == "take" { "check" } else { "debit" };
         // The call runs in its own task holding the permit, so a caller that
         // gives up at its deadline still counts until Redis has answered.
         let call = tokio::spawn(async move {
-            let r = conn.evalsha(&cmd).await;
+            let r = conn.evalsha(&cmd, &calls, op).await;
             drop(permit);
             r
         });
@@ -255,7 +286,7 @@ impl RedisStore {
 
 fn parse_outcome(value: Value, n: usize) -> Result<Outcome, StoreError> {
     let items = match value {
-        Value::Array(items) if items.len() == n + 1 => items,
+        Value::Array(items) if items.len() == 2 * n + 1 => items,
         other => {
             return Err(StoreError::Protocol(format!(
                 "unexpected script reply {other:?}"
@@ -284,7 +315,8 @@ fn parse_outcome(value: Value, n: usize) -> Result<Outcome, StoreError> {
     };
     Ok(Outcome {
         denied,
-        levels: ints[1..].iter().map(|&m| m as f64 / 1000.0).collect(),
+        levels: ints[1..=n].iter().map(|&m| m as f64 / 1000.0).collect(),
+        granted: ints[n + 1..].iter().map(|&g| g.max(0) as u64).collect(),
     })
 }
 

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use percent_encoding::percent_decode_str;
 use serde_json::json;
-use tollgate_wire::header::{KEY_ID, MODEL, MODELS, PROVIDER, TENANT};
+use tollgate_wire::header::{KEY_ID, MODEL, MODELS, PROVIDER, RESERVED, TENANT};
 use tollgate_wire::models_allowed;
 
 use crate::config::Runtime;
@@ -75,6 +75,8 @@ struct Pending {
     endpoint: Endpoint,
     tenant: Option<String>,
     key_id: Option<String>,
+    /// `x-tollgate-reserved`: tokens authz-service reserved for this request.
+    reserved: Option<u64>,
     /// `x-tollgate-models`.
     allowed: Option<String>,
     /// `x-tollgate-model`, the client's declaration that authz-service used
@@ -87,6 +89,7 @@ struct Routed {
     route: Route,
     tenant: Option<String>,
     key_id: Option<String>,
+    reserved: Option<u64>,
     resp: RespMode,
     usage: Option<Usage>,
     first_token: bool,
@@ -203,6 +206,7 @@ impl Flow {
             endpoint,
             tenant: h.request_header(TENANT),
             key_id: h.request_header(KEY_ID),
+            reserved: h.request_header(RESERVED).and_then(|v| v.parse().ok()),
             allowed,
             declared_model: h.request_header(MODEL),
         }));
@@ -320,6 +324,7 @@ impl Flow {
             route: planned.route,
             tenant: pending.tenant,
             key_id: pending.key_id,
+            reserved: pending.reserved,
             resp: RespMode::None,
             usage: None,
             first_token: false,
@@ -709,6 +714,7 @@ impl Flow {
             model: Some(r.route.canonical.clone()),
             prompt_tokens: u.prompt_tokens,
             completion_tokens: u.completion_tokens,
+            reserved: r.reserved,
         };
         let body = match &self.batch {
             None => report_body(&report),

@@ -6,7 +6,7 @@
 //! New front doors (another client API) add an [`Endpoint`] and parse into
 //! the same planner; a per-attempt key choice re-runs [`choose_key`].
 
-use tollgate_wire::header::{CLUSTER, KEY_ID, MODEL, MODELS, TENANT};
+use tollgate_wire::header::{CLUSTER, KEY_ID, MODEL, MODELS, RESERVED, TENANT};
 use tollgate_wire::models_allowed;
 
 use crate::config::{Key, ModelCfg, Provider, Runtime};
@@ -92,13 +92,14 @@ pub struct Call {
 
 /// Request headers that never go upstream: the client's credentials, the
 /// gateway's own headers, and encodings the filter cannot rewrite through.
-const REMOVED: [&str; 8] = [
+const REMOVED: [&str; 9] = [
     "authorization",
     "x-api-key",
     TENANT,
     KEY_ID,
     MODELS,
     MODEL,
+    RESERVED,
     "accept-encoding",
     "transfer-encoding",
 ];
@@ -326,6 +327,7 @@ mod tests {
             KEY_ID,
             MODELS,
             MODEL,
+            RESERVED,
             "x-api-key",
             "accept-encoding",
         ] {

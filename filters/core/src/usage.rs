@@ -34,6 +34,10 @@ impl UsageBatch {
             Some(e) => {
                 e.prompt_tokens = e.prompt_tokens.saturating_add(r.prompt_tokens);
                 e.completion_tokens = e.completion_tokens.saturating_add(r.completion_tokens);
+                e.reserved = match (e.reserved, r.reserved) {
+                    (Some(a), Some(b)) => Some(a.saturating_add(b)),
+                    (a, b) => a.or(b),
+                };
             }
             None => self.entries.push(r),
         }
@@ -72,7 +76,26 @@ mod tests {
             model: Some(model.into()),
             prompt_tokens: p,
             completion_tokens: c,
+            reserved: None,
         }
+    }
+
+    #[test]
+    fn reservations_are_echoed_and_summed() {
+        let mut b = UsageBatch::default();
+        let with = |r| Report {
+            reserved: Some(r),
+            ..report("t", "k", "openai/m", 1, 2)
+        };
+        b.add(with(300));
+        b.add(report("t", "k", "openai/m", 1, 2));
+        b.add(with(200));
+        let v: Value = serde_json::from_slice(&b.take_body().unwrap_or_default()).unwrap();
+        assert_eq!(
+            v,
+            json!([{"tenant": "t", "key_id": "k", "model": "openai/m",
+                    "prompt_tokens": 3, "completion_tokens": 6, "reserved": 500}])
+        );
     }
 
     #[test]

@@ -123,6 +123,7 @@ fn a_full_batch_is_posted_by_the_answer_that_fills_it() {
             model: Some("openai/gpt-4o-mini".into()),
             prompt_tokens: 1,
             completion_tokens: 1,
+            reserved: None,
         });
     }
     let h = answer_into(&batch);

@@ -1,0 +1,454 @@
+//! Leases: bucket units this instance took from the store ahead of demand,
+//! so most Checks are decided in memory and the store is asked per bucket,
+//! not per request.
+//!
+//! Trade-off (design and accuracy bound in `docs/architecture.md`,
+//! "Admission"): leased units are taken in the store when granted, so
+//! instances together never admit more than the store grants; units still
+//! leased when demand stops are admitted by no one until they are returned
+//! (after [`IDLE`]), and an instance that dies loses its leases. Leases are
+//! small: [`HORIZON`] of this instance's recent demand, and at most an
+//! eighth of what the bucket has left ([`crate::bucket::lease_grant`]).
+//!
+//! Nothing here reads a clock: callers pass `now`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::bucket::BucketSpec;
+use crate::storage::{BucketOp, Outcome};
+
+/// A lease covers this much of the instance's recent demand.
+pub const HORIZON: Duration = Duration::from_millis(200);
+/// A lease unused this long is returned and its entry dropped.
+pub const IDLE: Duration = Duration::from_secs(1);
+/// Longest a refusal is answered from memory while the store is healthy.
+pub const DENIAL_CACHE: Duration = Duration::from_secs(1);
+
+/// One refill at a time per lease set; Checks that find the lease short
+/// wait on it and then take from what it brought.
+#[derive(Default)]
+pub struct Refill {
+    pub lock: tokio::sync::Mutex<()>,
+    waiting: AtomicU32,
+}
+
+impl Refill {
+    /// Mark one more Check waiting for this refill; the guard unmarks it.
+    pub fn wait(self: &Arc<Self>) -> Waiting {
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        Waiting(self.clone())
+    }
+
+    fn waiting(&self) -> u64 {
+        u64::from(self.waiting.load(Ordering::Relaxed))
+    }
+}
+
+/// A Check counted as waiting on a refill (see [`Refill::wait`]).
+pub struct Waiting(Arc<Refill>);
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+struct Entry {
+    spec: BucketSpec,
+    /// Leased units not used yet.
+    units: i64,
+    /// The store's level after this instance's last call (leases excluded).
+    level: f64,
+    /// Units taken since `granted_at` (the demand estimate).
+    used: u64,
+    granted_at: Instant,
+    last_used: Instant,
+    /// Refuse from memory until then (the store refused this bucket).
+    denied_until: Option<Instant>,
+    /// While the store is unreachable, refuse until then (the bucket was
+    /// seen exhausted and cannot have refilled yet).
+    exhausted_until: Option<Instant>,
+    refill: Option<Arc<Refill>>,
+}
+
+impl Entry {
+    fn new(spec: BucketSpec, now: Instant) -> Entry {
+        Entry {
+            spec,
+            units: 0,
+            level: spec.capacity as f64,
+            used: 0,
+            granted_at: now,
+            last_used: now,
+            denied_until: None,
+            exhausted_until: None,
+            refill: None,
+        }
+    }
+
+    /// Whether this entry covers `op` without the store. A take of 0 (a
+    /// bucket that only needs to be positive) trusts the last known level
+    /// for one [`HORIZON`].
+    fn covers(&self, op: &BucketOp, now: Instant) -> bool {
+        if op.take == 0 {
+            self.level + self.units as f64 > 0.0 && now.duration_since(self.granted_at) < HORIZON
+        } else {
+            self.units >= op.take
+        }
+    }
+}
+
+/// What memory alone decides for a Check.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Local {
+    /// Admitted from leases; levels as the client should see them.
+    Taken(Vec<f64>),
+    /// Refused: bucket `index` was refused by the store recently; the
+    /// levels last seen of every bucket.
+    Denied { index: usize, levels: Vec<f64> },
+    /// The store must be asked.
+    Miss,
+}
+
+/// Leases of one instance, by bucket key.
+#[derive(Default)]
+pub struct Leases {
+    map: Mutex<HashMap<String, Entry>>,
+    /// Units to give back to the store (from a policy reload).
+    returns: Mutex<Vec<BucketOp>>,
+}
+
+impl Leases {
+    pub fn new() -> Leases {
+        Leases::default()
+    }
+
+    fn map(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Buckets currently held (entries, leased or not).
+    pub fn len(&self) -> usize {
+        self.map().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Decide from memory: refuse if a bucket was refused recently and this
+    /// instance holds too little of it; admit (taking every op's `take` from
+    /// the leases) if every bucket is covered; otherwise [`Local::Miss`].
+    pub fn try_take(&self, ops: &[BucketOp], now: Instant) -> Local {
+        let mut map = self.map();
+        let mut covered = true;
+        for (index, op) in ops.iter().enumerate() {
+            match map.get(&op.key) {
+                Some(e) if e.spec == op.spec => {
+                    if e.covers(op, now) {
+                        continue;
+                    }
+                    if e.denied_until.is_some_and(|t| t > now) {
+                        return Local::Denied {
+                            index,
+                            levels: seen(&map, ops),
+                        };
+                    }
+                    covered = false;
+                }
+                _ => covered = false,
+            }
+        }
+        if !covered {
+            return Local::Miss;
+        }
+        let mut levels = Vec::with_capacity(ops.len());
+        for op in ops {
+            if let Some(e) = map.get_mut(&op.key) {
+                e.units -= op.take;
+                e.used += op.take.max(0) as u64;
+                e.last_used = now;
+                levels.push(e.level + e.units as f64);
+            }
+        }
+        Local::Taken(levels)
+    }
+
+    /// The refill lock of a lease set (keyed by its first bucket).
+    pub fn refill(&self, op: &BucketOp, now: Instant) -> Arc<Refill> {
+        let mut map = self.map();
+        let e = map
+            .entry(op.key.clone())
+            .or_insert_with(|| Entry::new(op.spec, now));
+        e.refill.get_or_insert_with(Default::default).clone()
+    }
+
+    /// Extra units to ask for beside each op's take: [`HORIZON`] of this
+    /// instance's demand since the last grant, and one take for every
+    /// other Check waiting on the same refill.
+    pub fn wants(&self, ops: &[BucketOp], refill: &Refill, now: Instant) -> Vec<u64> {
+        let map = self.map();
+        let waiting = refill.waiting().saturating_sub(1);
+        ops.iter()
+            .map(|op| {
+                let take = op.take.max(0) as u64;
+                let by_rate = map.get(&op.key).map_or(0, |e| {
+                    let elapsed = now
+                        .duration_since(e.granted_at)
+                        .max(Duration::from_millis(1));
+                    (e.used as f64 * HORIZON.as_secs_f64() / elapsed.as_secs_f64()).ceil() as u64
+                });
+                by_rate.max(take.saturating_mul(waiting))
+            })
+            .collect()
+    }
+
+    /// Record what the store granted to an admitted Check; returns the
+    /// levels the client should see (the store's level plus what this
+    /// instance still holds).
+    pub fn grant(&self, ops: &[BucketOp], outcome: &Outcome, now: Instant) -> Vec<f64> {
+        let mut map = self.map();
+        let mut levels = Vec::with_capacity(ops.len());
+        for (i, op) in ops.iter().enumerate() {
+            let e = map
+                .entry(op.key.clone())
+                .or_insert_with(|| Entry::new(op.spec, now));
+            if e.spec != op.spec {
+                *e = Entry {
+                    refill: e.refill.take(),
+                    ..Entry::new(op.spec, now)
+                };
+            }
+            let granted = outcome.granted.get(i).copied().unwrap_or(0);
+            e.units += granted as i64;
+            e.level = outcome.levels.get(i).copied().unwrap_or(e.level);
+            e.used = op.take.max(0) as u64;
+            e.granted_at = now;
+            e.last_used = now;
+            e.denied_until = None;
+            e.exhausted_until = None;
+            levels.push(e.level + e.units as f64);
+        }
+        levels
+    }
+
+    /// The store reported `levels` for `ops` (after a debit or refund made
+    /// by this instance): the levels clients see follow.
+    pub fn observe(&self, ops: &[BucketOp], levels: &[f64]) {
+        let mut map = self.map();
+        for (op, level) in ops.iter().zip(levels) {
+            if let Some(e) = map.get_mut(&op.key).filter(|e| e.spec == op.spec) {
+                e.level = *level;
+            }
+        }
+    }
+
+    /// The store refused bucket `op` at `level`; it admits again in
+    /// `retry`. Refuse it from memory for at most [`DENIAL_CACHE`], and
+    /// while the store is unreachable until it can have refilled.
+    pub fn deny(&self, op: &BucketOp, level: f64, retry: Duration, now: Instant) {
+        let mut map = self.map();
+        let e = map
+            .entry(op.key.clone())
+            .or_insert_with(|| Entry::new(op.spec, now));
+        if e.spec != op.spec {
+            return;
+        }
+        e.level = level;
+        e.last_used = now;
+        e.denied_until = Some(now + retry.min(DENIAL_CACHE));
+        e.exhausted_until = Some(now + retry);
+    }
+
+    /// While the store is unreachable: the first bucket of `ops` known to be
+    /// exhausted now (and not covered by a lease), with every bucket's level
+    /// last seen.
+    pub fn known_exhausted(&self, ops: &[BucketOp], now: Instant) -> Option<(usize, Vec<f64>)> {
+        let map = self.map();
+        let i = ops.iter().position(|op| {
+            map.get(&op.key).is_some_and(|e| {
+                e.spec == op.spec
+                    && !e.covers(op, now)
+                    && e.exhausted_until.is_some_and(|t| t > now)
+            })
+        })?;
+        Some((i, seen(&map, ops)))
+    }
+
+    /// Drop entries idle for [`IDLE`] (none waiting, nothing exhausted to
+    /// remember) and return what they still held: one refund op each.
+    pub fn sweep(&self, now: Instant) -> Vec<BucketOp> {
+        let mut out = std::mem::take(&mut *self.returns.lock().unwrap_or_else(|p| p.into_inner()));
+        self.map().retain(|key, e| {
+            let idle = now.duration_since(e.last_used) >= IDLE
+                && e.refill.as_ref().is_none_or(|r| Arc::strong_count(r) == 1)
+                && e.exhausted_until.is_none_or(|t| t <= now);
+            if idle && e.units > 0 {
+                out.push(refund(key, e));
+            }
+            !idle
+        });
+        out
+    }
+
+    /// Forget every lease and cached refusal (a policy reload); what was
+    /// held is returned by the next [`Leases::sweep`].
+    pub fn clear(&self) {
+        let drained: Vec<BucketOp> = self
+            .map()
+            .drain()
+            .filter(|(_, e)| e.units > 0)
+            .map(|(key, e)| refund(&key, &e))
+            .collect();
+        self.returns
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(drained);
+    }
+}
+
+/// Levels last seen of `ops` (the store's level plus what this instance
+/// holds; full when unknown).
+fn seen(map: &HashMap<String, Entry>, ops: &[BucketOp]) -> Vec<f64> {
+    ops.iter()
+        .map(|op| match map.get(&op.key) {
+            Some(e) if e.spec == op.spec => e.level + e.units as f64,
+            _ => op.spec.capacity as f64,
+        })
+        .collect()
+}
+
+fn refund(key: &str, e: &Entry) -> BucketOp {
+    BucketOp {
+        key: key.to_string(),
+        spec: e.spec,
+        take: -e.units,
+        lease: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SPEC: BucketSpec = BucketSpec {
+        capacity: 100,
+        window_ms: 60_000,
+    };
+
+    fn op(key: &str, take: i64) -> BucketOp {
+        BucketOp {
+            key: key.into(),
+            spec: SPEC,
+            take,
+            lease: 0,
+        }
+    }
+
+    fn outcome(levels: &[f64], granted: &[u64]) -> Outcome {
+        Outcome {
+            denied: None,
+            levels: levels.to_vec(),
+            granted: granted.to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_granted_lease_serves_checks_until_it_runs_out() {
+        let l = Leases::new();
+        let t0 = Instant::now();
+        let ops = [op("a", 1), op("b", 1)];
+        assert_eq!(l.try_take(&ops, t0), Local::Miss);
+        // The store took 1 + 2 from a and 1 + 5 from b.
+        let seen = l.grant(&ops, &outcome(&[97.0, 94.0], &[2, 5]), t0);
+        assert_eq!(seen, vec![99.0, 99.0]);
+        assert_eq!(l.try_take(&ops, t0), Local::Taken(vec![98.0, 98.0]));
+        assert_eq!(l.try_take(&ops, t0), Local::Taken(vec![97.0, 97.0]));
+        // a is used up: nothing is taken from b either.
+        assert_eq!(l.try_take(&ops, t0), Local::Miss);
+        assert_eq!(l.try_take(&[op("b", 3)], t0), Local::Taken(vec![94.0]));
+    }
+
+    #[test]
+    fn a_refusal_is_answered_from_memory_for_at_most_a_second() {
+        let l = Leases::new();
+        let t0 = Instant::now();
+        let ops = [op("a", 1), op("b", 1)];
+        l.deny(&ops[1], 0.4, Duration::from_secs(30), t0);
+        let denied = Local::Denied {
+            index: 1,
+            levels: vec![100.0, 0.4],
+        };
+        assert_eq!(l.try_take(&ops, t0), denied);
+        assert_eq!(l.try_take(&ops, t0 + Duration::from_millis(999)), denied);
+        assert_eq!(l.try_take(&ops, t0 + DENIAL_CACHE), Local::Miss);
+        // Unreachable store: still known exhausted until it can refill.
+        assert_eq!(
+            l.known_exhausted(&ops, t0 + Duration::from_secs(29)),
+            Some((1, vec![100.0, 0.4]))
+        );
+        assert_eq!(l.known_exhausted(&ops, t0 + Duration::from_secs(30)), None);
+    }
+
+    #[test]
+    fn wants_follow_demand_and_waiters() {
+        let l = Leases::new();
+        let t0 = Instant::now();
+        let ops = [op("a", 1)];
+        let r = l.refill(&ops[0], t0);
+        let _w = r.wait();
+        assert_eq!(
+            l.wants(&ops, &r, t0),
+            vec![0],
+            "no history, nobody else waiting"
+        );
+        let _w2 = r.wait();
+        let _w3 = r.wait();
+        assert_eq!(l.wants(&ops, &r, t0), vec![2], "two others wait");
+        drop((_w2, _w3));
+        l.grant(&ops, &outcome(&[50.0], &[49]), t0);
+        for _ in 0..9 {
+            l.try_take(&ops, t0);
+        }
+        // 10 units in 100 ms: 20 per 200 ms.
+        assert_eq!(l.wants(&ops, &r, t0 + Duration::from_millis(100)), vec![20]);
+    }
+
+    #[test]
+    fn idle_leases_are_returned_and_dropped() {
+        let l = Leases::new();
+        let t0 = Instant::now();
+        let ops = [op("a", 1), op("b", 1)];
+        l.grant(&ops, &outcome(&[90.0, 99.0], &[9, 0]), t0);
+        assert!(l.sweep(t0 + Duration::from_millis(500)).is_empty());
+        let back = l.sweep(t0 + IDLE);
+        assert_eq!(back.len(), 1);
+        assert_eq!((back[0].key.as_str(), back[0].take), ("a", -9));
+        assert!(l.is_empty(), "both entries dropped");
+    }
+
+    #[test]
+    fn clear_returns_everything_held() {
+        let l = Leases::new();
+        let t0 = Instant::now();
+        l.grant(&[op("a", 1)], &outcome(&[90.0], &[9]), t0);
+        l.clear();
+        assert!(l.is_empty());
+        let back = l.sweep(t0);
+        assert_eq!(back.len(), 1);
+        assert_eq!(back[0].take, -9);
+    }
+
+    #[test]
+    fn a_positive_only_bucket_trusts_its_level_for_one_horizon() {
+        let l = Leases::new();
+        let t0 = Instant::now();
+        let ops = [op("a", 1), op("m", 0)];
+        l.grant(&ops, &outcome(&[90.0, 5.0], &[9, 0]), t0);
+        assert!(matches!(l.try_take(&ops, t0), Local::Taken(_)));
+        assert_eq!(l.try_take(&ops, t0 + HORIZON), Local::Miss);
+    }
+}
