@@ -194,6 +194,7 @@ mod tests {
             model: Some("a/m".into()),
             prompt_tokens: 3,
             completion_tokens: 4,
+            reserved: None,
         };
         let bytes = serde_json::to_vec(&r).unwrap();
         assert_eq!(
@@ -201,8 +202,15 @@ mod tests {
             br#"{"tenant":"t","key_id":"k","model":"a/m","prompt_tokens":3,"completion_tokens":4}"#
         );
         assert_eq!(serde_json::from_slice::<UsageReport>(&bytes).unwrap(), r);
+        let settled = UsageReport {
+            reserved: Some(500),
+            ..r
+        };
+        let bytes = serde_json::to_vec(&settled).unwrap();
+        assert!(bytes.ends_with(br#""completion_tokens":4,"reserved":500}"#));
+        assert_eq!(serde_json::from_slice::<UsageReport>(&bytes).unwrap(), settled);
         let minimal: UsageReport = serde_json::from_str(r#"{"tenant":"t","key_id":"k"}"#).unwrap();
-        assert_eq!((minimal.model, minimal.prompt_tokens), (None, 0));
+        assert_eq!((minimal.model, minimal.prompt_tokens, minimal.reserved), (None, 0, None));
         assert!(
             serde_json::from_str::<UsageReport>(r#"{"tenant":"t","key_id":"k","x":1}"#).is_err()
         );
