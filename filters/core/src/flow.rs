@@ -98,6 +98,8 @@ struct Routed {
     first_token_ms: u64,
     /// The request's metric ids (set once it is counted).
     series: Option<Rc<Series>>,
+    /// The usage was set as filter state ([`expose_usage`]).
+    usage_exposed: bool,
     /// 0 until the response headers arrive.
     upstream_status: u16,
     /// The response is Envoy's own local reply (left untouched).
@@ -344,6 +346,7 @@ impl Flow {
             first_token: false,
             first_token_ms: 0,
             series: None,
+            usage_exposed: false,
             upstream_status: 0,
             envoy_reply: false,
             fanned_out: false,
@@ -521,6 +524,7 @@ impl Flow {
             Err(e) => (e.status, e.body()),
         };
         routed.fanned_out = true;
+        expose_usage(h, &mut routed);
         let name = provider.name.clone();
         self.phase = Phase::Routed(Box::new(routed));
         h.send_local_reply(
@@ -608,6 +612,17 @@ impl Flow {
         body_size: usize,
         end_of_stream: bool,
     ) -> Action {
+        let action = self.response_body(h, body_size, end_of_stream);
+        if end_of_stream {
+            // Before Envoy finishes the span (its tags are read then).
+            if let Phase::Routed(r) = &mut self.phase {
+                expose_usage(h, r);
+            }
+        }
+        action
+    }
+
+    fn response_body(&mut self, h: &mut dyn Host, body_size: usize, end_of_stream: bool) -> Action {
         let Phase::Routed(r) = &mut self.phase else {
             return Action::Continue;
         };
@@ -740,13 +755,8 @@ impl Flow {
                 metrics::record(h, Histogram, s.tokens_per_second, tps);
             }
         }
-        for (name, n) in [
-            (property::INPUT_TOKENS, u.prompt_tokens),
-            (property::OUTPUT_TOKENS, u.completion_tokens),
-            (property::CACHED_TOKENS, u.cached_tokens),
-        ] {
-            h.set_property(name, n.to_string().as_bytes());
-        }
+        // A stream the client left: the usage seen so far.
+        expose_usage(h, r);
         let (Some(target), Some(tenant), Some(key_id)) =
             (rt.usage.as_ref(), r.tenant.as_ref(), r.key_id.as_ref())
         else {
@@ -783,5 +793,25 @@ impl Flow {
                 ),
             );
         }
+    }
+}
+
+/// Sets the request's token usage as filter state, once it is known, for
+/// the access log and the tracer.
+fn expose_usage(h: &mut dyn Host, r: &mut Routed) {
+    if r.usage_exposed {
+        return;
+    }
+    if let RespMode::Stream(t) = &r.resp {
+        r.usage = t.usage();
+    }
+    let Some(u) = r.usage else { return };
+    r.usage_exposed = true;
+    for (name, n) in [
+        (property::INPUT_TOKENS, u.prompt_tokens),
+        (property::OUTPUT_TOKENS, u.completion_tokens),
+        (property::CACHED_TOKENS, u.cached_tokens),
+    ] {
+        h.set_property(name, n.to_string().as_bytes());
     }
 }

@@ -209,6 +209,31 @@ fn openai_request_is_rewritten() {
     assert!(h.metrics.contains_key(
         "tollgate.tenant.demo.key.demo-key.provider.openai.model.gpt-4o-mini.upstream_latency_ms"
     ));
+    assert!(h.metrics.contains_key(
+        "tollgate.tenant.demo.key.demo-key.provider.openai.model.gpt-4o-mini.tokens_per_second"
+    ));
+    // The facts the access log and the tracer read (filter state).
+    let props: std::collections::BTreeMap<_, _> = h
+        .properties
+        .iter()
+        .map(|(k, v)| (k.as_str(), String::from_utf8_lossy(v).into_owned()))
+        .collect();
+    assert_eq!(
+        props,
+        [
+            ("tollgate.cached_tokens", "0"),
+            ("tollgate.input_tokens", "4"),
+            ("tollgate.key_id", "demo-key"),
+            ("tollgate.model", "gpt-4o-mini"),
+            ("tollgate.operation", "chat"),
+            ("tollgate.output_tokens", "2"),
+            ("tollgate.provider", "openai"),
+            ("tollgate.tenant", "demo"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k, v.to_string()))
+        .collect()
+    );
 }
 
 #[test]
