@@ -78,11 +78,68 @@ def port_in_use(port: int) -> bool:
     return False
 
 
-def render_envoy_config(src: Path, ports: dict[str, int]) -> str:
-    """envoy.yaml with every default port replaced by the chosen one."""
+def render_envoy_config(src: Path, ports: dict[str, int], otlp_endpoint: str | None = None) -> str:
+    """envoy.yaml with every default port replaced by the chosen one, and
+    OpenTelemetry tracing added when an OTLP/HTTP endpoint is given."""
     text = src.read_text()
     mapping = {str(DEFAULT_PORTS[k]): str(v) for k, v in ports.items()}
-    return re.sub(r"(port_value:\s*)(\d+)", lambda m: m.group(1) + mapping.get(m.group(2), m.group(2)), text)
+    text = re.sub(r"(port_value:\s*)(\d+)", lambda m: m.group(1) + mapping.get(m.group(2), m.group(2)), text)
+    return with_tracing(text, otlp_endpoint) if otlp_endpoint else text
+
+
+# Span attributes (OpenTelemetry GenAI semantic conventions) read from the
+# filter state the Wasm filter sets (filters/README.md, "Metrics, traces and
+# the access log"). Envoy leaves out a tag whose value is empty.
+GEN_AI_TAGS = {
+    "gen_ai.operation.name": "wasm.tollgate.operation",
+    "gen_ai.provider.name": "wasm.tollgate.provider",
+    "gen_ai.request.model": "wasm.tollgate.model",
+    "gen_ai.usage.input_tokens": "wasm.tollgate.input_tokens",
+    "gen_ai.usage.output_tokens": "wasm.tollgate.output_tokens",
+    "tollgate.usage.cached_tokens": "wasm.tollgate.cached_tokens",
+    "tollgate.tenant": "wasm.tollgate.tenant",
+    "tollgate.key_id": "wasm.tollgate.key_id",
+}
+
+
+def with_tracing(text: str, endpoint: str) -> str:
+    """Envoy config text with the OpenTelemetry tracer on, exporting every
+    request's span over OTLP/HTTP to `endpoint` (http://host:port[/path];
+    the path defaults to /v1/traces)."""
+    import urllib.parse
+
+    import yaml
+
+    url = urllib.parse.urlsplit(endpoint)
+    if url.scheme != "http" or not url.hostname or not url.port:
+        raise ValueError(f"OTLP endpoint must be http://host:port[/path], got {endpoint!r}")
+    cfg = yaml.safe_load(text)
+    static = cfg["static_resources"]
+    static["clusters"].append({
+        "name": "tollgate_otlp", "type": "STRICT_DNS", "connect_timeout": "1s",
+        "load_assignment": {"cluster_name": "tollgate_otlp", "endpoints": [{"lb_endpoints": [
+            {"endpoint": {"address": {"socket_address": {"address": url.hostname, "port_value": url.port}}}}]}]},
+    })
+    tracing = {
+        "random_sampling": {"value": 100},
+        "custom_tags": [{"tag": tag, "value": f"%FILTER_STATE({state}:PLAIN)%"} for tag, state in GEN_AI_TAGS.items()],
+        "provider": {"name": "envoy.tracers.opentelemetry", "typed_config": {
+            "@type": "type.googleapis.com/envoy.config.trace.v3.OpenTelemetryConfig",
+            "service_name": "tollgate",
+            "http_service": {
+                "http_uri": {"uri": url.geturl() if url.path not in ("", "/") else f"{endpoint.rstrip('/')}/v1/traces",
+                             "cluster": "tollgate_otlp", "timeout": "2s"},
+            },
+        }},
+    }
+    for listener in static["listeners"]:
+        for chain in listener["filter_chains"]:
+            for f in chain["filters"]:
+                if f["name"] == "envoy.filters.network.http_connection_manager":
+                    f["typed_config"]["tracing"] = tracing
+                    # Envoy samples by the request id: without one no request is traced.
+                    f["typed_config"]["generate_request_id"] = True
+    return yaml.safe_dump(cfg, sort_keys=False)
 
 
 def tool(name: str) -> str:
@@ -130,6 +187,8 @@ class Stack:
     # timeout so a loaded CI machine does not turn into fail-open decisions.
     authz_args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    # OTLP/HTTP collector (http://host:port): turns OpenTelemetry tracing on.
+    otlp_endpoint: str | None = None
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     # -- addresses -----------------------------------------------------------
@@ -171,7 +230,7 @@ class Stack:
                     "--redis-url", f"redis://127.0.0.1:{p['TG_REDIS_PORT']}", *self.authz_args]
         if name == "envoy":
             rendered = self.run_dir / "envoy.yaml"
-            rendered.write_text(render_envoy_config(self.envoy_config, self.ports))
+            rendered.write_text(render_envoy_config(self.envoy_config, self.ports, self.otlp_endpoint))
             return [tool("envoy"), "-c", str(rendered), "--disable-hot-restart",
                     "--concurrency", str(self.envoy_concurrency), "--log-level", "warn"]
         raise ValueError(name)
@@ -325,7 +384,7 @@ def main() -> int:
     if pids_file.exists():  # a previous `make up` holds the ports
         down(args.run_dir)
     stack = Stack(run_dir=args.run_dir, ports=configured_ports(), envoy_concurrency=args.concurrency,
-                  detached=args.action == "up")
+                  detached=args.action == "up", otlp_endpoint=os.environ.get("TOLLGATE_OTLP_ENDPOINT") or None)
     try:
         stack.start()
     except RuntimeError as err:

@@ -26,6 +26,7 @@ use crate::config::Runtime;
 use crate::cooldown;
 use crate::error::{ApiError, SERVER};
 use crate::host::{Host, Level, MetricKind};
+use crate::metrics::{self, property, ErrorClass, Metrics, Series};
 use crate::plan::{plan, RequestFacts, Route};
 use crate::translate::{
     for_kind, map_error_status, merge_embeddings, Endpoint, StreamTranslator, Usage,
@@ -93,6 +94,12 @@ struct Routed {
     resp: RespMode,
     usage: Option<Usage>,
     first_token: bool,
+    /// When the first token came (0 until then, and for non-streams).
+    first_token_ms: u64,
+    /// The request's metric ids (set once it is counted).
+    series: Option<Rc<Series>>,
+    /// The usage was set as filter state ([`expose_usage`]).
+    usage_exposed: bool,
     /// 0 until the response headers arrive.
     upstream_status: u16,
     /// The response is Envoy's own local reply (left untouched).
@@ -129,6 +136,8 @@ pub struct Flow {
     logged: bool,
     /// The worker's usage batch, when batching is on.
     batch: Option<Rc<RefCell<UsageBatch>>>,
+    /// The worker's metric ids.
+    metrics: Rc<RefCell<Metrics>>,
 }
 
 impl Flow {
@@ -138,7 +147,14 @@ impl Flow {
             phase: Phase::Idle,
             logged: false,
             batch: None,
+            metrics: Rc::default(),
         }
+    }
+
+    /// Share a worker's metric ids (see [`crate::metrics`]).
+    pub fn with_metrics(mut self, metrics: Rc<RefCell<Metrics>>) -> Flow {
+        self.metrics = metrics;
+        self
     }
 
     /// Add this request's usage to a worker's batch instead of posting it on
@@ -320,7 +336,7 @@ impl Flow {
             let host: &dyn Host = &*h;
             plan(&self.rt, &facts, &|id| cooldown::active(host, id, now))?
         };
-        let routed = Routed {
+        let mut routed = Routed {
             route: planned.route,
             tenant: pending.tenant,
             key_id: pending.key_id,
@@ -328,6 +344,9 @@ impl Flow {
             resp: RespMode::None,
             usage: None,
             first_token: false,
+            first_token_ms: 0,
+            series: None,
+            usage_exposed: false,
             upstream_status: 0,
             envoy_reply: false,
             fanned_out: false,
@@ -355,20 +374,43 @@ impl Flow {
                 "tollgate: clear_route_cache is not available; routing may use a stale route",
             );
         }
-        self.count_request(h, &routed);
+        self.count_request(h, &mut routed);
         Ok(Phase::Routed(Box::new(routed)))
     }
 
-    fn count_request(&self, h: &mut dyn Host, routed: &Routed) {
-        if let Some(n) = routed.route.metric(&self.rt, "requests") {
-            h.metric(MetricKind::Counter, &n, 1);
-        }
+    /// Counts the request, and exposes its labels to the access log and
+    /// the tracer.
+    fn count_request(&self, h: &mut dyn Host, routed: &mut Routed) {
+        let Some(p) = self.rt.provider(routed.route.provider) else {
+            return;
+        };
+        let tenant = routed.tenant.as_deref();
+        let key_id = routed.key_id.as_deref();
+        let s = self.metrics.borrow_mut().series(
+            h,
+            tenant,
+            key_id,
+            routed.route.provider,
+            &p.name,
+            &routed.route.upstream_model,
+        );
+        metrics::record(h, MetricKind::Counter, s.requests, 1);
+        routed.series = Some(s);
+        h.set_property(property::TENANT, metrics::label(tenant).as_bytes());
+        h.set_property(property::KEY_ID, metrics::label(key_id).as_bytes());
+        h.set_property(property::PROVIDER, p.name.as_bytes());
+        h.set_property(property::MODEL, routed.route.upstream_model.as_bytes());
+        let operation = match routed.route.endpoint {
+            Endpoint::Chat => "chat",
+            Endpoint::Embeddings => "embeddings",
+        };
+        h.set_property(property::OPERATION, operation.as_bytes());
     }
 
     fn fan_out(
         &mut self,
         h: &mut dyn Host,
-        routed: Routed,
+        mut routed: Routed,
         calls: Vec<crate::plan::Call>,
     ) -> Result<Phase, ApiError> {
         let cluster = self
@@ -396,7 +438,7 @@ impl Flow {
                 }
             }
         }
-        self.count_request(h, &routed);
+        self.count_request(h, &mut routed);
         Ok(Phase::FanOut(Box::new(FanOut {
             answers: vec![None; tokens.len()],
             tokens,
@@ -435,12 +477,9 @@ impl Flow {
         };
         let tr = for_kind(provider.kind());
         let now = h.now_ms();
-        if let Some(n) = routed.route.metric(&rt, "upstream_latency_ms") {
-            h.metric(
-                MetricKind::Histogram,
-                &n,
-                now.saturating_sub(routed.route.sent_ms),
-            );
+        if let Some(s) = &routed.series {
+            let ms = now.saturating_sub(routed.route.sent_ms);
+            metrics::record(h, MetricKind::Histogram, s.upstream_latency_ms, ms);
         }
         let ctx = routed.route.response_ctx(false, now / 1000);
         let mut lists = Vec::with_capacity(answers.len());
@@ -485,6 +524,7 @@ impl Flow {
             Err(e) => (e.status, e.body()),
         };
         routed.fanned_out = true;
+        expose_usage(h, &mut routed);
         let name = provider.name.clone();
         self.phase = Phase::Routed(Box::new(routed));
         h.send_local_reply(
@@ -527,12 +567,9 @@ impl Flow {
         for name in PROVIDER_RATELIMIT_HEADERS {
             h.set_response_header(name, None);
         }
-        if let Some(n) = r.route.metric(rt, "upstream_latency_ms") {
-            h.metric(
-                MetricKind::Histogram,
-                &n,
-                now.saturating_sub(r.route.sent_ms),
-            );
+        if let Some(s) = &r.series {
+            let ms = now.saturating_sub(r.route.sent_ms);
+            metrics::record(h, MetricKind::Histogram, s.upstream_latency_ms, ms);
         }
         if status == 429 || status == 401 {
             if let Some(key) = provider.keys.get(r.route.key) {
@@ -575,6 +612,17 @@ impl Flow {
         body_size: usize,
         end_of_stream: bool,
     ) -> Action {
+        let action = self.response_body(h, body_size, end_of_stream);
+        if end_of_stream {
+            // Before Envoy finishes the span (its tags are read then).
+            if let Phase::Routed(r) = &mut self.phase {
+                expose_usage(h, r);
+            }
+        }
+        action
+    }
+
+    fn response_body(&mut self, h: &mut dyn Host, body_size: usize, end_of_stream: bool) -> Action {
         let Phase::Routed(r) = &mut self.phase else {
             return Action::Continue;
         };
@@ -613,9 +661,10 @@ impl Flow {
                 r.usage = t.usage();
                 if !r.first_token && t.first_token_seen() {
                     r.first_token = true;
-                    let ttft = h.now_ms().saturating_sub(r.route.sent_ms);
-                    if let Some(n) = r.route.metric(rt, "ttft_ms") {
-                        h.metric(MetricKind::Histogram, &n, ttft);
+                    r.first_token_ms = h.now_ms();
+                    if let Some(s) = &r.series {
+                        let ttft = r.first_token_ms.saturating_sub(r.route.sent_ms);
+                        metrics::record(h, MetricKind::Histogram, s.ttft_ms, ttft);
                     }
                 }
                 if out != chunk {
@@ -683,26 +732,31 @@ impl Flow {
         if let RespMode::Stream(t) = &r.resp {
             r.usage = t.usage();
         }
-        let class = match r.upstream_status {
-            _ if r.envoy_reply => Some("gateway"),
-            0 => Some("no_response"),
-            429 => Some("rate_limited"),
-            400..=499 => Some("upstream_4xx"),
-            500.. => Some("upstream_5xx"),
-            _ => None,
-        };
-        if let Some(c) = class {
-            if let Some(n) = r.route.metric(rt, &format!("errors.{c}")) {
-                h.metric(MetricKind::Counter, &n, 1);
-            }
+        let class = ErrorClass::of(r.upstream_status, r.envoy_reply);
+        if let (Some(c), Some(s)) = (class, &r.series) {
+            metrics::record(h, MetricKind::Counter, s.error(c), 1);
         }
         let Some(u) = r.usage else { return };
-        if let Some(n) = r.route.metric(rt, "prompt_tokens") {
-            h.metric(MetricKind::Counter, &n, u.prompt_tokens);
+        if let Some(s) = &r.series {
+            use MetricKind::{Counter, Histogram};
+            metrics::record(h, Counter, s.prompt_tokens, u.prompt_tokens);
+            metrics::record(h, Counter, s.completion_tokens, u.completion_tokens);
+            metrics::record(h, Counter, s.cached_tokens, u.cached_tokens);
+            if u.completion_tokens > 0 && class.is_none() {
+                // Generation speed: from the first token for streams, from
+                // the request for whole answers.
+                let from = if r.first_token_ms > 0 {
+                    r.first_token_ms
+                } else {
+                    r.route.sent_ms
+                };
+                let ms = h.now_ms().saturating_sub(from);
+                let tps = metrics::tokens_per_second(u.completion_tokens, ms);
+                metrics::record(h, Histogram, s.tokens_per_second, tps);
+            }
         }
-        if let Some(n) = r.route.metric(rt, "completion_tokens") {
-            h.metric(MetricKind::Counter, &n, u.completion_tokens);
-        }
+        // A stream the client left: the usage seen so far.
+        expose_usage(h, r);
         let (Some(target), Some(tenant), Some(key_id)) =
             (rt.usage.as_ref(), r.tenant.as_ref(), r.key_id.as_ref())
         else {
@@ -739,5 +793,25 @@ impl Flow {
                 ),
             );
         }
+    }
+}
+
+/// Sets the request's token usage as filter state, once it is known, for
+/// the access log and the tracer.
+fn expose_usage(h: &mut dyn Host, r: &mut Routed) {
+    if r.usage_exposed {
+        return;
+    }
+    if let RespMode::Stream(t) = &r.resp {
+        r.usage = t.usage();
+    }
+    let Some(u) = r.usage else { return };
+    r.usage_exposed = true;
+    for (name, n) in [
+        (property::INPUT_TOKENS, u.prompt_tokens),
+        (property::OUTPUT_TOKENS, u.completion_tokens),
+        (property::CACHED_TOKENS, u.cached_tokens),
+    ] {
+        h.set_property(name, n.to_string().as_bytes());
     }
 }

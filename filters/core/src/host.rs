@@ -54,6 +54,14 @@ pub trait Host {
         timeout_ms: u64,
     ) -> Option<u32>;
     fn metric(&mut self, kind: MetricKind, name: &str, value: u64);
+    /// Define a metric (once per name and worker); `None` when refused.
+    fn define_metric(&mut self, kind: MetricKind, name: &str) -> Option<u32>;
+    /// Add to a counter or record in a histogram defined by
+    /// [`Host::define_metric`].
+    fn record_metric(&mut self, kind: MetricKind, id: u32, value: u64);
+    /// Set Envoy filter state `wasm.<name>` (read by the access log and the
+    /// tracer). Returns false when the host refused.
+    fn set_property(&mut self, name: &str, value: &[u8]) -> bool;
     fn log(&self, level: Level, msg: &str);
 }
 
@@ -87,6 +95,10 @@ pub mod fake {
         /// index + 1.
         pub calls: Vec<Call>,
         pub metrics: HashMap<String, u64>,
+        /// Names of [`Host::define_metric`]; the id is the index.
+        pub metric_names: Vec<String>,
+        /// [`Host::set_property`] values.
+        pub properties: HashMap<String, Vec<u8>>,
         pub logs: RefCell<Vec<String>>,
     }
 
@@ -198,6 +210,22 @@ pub mod fake {
         }
         fn metric(&mut self, _kind: MetricKind, name: &str, value: u64) {
             *self.metrics.entry(name.to_string()).or_default() += value;
+        }
+        fn define_metric(&mut self, _kind: MetricKind, name: &str) -> Option<u32> {
+            if let Some(i) = self.metric_names.iter().position(|n| n == name) {
+                return u32::try_from(i).ok();
+            }
+            self.metric_names.push(name.to_string());
+            u32::try_from(self.metric_names.len() - 1).ok()
+        }
+        fn record_metric(&mut self, kind: MetricKind, id: u32, value: u64) {
+            if let Some(name) = self.metric_names.get(id as usize).cloned() {
+                self.metric(kind, &name, value);
+            }
+        }
+        fn set_property(&mut self, name: &str, value: &[u8]) -> bool {
+            self.properties.insert(name.to_string(), value.to_vec());
+            true
         }
         fn log(&self, _level: Level, msg: &str) {
             self.logs.borrow_mut().push(msg.to_string());

@@ -46,6 +46,7 @@ pub mod error;
 pub mod flow;
 pub mod host;
 pub mod keys;
+pub mod metrics;
 pub mod plan;
 pub mod translate;
 pub mod usage;

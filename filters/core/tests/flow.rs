@@ -102,7 +102,7 @@ fn batched_usage_is_summed_for_the_worker_to_post() {
         let h = answer_into(&batch);
         assert!(h.posts.is_empty(), "nothing posted per answer");
         assert_eq!(
-            h.metrics["tollgate.provider.openai.model.gpt-4o-mini.prompt_tokens"], 4,
+            h.metrics["tollgate.tenant.demo.key.demo-key.provider.openai.model.gpt-4o-mini.prompt_tokens"], 4,
             "stats stay per answer"
         );
     }
@@ -194,20 +194,46 @@ fn openai_request_is_rewritten() {
         json!({"tenant": "demo", "key_id": "demo-key", "model": "openai/gpt-4o-mini", "prompt_tokens": 4, "completion_tokens": 2})
     );
     assert_eq!(
-        h.metrics["tollgate.provider.openai.model.gpt-4o-mini.requests"],
+        h.metrics["tollgate.tenant.demo.key.demo-key.provider.openai.model.gpt-4o-mini.requests"],
         1
     );
     assert_eq!(
-        h.metrics["tollgate.provider.openai.model.gpt-4o-mini.prompt_tokens"],
+        h.metrics
+            ["tollgate.tenant.demo.key.demo-key.provider.openai.model.gpt-4o-mini.prompt_tokens"],
         4
     );
     assert_eq!(
-        h.metrics["tollgate.provider.openai.model.gpt-4o-mini.completion_tokens"],
+        h.metrics["tollgate.tenant.demo.key.demo-key.provider.openai.model.gpt-4o-mini.completion_tokens"],
         2
     );
-    assert!(h
-        .metrics
-        .contains_key("tollgate.provider.openai.model.gpt-4o-mini.upstream_latency_ms"));
+    assert!(h.metrics.contains_key(
+        "tollgate.tenant.demo.key.demo-key.provider.openai.model.gpt-4o-mini.upstream_latency_ms"
+    ));
+    assert!(h.metrics.contains_key(
+        "tollgate.tenant.demo.key.demo-key.provider.openai.model.gpt-4o-mini.tokens_per_second"
+    ));
+    // The facts the access log and the tracer read (filter state).
+    let props: std::collections::BTreeMap<_, _> = h
+        .properties
+        .iter()
+        .map(|(k, v)| (k.as_str(), String::from_utf8_lossy(v).into_owned()))
+        .collect();
+    assert_eq!(
+        props,
+        [
+            ("tollgate.cached_tokens", "0"),
+            ("tollgate.input_tokens", "4"),
+            ("tollgate.key_id", "demo-key"),
+            ("tollgate.model", "gpt-4o-mini"),
+            ("tollgate.operation", "chat"),
+            ("tollgate.output_tokens", "2"),
+            ("tollgate.provider", "openai"),
+            ("tollgate.tenant", "demo"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k, v.to_string()))
+        .collect()
+    );
 }
 
 #[test]
@@ -338,9 +364,9 @@ fn anthropic_stream_through_flow() {
         (u["prompt_tokens"].as_u64(), u["completion_tokens"].as_u64()),
         (Some(130), Some(89))
     );
-    assert!(h
-        .metrics
-        .contains_key("tollgate.provider.anthropic.model.claude-sonnet-4-5.ttft_ms"));
+    assert!(h.metrics.contains_key(
+        "tollgate.tenant.demo.key.demo-key.provider.anthropic.model.claude-sonnet-4-5.ttft_ms"
+    ));
 }
 
 #[test]
@@ -635,7 +661,8 @@ fn cooldown_after_429_and_401_is_shared_and_expires() {
     assert_eq!(e["error"]["message"], "Rate limit reached");
     assert!(h.posts.is_empty(), "no usage on errors");
     assert_eq!(
-        h.metrics["tollgate.provider.openai.model.gpt-4o.errors.rate_limited"],
+        h.metrics
+            ["tollgate.tenant.demo.key.demo-key.provider.openai.model.gpt-4o.errors.rate_limited"],
         1
     );
     let shared = h.shared.clone();
@@ -705,7 +732,7 @@ fn envoy_local_replies_pass_through_untouched() {
         "no key cooldown for Envoy's own replies"
     );
     assert_eq!(
-        h.metrics["tollgate.provider.anthropic.model.claude-sonnet-4-5.errors.gateway"],
+        h.metrics["tollgate.tenant.demo.key.demo-key.provider.anthropic.model.claude-sonnet-4-5.errors.gateway"],
         1
     );
 }
@@ -725,7 +752,7 @@ fn anthropic_529_becomes_503() {
     let e: Value = serde_json::from_slice(&h.resp_body).unwrap();
     assert_eq!(e["error"]["message"], "Overloaded");
     assert_eq!(
-        h.metrics["tollgate.provider.anthropic.model.claude-sonnet-4-5.errors.upstream_5xx"],
+        h.metrics["tollgate.tenant.demo.key.demo-key.provider.anthropic.model.claude-sonnet-4-5.errors.upstream_5xx"],
         1
     );
 }
@@ -778,7 +805,7 @@ fn titan_embeddings_fan_out_and_merge_in_order() {
     assert_eq!(h.calls.len(), 3);
     assert_eq!(
         h.metrics
-            .get("tollgate.provider.bedrock.model.amazon_titan-embed-text-v2_0.requests"),
+            .get("tollgate.tenant.demo.key.demo-key.provider.bedrock.model.amazon_titan-embed-text-v2_0.requests"),
         Some(&1),
         "one client request, however many calls"
     );

@@ -88,6 +88,12 @@ extern "C" {
         return_id: *mut u32,
     ) -> Status;
     fn proxy_increment_metric(metric_id: u32, offset: i64) -> Status;
+    fn proxy_set_property(
+        path_data: *const u8,
+        path_size: usize,
+        value_data: *const u8,
+        value_size: usize,
+    ) -> Status;
     fn proxy_record_metric(metric_id: u32, value: u64) -> Status;
     fn proxy_get_property(
         path_data: *const u8,
@@ -343,7 +349,12 @@ impl Host for WasmHost {
         .ok()
     }
     fn metric(&mut self, kind: MetricKind, name: &str, value: u64) {
-        let id = METRICS.with(|m| {
+        if let Some(id) = self.define_metric(kind, name) {
+            self.record_metric(kind, id, value);
+        }
+    }
+    fn define_metric(&mut self, kind: MetricKind, name: &str) -> Option<u32> {
+        METRICS.with(|m| {
             let mut m = m.borrow_mut();
             if let Some(id) = m.get(name) {
                 return *id;
@@ -358,18 +369,24 @@ impl Host for WasmHost {
             let id = (st == Status::Ok).then_some(id);
             m.insert(name.to_string(), id);
             id
-        });
-        if let Some(id) = id {
-            // SAFETY: plain values.
-            unsafe {
-                let _ = match kind {
-                    MetricKind::Counter => {
-                        proxy_increment_metric(id, value.min(i64::MAX as u64) as i64)
-                    }
-                    MetricKind::Histogram => proxy_record_metric(id, value),
-                };
-            }
+        })
+    }
+    fn record_metric(&mut self, kind: MetricKind, id: u32, value: u64) {
+        // SAFETY: plain values.
+        unsafe {
+            let _ = match kind {
+                MetricKind::Counter => {
+                    proxy_increment_metric(id, value.min(i64::MAX as u64) as i64)
+                }
+                MetricKind::Histogram => proxy_record_metric(id, value),
+            };
         }
+    }
+    fn set_property(&mut self, name: &str, value: &[u8]) -> bool {
+        // SAFETY: pointers and lengths of live slices.
+        let st =
+            unsafe { proxy_set_property(name.as_ptr(), name.len(), value.as_ptr(), value.len()) };
+        st == Status::Ok
     }
     fn log(&self, level: Level, msg: &str) {
         let l = match level {

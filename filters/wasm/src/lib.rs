@@ -20,6 +20,7 @@ use tollgate_core::config::Runtime;
 use tollgate_core::error::{ApiError, SERVER};
 use tollgate_core::flow::{Action, Flow};
 use tollgate_core::host::Host;
+use tollgate_core::metrics::Metrics;
 use tollgate_core::usage::UsageBatch;
 
 use host::WasmHost;
@@ -30,7 +31,12 @@ proxy_wasm::main! {{
         host::log(LogLevel::Critical, &format!("tollgate: panic: {info}"));
     }));
     proxy_wasm::set_root_context(|context_id| -> Box<dyn RootContext> {
-        Box::new(Root { context_id, runtime: None, batch: None })
+        Box::new(Root {
+            context_id,
+            runtime: None,
+            batch: None,
+            metrics: Rc::default(),
+        })
     });
 }}
 
@@ -39,6 +45,8 @@ struct Root {
     runtime: Option<Arc<Runtime>>,
     /// This VM's pending usage, when `usage_flush_ms` > 0.
     batch: Option<Rc<RefCell<UsageBatch>>>,
+    /// This VM's metric ids per (tenant, key, provider, model).
+    metrics: Rc<RefCell<Metrics>>,
 }
 
 impl Root {
@@ -97,6 +105,8 @@ impl RootContext for Root {
                     self.batch = None;
                     self.set_tick_period(Duration::ZERO);
                 }
+                // Series are keyed by provider index: a new config starts anew.
+                self.metrics = Rc::default();
                 self.runtime = Some(Arc::new(rt));
                 true
             }
@@ -112,7 +122,7 @@ impl RootContext for Root {
         // happen once on_configure succeeded) requests get a 503.
         Some(Box::new(Http {
             flow: self.runtime.as_ref().map(|rt| {
-                let flow = Flow::new(Arc::clone(rt));
+                let flow = Flow::new(Arc::clone(rt)).with_metrics(Rc::clone(&self.metrics));
                 match &self.batch {
                     Some(b) => flow.with_usage_batch(Rc::clone(b)),
                     None => flow,
