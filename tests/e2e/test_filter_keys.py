@@ -105,7 +105,7 @@ def test_key_value_from_host_environment(make_stack, demo_key, tmp_path):
     def edit(cfg):
         cfg["providers"]["mistral"]["keys"] = [{"id": "mistral-env", "value_env": "TG_TEST_MISTRAL_KEY"}]
     def pass_env(doc):
-        wasm_config(doc)["vm_config"]["environment_variables"] = {"host_env_keys": ["TG_TEST_MISTRAL_KEY"]}
+        wasm_config(doc)["vm_config"]["environment_variables"]["host_env_keys"].append("TG_TEST_MISTRAL_KEY")
     cfg = plugin_variant(tmp_path, edit, envoy=pass_env)
     s = make_stack(envoy_config=cfg, env={"TG_TEST_MISTRAL_KEY": "mock-mistral-key-1"})
     status, _, body = post(f"{s.base_url}/chat/completions", {"model": "mistral/mistral-small-latest", "messages": HI},
