@@ -131,6 +131,10 @@ def render(source: dict, settings: dict, variant: str) -> dict:
             raise RenderError(f"provider {name!r} of envoy.yaml is not in {SETTINGS.relative_to(ROOT)}")
         ps = providers_settings[name]
         provider["host"] = ps["host"]
+        # mock-llm's fault headers mean nothing to a real provider.
+        forward = [h for h in provider.pop("forward_headers", []) if not h.startswith("x-mock-")]
+        if forward:
+            provider["forward_headers"] = forward
         if "base_path" in ps:
             provider["base_path"] = ps["base_path"]
         for key in provider["keys"]:

@@ -19,14 +19,16 @@ use std::sync::Arc;
 
 use percent_encoding::percent_decode_str;
 use serde_json::json;
-use tollgate_wire::header::{KEY_ID, MODEL, MODELS, PROVIDER, RESERVED, TENANT};
+use tollgate_wire::header::{
+    KEY_ID, MODEL, MODELS, PROVIDER, PROVIDER_REQUEST_ID, RESERVED, TENANT,
+};
 use tollgate_wire::models_allowed;
 
 use crate::config::Runtime;
 use crate::cooldown;
-use crate::error::{ApiError, SERVER};
+use crate::error::{clip, ApiError, ECHO_MAX_CHARS, SERVER};
 use crate::host::{Host, Level, MetricKind};
-use crate::plan::{plan, RequestFacts, Route};
+use crate::plan::{plan, provider_request_id_header, RequestFacts, Route};
 use crate::translate::{
     for_kind, map_error_status, merge_embeddings, Endpoint, StreamTranslator, Usage,
 };
@@ -308,9 +310,11 @@ impl Flow {
     ) -> Result<Phase, ApiError> {
         let now = h.now_ms();
         let random = h.random_u32();
+        let header_names = h.request_header_names();
         let facts = RequestFacts {
             endpoint: pending.endpoint,
             body,
+            header_names: header_names.as_deref(),
             allowed: pending.allowed.as_deref().unwrap_or(""),
             declared_model: pending.declared_model.as_deref(),
             now_ms: now,
@@ -337,7 +341,7 @@ impl Flow {
         }
         let mut ok = true;
         for (name, value) in &planned.headers {
-            ok &= h.set_request_header(name, value.as_deref());
+            ok &= h.set_request_header(name.as_ref(), value.as_deref());
         }
         ok &= h.set_request_body(body.len(), &planned.body);
         if !ok {
@@ -522,6 +526,11 @@ impl Flow {
         }
         r.upstream_status = status;
         h.set_response_header(PROVIDER, Some(&provider.name));
+        if let Some(id) =
+            provider_request_id_header(provider.kind()).and_then(|n| h.response_header(n))
+        {
+            h.set_response_header(PROVIDER_REQUEST_ID, Some(&clip(&id, ECHO_MAX_CHARS)));
+        }
         // The provider's rate-limit headers describe the gateway's provider
         // key, not the client's virtual key (authz-service sets those).
         for name in PROVIDER_RATELIMIT_HEADERS {
