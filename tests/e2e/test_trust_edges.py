@@ -3,8 +3,11 @@ which client headers reach the provider, what provider ids reach the
 client, and how much of the client's input an error body echoes."""
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.request
+
+import pytest
 
 from helpers import HI, assert_openai_error, post
 from plugin_config import envoy_variant
@@ -75,3 +78,41 @@ def test_echoed_client_input_is_cut_to_a_short_prefix(stack, demo_key):
     assert status == 404
     assert_openai_error(body, "unknown_url")
     assert len(json.dumps(body)) < 400, len(json.dumps(body))
+
+
+def raw_chat(stack, demo_key, model, stream, mock_error):
+    """(status, headers, body bytes, whether the body was cut) over one connection."""
+    conn = http.client.HTTPConnection("127.0.0.1", stack.ports["TG_GATEWAY_PORT"], timeout=10)
+    body = json.dumps({"model": model, "stream": stream, "messages": [{"role": "user", "content": "tell me " * 40}]})
+    conn.request("POST", "/v1/chat/completions", body, {"authorization": f"Bearer {demo_key}",
+                                                       "content-type": "application/json",
+                                                       "x-mock-error": mock_error})
+    resp = conn.getresponse()
+    try:
+        return resp.status, dict(resp.getheaders()), resp.read(), False
+    except http.client.IncompleteRead as err:
+        return resp.status, dict(resp.getheaders()), err.partial, True
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("model", ["openai/gpt-4o-mini", "smart", "azure/gpt-4o-mini"])
+@pytest.mark.parametrize("fault", ["abort-mid-stream", "reset-after-first-chunk"])
+def test_a_cut_answer_is_a_502_never_a_short_200(stack, demo_key, model, fault):
+    status, headers, body, cut = raw_chat(stack, demo_key, model, False, fault)
+    assert (status, cut) == (502, False), (status, headers, body)
+    assert headers.get("content-type") == "application/json"
+    err = json.loads(body)
+    assert_openai_error(err, "upstream_unavailable")
+    assert "envoy" not in body.decode().lower()
+
+
+@pytest.mark.parametrize("model", ["openai/gpt-4o-mini", "smart"])
+def test_a_cut_stream_never_looks_complete(stack, demo_key, model):
+    """Envoy resets the client's stream when the provider's is cut after the
+    first bytes; the filter gets no callback to write an event then
+    (filters/README.md). The client sees a broken transfer, never a clean end."""
+    status, _, body, cut = raw_chat(stack, demo_key, model, True, "reset-after-first-chunk")
+    assert status == 200
+    assert cut, body[-200:]
+    assert b"[DONE]" not in body and b'"finish_reason":"stop"' not in body

@@ -34,6 +34,9 @@ pub struct ApiError {
     pub kind: &'static str,
     pub param: Option<String>,
     pub code: Option<String>,
+    /// Seconds for a `retry-after` header (503s that will clear by
+    /// themselves).
+    pub retry_after: Option<u64>,
 }
 
 pub use tollgate_wire::error_type::{AUTH, INVALID_REQUEST, PERMISSION, RATE_LIMIT, SERVER};
@@ -46,6 +49,7 @@ impl ApiError {
             kind,
             param: None,
             code: Some(code.to_string()),
+            retry_after: None,
         }
     }
 
@@ -57,6 +61,7 @@ impl ApiError {
             kind: INVALID_REQUEST,
             param: Some(echo(param).into_owned()),
             code: Some("invalid_value".to_string()),
+            retry_after: None,
         }
     }
 
@@ -71,6 +76,7 @@ impl ApiError {
             kind: INVALID_REQUEST,
             param: Some(echo(param).into_owned()),
             code: Some("unsupported_parameter".to_string()),
+            retry_after: None,
         }
     }
 

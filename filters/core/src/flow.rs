@@ -42,8 +42,6 @@ pub enum Action {
     Pause,
 }
 
-/// Largest passthrough body copied to read its usage.
-const MAX_COPY: usize = 16 * 1024 * 1024;
 const PROVIDER_RATELIMIT_HEADERS: [&str; 6] = [
     "x-ratelimit-limit-requests",
     "x-ratelimit-remaining-requests",
@@ -115,9 +113,6 @@ pub const FAN_OUT_TIMEOUT_MS: u64 = 60_000;
 
 enum RespMode {
     None,
-    /// Pass the body through chunk by chunk, keeping a copy to read usage
-    /// at the end (`None` once over [`MAX_COPY`]).
-    Copy(Option<Vec<u8>>),
     /// Buffer the body; translate (or only read usage) at the end.
     Buffer,
     /// Buffer the error body and rewrite it as an OpenAI error.
@@ -151,7 +146,12 @@ impl Flow {
     }
 
     fn reply(&mut self, h: &mut dyn Host, e: &ApiError) -> Action {
-        h.send_local_reply(e.status, &[("content-type", "application/json")], &e.body());
+        let retry_after = e.retry_after.map(|s| s.to_string());
+        let mut headers = vec![("content-type", "application/json")];
+        if let Some(s) = &retry_after {
+            headers.push(("retry-after", s));
+        }
+        h.send_local_reply(e.status, &headers, &e.body());
         h.metric(
             MetricKind::Counter,
             &format!("tollgate.rejected.{}", e.code.as_deref().unwrap_or("error")),
@@ -322,7 +322,9 @@ impl Flow {
         };
         let planned = {
             let host: &dyn Host = &*h;
-            plan(&self.rt, &facts, &|id| cooldown::active(host, id, now))?
+            plan(&self.rt, &facts, &|id| {
+                cooldown::remaining_ms(host, id, now)
+            })?
         };
         let routed = Routed {
             route: planned.route,
@@ -562,11 +564,13 @@ impl Flow {
                 h.set_response_header("content-type", Some("text/event-stream"));
             }
             return Action::Continue;
-        } else if tr.passthrough() {
-            r.resp = RespMode::Copy(Some(Vec::new()));
-            return Action::Continue;
         } else {
-            h.set_response_header("content-type", Some("application/json"));
+            // Held until the body is complete, passthrough too: an answer the
+            // provider cuts short then fails as Envoy's OpenAI-shaped 502
+            // (`upstream_unavailable`) instead of a 200 with a short body.
+            if !tr.passthrough() {
+                h.set_response_header("content-type", Some("application/json"));
+            }
             r.resp = RespMode::Buffer;
         }
         if end_of_stream {
@@ -595,23 +599,6 @@ impl Flow {
         let created = h.now_ms() / 1000;
         match &mut r.resp {
             RespMode::None => Action::Continue,
-            RespMode::Copy(copy) => {
-                if let Some(buf) = copy {
-                    if buf.len() + body_size > MAX_COPY {
-                        *copy = None;
-                    } else if let Some(chunk) = h.response_body(body_size) {
-                        buf.extend_from_slice(&chunk);
-                    }
-                }
-                if end_of_stream {
-                    if let Some(buf) = copy.take() {
-                        if let Ok(t) = tr.response(&r.route.response_ctx(false, created), &buf) {
-                            r.usage = t.usage;
-                        }
-                    }
-                }
-                Action::Continue
-            }
             RespMode::Stream(t) => {
                 let chunk = h.response_body(body_size).unwrap_or_default();
                 let mut out = Vec::with_capacity(chunk.len() + 64);

@@ -137,12 +137,13 @@ const REMOVED: [&str; 9] = [
     "transfer-encoding",
 ];
 
-/// Plans a request. `cooling` says whether a provider key (by id) is cooling
-/// down; it is asked only about keys the weighted choice lands on.
+/// Plans a request. `cooling` gives the milliseconds until a provider key
+/// (by id) ends its cooldown (0: usable); it is asked only about keys the
+/// weighted choice lands on, and about every key of the model when all cool.
 pub fn plan(
     rt: &Runtime,
     facts: &RequestFacts<'_>,
-    cooling: &dyn Fn(&str) -> bool,
+    cooling: &dyn Fn(&str) -> u64,
 ) -> Result<Plan, ApiError> {
     if facts.body.is_empty() {
         return Err(ApiError::new(
@@ -294,23 +295,34 @@ pub fn choose_key(
     provider: &Provider,
     model_cfg: &ModelCfg,
     random: u32,
-    cooling: &dyn Fn(&str) -> bool,
+    cooling: &dyn Fn(&str) -> u64,
 ) -> Result<usize, ApiError> {
     model_cfg
         .pool
         .pick(random, |k| {
-            provider.keys.get(k).is_some_and(|key| !cooling(&key.id))
+            provider.keys.get(k).is_some_and(|key| cooling(&key.id) == 0)
         })
         .ok_or_else(|| {
-            ApiError::new(
-                503,
-                SERVER,
-                "no_provider_key_available",
-                format!(
-                    "Every key of provider '{}' is cooling down after provider errors; retry later",
-                    provider.name
-                ),
-            )
+            // Retry when the first key's cooldown ends (at least 1 s).
+            let first_ms = model_cfg
+                .pool
+                .keys()
+                .filter_map(|k| provider.keys.get(k))
+                .map(|key| cooling(&key.id))
+                .min()
+                .unwrap_or(0);
+            ApiError {
+                retry_after: Some(first_ms.div_ceil(1000).max(1)),
+                ..ApiError::new(
+                    503,
+                    SERVER,
+                    "no_provider_key_available",
+                    format!(
+                        "Every key of provider '{}' is cooling down after provider errors; retry later",
+                        provider.name
+                    ),
+                )
+            }
         })
 }
 
@@ -380,7 +392,7 @@ mod tests {
     #[test]
     fn plans_headers_body_and_route_without_a_host() {
         let rt = rt();
-        let p = plan(&rt, &facts(CHAT, "*"), &|_| false).unwrap();
+        let p = plan(&rt, &facts(CHAT, "*"), &|_| 0).unwrap();
         assert_eq!(header(&p, CLUSTER), Some(Some("openai_cluster")));
         assert_eq!(header(&p, ":path"), Some(Some("/v1/chat/completions")));
         assert_eq!(header(&p, "authorization"), Some(Some("Bearer sk-1")));
@@ -442,7 +454,7 @@ mod tests {
                 .map(|(n, _)| n.to_string())
                 .collect()
         };
-        let p = plan(&rt, &with_names(CHAT), &|_| false).unwrap();
+        let p = plan(&rt, &with_names(CHAT), &|_| 0).unwrap();
         assert_eq!(
             removed(&p),
             [
@@ -458,7 +470,7 @@ mod tests {
         assert_eq!(header(&p, "authorization"), Some(Some("Bearer sk-1")));
         // anthropic forwards anthropic-beta on purpose (config, any case).
         let smart = br#"{"model":"smart","messages":[{"role":"user","content":"hi"}]}"#;
-        let p = plan(&rt, &with_names(smart), &|_| false).unwrap();
+        let p = plan(&rt, &with_names(smart), &|_| 0).unwrap();
         assert!(!removed(&p).contains(&"anthropic-beta".to_string()));
         assert!(removed(&p).contains(&"openai-organization".to_string()));
     }
@@ -468,7 +480,7 @@ mod tests {
         let rt = rt();
         let body =
             br#"{"model":"smart","messages":[{"role":"user","content":"hi"}],"stream":true}"#;
-        let p = plan(&rt, &facts(body, "anthropic/*"), &|_| false).unwrap();
+        let p = plan(&rt, &facts(body, "anthropic/*"), &|_| 0).unwrap();
         assert_eq!(p.route.canonical, "anthropic/claude");
         assert_eq!(header(&p, ":authority"), Some(Some("api.anthropic.com")));
         assert_eq!(header(&p, "x-api-key"), Some(Some("sk-ant")));
@@ -488,16 +500,16 @@ mod tests {
             (e.status, e.code.unwrap_or_default())
         };
         assert_eq!(
-            code(plan(&rt, &facts(b"", "*"), &|_| false)),
+            code(plan(&rt, &facts(b"", "*"), &|_| 0)),
             (400, "invalid_json".into())
         );
         assert_eq!(
-            code(plan(&rt, &facts(CHAT, "anthropic/*"), &|_| false)),
+            code(plan(&rt, &facts(CHAT, "anthropic/*"), &|_| 0)),
             (403, "model_not_allowed".into())
         );
         let nope = br#"{"model":"openai/nope","messages":[{"role":"user","content":"hi"}]}"#;
         assert_eq!(
-            code(plan(&rt, &facts(nope, "*"), &|_| false)),
+            code(plan(&rt, &facts(nope, "*"), &|_| 0)),
             (404, "model_not_found".into())
         );
         let declared = RequestFacts {
@@ -505,25 +517,35 @@ mod tests {
             ..facts(CHAT, "*")
         };
         assert_eq!(
-            code(plan(&rt, &declared, &|_| false)),
+            code(plan(&rt, &declared, &|_| 0)),
             (400, "model_mismatch".into())
         );
         let declared = RequestFacts {
             declared_model: Some(" openai/gpt-4o "),
             ..facts(CHAT, "*")
         };
-        assert!(plan(&rt, &declared, &|_| false).is_ok());
+        assert!(plan(&rt, &declared, &|_| 0).is_ok());
     }
 
     #[test]
     fn cooling_keys_are_skipped_and_all_cooling_is_503() {
         let rt = rt();
-        let p = plan(&rt, &facts(CHAT, "*"), &|id| id == "o1").unwrap();
+        let p = plan(&rt, &facts(CHAT, "*"), &|id| if id == "o1" { 1 } else { 0 }).unwrap();
         assert_eq!(header(&p, "authorization"), Some(Some("Bearer sk-2")));
-        let e = plan(&rt, &facts(CHAT, "*"), &|_| true).unwrap_err();
+        let e = plan(&rt, &facts(CHAT, "*"), &|_| 5_500).unwrap_err();
         assert_eq!(
-            (e.status, e.code.as_deref()),
-            (503, Some("no_provider_key_available"))
+            (e.status, e.code.as_deref(), e.retry_after),
+            (503, Some("no_provider_key_available"), Some(6))
         );
+        // The first key back decides; never less than 1 s.
+        let e = plan(&rt, &facts(CHAT, "*"), &|id| {
+            if id == "o1" {
+                9_000
+            } else {
+                20
+            }
+        })
+        .unwrap_err();
+        assert_eq!(e.retry_after, Some(1));
     }
 }
