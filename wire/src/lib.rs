@@ -198,6 +198,7 @@ mod tests {
             model: Some("a/m".into()),
             prompt_tokens: 3,
             completion_tokens: 4,
+            reserved: None,
         };
         let bytes = serde_json::to_vec(&r).unwrap();
         assert_eq!(
