@@ -9,7 +9,9 @@ the stack starts, together with what else ties the files together:
 - every provider cluster points at a port of config/ports.env or at 443;
 - for a provider served by mock-llm (its cluster points at TG_MOCK_PORT), the
   mock (config/mock-llm.yaml) has a provider of that name and kind, knows
-  every model (Azure: every deployment) and accepts every key given by value.
+  every model (Azure: every deployment) and accepts every key, given by
+  `value` or by `value_env` (read from config/provider-keys.env or the
+  environment; values are never printed).
 
 Usage: check_config.py [envoy.yaml] [mock-llm.yaml]. Prints one line per
 problem and exits 1, or prints "check-config: OK".
@@ -23,7 +25,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plugin_config import ENVOY_YAML, ROOT, load_envoy, plugin_config  # noqa: E402
-from stack import read_ports  # noqa: E402
+from stack import provider_key_env, read_ports  # noqa: E402
 
 
 def cluster_ports(cluster: dict) -> list[int]:
@@ -36,8 +38,9 @@ def cluster_ports(cluster: dict) -> list[int]:
     return ports
 
 
-def check(envoy: dict, mock: dict, ports: dict[str, int]) -> list[str]:
+def check(envoy: dict, mock: dict, ports: dict[str, int], secrets: dict[str, str] | None = None) -> list[str]:
     problems = []
+    secrets = secrets or {}
     try:
         cfg = plugin_config(envoy)
     except (LookupError, KeyError, ValueError) as e:
@@ -77,9 +80,10 @@ def check(envoy: dict, mock: dict, ports: dict[str, int]) -> list[str]:
                 problems.append(f"{at}.models: mock-llm's {name} does not serve {served!r}")
         accepted = {(k.get("access_key_id"), k.get("secret_access_key") or k.get("key")) for k in m.get("keys", [])}
         for i, key in enumerate(p.get("keys", [])):
-            if "value" not in key:
-                continue  # value_env: known only where Envoy runs
-            if (key.get("access_key_id"), key["value"]) not in accepted:
+            value = key["value"] if "value" in key else secrets.get(key.get("value_env"))
+            if value is None:
+                continue  # a variable set only where Envoy runs
+            if (key.get("access_key_id"), value) not in accepted:
                 problems.append(f"{at}.keys[{i}] ({key.get('id')}): mock-llm's {name} does not accept this key")
     return problems
 
@@ -87,7 +91,8 @@ def check(envoy: dict, mock: dict, ports: dict[str, int]) -> list[str]:
 def main(argv: list[str]) -> int:
     envoy_path = Path(argv[0]) if argv else ENVOY_YAML
     mock_path = Path(argv[1]) if len(argv) > 1 else ROOT / "config" / "mock-llm.yaml"
-    problems = check(load_envoy(envoy_path), yaml.safe_load(mock_path.read_text()), read_ports())
+    problems = check(load_envoy(envoy_path), yaml.safe_load(mock_path.read_text()), read_ports(),
+                     provider_key_env())
     for p in problems:
         print(f"check-config: {p}", file=sys.stderr)
     if problems:

@@ -34,16 +34,40 @@ DEMO_KEY = "tg-demo-key"
 COMPONENTS = ("redis", "mock", "authz", "envoy")
 
 
-def read_ports(path: Path = ROOT / "config" / "ports.env") -> dict[str, int]:
-    """Parse KEY=VALUE lines (comments allowed) of config/ports.env."""
-    ports = {}
+PROVIDER_KEYS = ROOT / "config" / "provider-keys.env"
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """KEY=VALUE lines; blank lines and lines starting with # are skipped."""
+    values = {}
     for line in path.read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if not line:
+        line = line.strip()
+        if not line or line.startswith("#"):
             continue
         key, _, value = line.partition("=")
-        ports[key.strip()] = int(value.strip())
-    return ports
+        values[key.strip()] = value.strip()
+    return values
+
+
+def read_ports(path: Path = ROOT / "config" / "ports.env") -> dict[str, int]:
+    """config/ports.env (comments allowed after a value too)."""
+    return {k: int(v.split("#", 1)[0]) for k, v in read_env_file(path).items()}
+
+
+def provider_key_env(path: Path = PROVIDER_KEYS) -> dict[str, str]:
+    """The provider secrets for Envoy's environment: the key file, each value
+    overridable by a variable of the same name already in the environment."""
+    if not path.exists():
+        return {}
+    return {k: os.environ.get(k, v) for k, v in read_env_file(path).items()}
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only its owner can read (0600), whatever the umask."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
 
 
 DEFAULT_PORTS = read_ports()
@@ -189,6 +213,8 @@ class Stack:
     env: dict[str, str] = field(default_factory=dict)
     # OTLP/HTTP collector (http://host:port): turns OpenTelemetry tracing on.
     otlp_endpoint: str | None = None
+    # Provider secrets passed to Envoy only (config/provider-keys.env).
+    provider_keys: Path = PROVIDER_KEYS
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     # -- addresses -----------------------------------------------------------
@@ -230,7 +256,7 @@ class Stack:
                     "--redis-url", f"redis://127.0.0.1:{p['TG_REDIS_PORT']}", *self.authz_args]
         if name == "envoy":
             rendered = self.run_dir / "envoy.yaml"
-            rendered.write_text(render_envoy_config(self.envoy_config, self.ports, self.otlp_endpoint))
+            write_private(rendered, render_envoy_config(self.envoy_config, self.ports, self.otlp_endpoint))
             return [tool("envoy"), "-c", str(rendered), "--disable-hot-restart",
                     "--concurrency", str(self.envoy_concurrency), "--log-level", "warn"]
         raise ValueError(name)
@@ -257,10 +283,11 @@ class Stack:
         cmd = self.command(name)
         if not Path(cmd[0]).exists():
             raise RuntimeError(f"{name}: {cmd[0]} is missing; run `make build`")
-        log = open(self.log_path(name), "ab")
+        log = open(os.open(self.log_path(name), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
+        secrets = provider_key_env(self.provider_keys) if name == "envoy" else {}
         self.procs[name] = proc = subprocess.Popen(
             cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            env={**os.environ, **self.env}, start_new_session=True,
+            env={**os.environ, **secrets, **self.env}, start_new_session=True,
             preexec_fn=None if self.detached else _die_with_parent)
         log.close()
         deadline = time.monotonic() + timeout
@@ -285,6 +312,7 @@ class Stack:
 
     def start(self) -> "Stack":
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_dir.chmod(0o700)  # logs and rendered configs: the owner's only
         for name in self.components:
             self.log_path(name).unlink(missing_ok=True)
         busy = [f"{k}={v}" for k, v in self.ports.items() if port_in_use(v)]

@@ -15,7 +15,7 @@ changes only what must differ there, as listed in deploy/k8s/providers.yaml:
   Prometheus reach those two paths and nothing else of the admin API;
 - each provider cluster resolves its real host by DNS on port 443 with TLS,
   and the plugin sends that host as :authority;
-- every provider key's inline `value` becomes `value_env: TG_KEY_<ID>`, listed
+- every provider key is read from `value_env: TG_KEY_<ID>` (as in envoy.yaml), listed
   in the VM's host_env_keys, so keys come from a Secret through the
   container's environment and never sit in a ConfigMap;
 - the authz-service clusters resolve the authz Service name by DNS.
@@ -131,12 +131,16 @@ def render(source: dict, settings: dict, variant: str) -> dict:
             raise RenderError(f"provider {name!r} of envoy.yaml is not in {SETTINGS.relative_to(ROOT)}")
         ps = providers_settings[name]
         provider["host"] = ps["host"]
+        # mock-llm's fault headers mean nothing to a real provider.
+        forward = [h for h in provider.pop("forward_headers", []) if not h.startswith("x-mock-")]
+        if forward:
+            provider["forward_headers"] = forward
         if "base_path" in ps:
             provider["base_path"] = ps["base_path"]
         for key in provider["keys"]:
-            if "value" not in key:
-                raise RenderError(f"provider {name!r} key {key['id']!r}: expected an inline value to replace")
-            del key["value"]
+            if "value" not in key and key.get("value_env") != key_env(key["id"]):
+                raise RenderError(f"provider {name!r} key {key['id']!r}: expected value_env {key_env(key['id'])}")
+            key.pop("value", None)
             key["value_env"] = key_env(key["id"])
             env_keys.append(key["value_env"])
             if "access_key_id" in key:

@@ -78,9 +78,11 @@ def test_every_key_cooling_is_503(make_stack, demo_key, tmp_path):
     auth = {"authorization": f"Bearer {demo_key}"}
     body = {"model": "mistral/mistral-small-latest", "messages": HI}
     first, _, err1 = post(url, body, auth)
-    second, _, err2 = post(url, body, auth)
+    second, headers2, err2 = post(url, body, auth)
     assert first == 429 and err1["error"]["code"] == "rate_limit_exceeded"
     assert second == 503 and err2["error"]["code"] == "no_provider_key_available"
+    # Retry when the key's cooldown (key_cooldown_seconds: 30) ends.
+    assert 1 <= int(headers2["retry-after"]) <= 30, dict(headers2)
 
 
 def test_usage_is_reported_and_debits_the_token_budget(stack):
@@ -105,7 +107,7 @@ def test_key_value_from_host_environment(make_stack, demo_key, tmp_path):
     def edit(cfg):
         cfg["providers"]["mistral"]["keys"] = [{"id": "mistral-env", "value_env": "TG_TEST_MISTRAL_KEY"}]
     def pass_env(doc):
-        wasm_config(doc)["vm_config"]["environment_variables"] = {"host_env_keys": ["TG_TEST_MISTRAL_KEY"]}
+        wasm_config(doc)["vm_config"]["environment_variables"]["host_env_keys"].append("TG_TEST_MISTRAL_KEY")
     cfg = plugin_variant(tmp_path, edit, envoy=pass_env)
     s = make_stack(envoy_config=cfg, env={"TG_TEST_MISTRAL_KEY": "mock-mistral-key-1"})
     status, _, body = post(f"{s.base_url}/chat/completions", {"model": "mistral/mistral-small-latest", "messages": HI},

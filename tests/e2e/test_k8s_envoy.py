@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from helpers import HI, assert_openai_error, post
-from stack import free_ports, http_get
+from stack import PROVIDER_KEYS, free_ports, http_get, read_env_file
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 _spec = importlib.util.spec_from_file_location("render_envoy", ROOT / "deploy" / "k8s" / "render_envoy.py")
@@ -32,9 +32,10 @@ MOCK_DEFAULT_PORT = 9000  # envoy.yaml's mock-llm port; the harness moves it
 
 
 def inline_keys() -> dict[str, str]:
-    """TG_KEY_<ID> → the demo value envoy.yaml has inline (mock-llm accepts them)."""
+    """TG_KEY_<ID> → the demo value of config/provider-keys.env (mock-llm accepts them)."""
     plugin = json.loads(render_envoy.wasm_config(yaml.safe_load(render_envoy.SOURCE.read_text()))["configuration"]["value"])
-    return {render_envoy.key_env(k["id"]): k["value"] for p in plugin["providers"].values() for k in p["keys"]}
+    demo = read_env_file(PROVIDER_KEYS)
+    return {render_envoy.key_env(k["id"]): demo[k["value_env"]] for p in plugin["providers"].values() for k in p["keys"]}
 
 
 def local_k8s_config(path: Path, stats_port: int) -> None:

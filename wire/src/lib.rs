@@ -47,6 +47,10 @@ pub mod header {
     /// ext_authz); the filter echoes it as `reserved` in the usage report.
     pub const RESERVED: &str = "x-tollgate-reserved";
     pub const PROVIDER: &str = "x-tollgate-provider";
+    /// Response: the provider's own request id (OpenAI `x-request-id`,
+    /// Anthropic `request-id`, Bedrock `x-amzn-requestid`), for support
+    /// requests to the provider.
+    pub const PROVIDER_REQUEST_ID: &str = "x-tollgate-provider-request-id";
 }
 
 /// Path on authz-service's HTTP port that takes usage reports.

@@ -77,6 +77,21 @@ fn default_usage_flush() -> u64 {
 /// Azure OpenAI `api-version` sent when the config names none (GA).
 pub const DEFAULT_AZURE_API_VERSION: &str = "2024-10-21";
 
+/// Headers `forward_headers` may not name: credentials (the gateway sets the
+/// provider's own) and what the filter sets itself.
+const NEVER_FORWARDED: [&str; 10] = [
+    "authorization",
+    "proxy-authorization",
+    "x-api-key",
+    "api-key",
+    "x-goog-api-key",
+    "cookie",
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "accept-encoding",
+];
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
@@ -130,6 +145,10 @@ struct RawProvider {
     /// Bedrock: AWS region (SigV4 scope and default host).
     #[serde(default)]
     region: Option<String>,
+    /// Client request headers forwarded to this provider on purpose, beside
+    /// those its API needs (e.g. `anthropic-beta`).
+    #[serde(default)]
+    forward_headers: Vec<String>,
     models: RawModels,
     keys: Vec<RawKey>,
 }
@@ -210,6 +229,9 @@ pub struct Provider {
     pub cluster: String,
     pub base_path: String,
     pub host: Option<String>,
+    /// Client headers forwarded on purpose (lowercase), see
+    /// [`crate::plan::FORWARDED`] for those every provider gets.
+    pub forward_headers: Vec<String>,
     pub models: BTreeMap<String, ModelCfg>,
     pub keys: Vec<Key>,
     /// What only this provider's kind has.
@@ -582,6 +604,24 @@ impl Runtime {
                 (None, Kind::Bedrock) => Some(format!("bedrock-runtime.{region}.amazonaws.com")),
                 (None, _) => None,
             };
+            let mut forward_headers = Vec::with_capacity(p.forward_headers.len());
+            for (i, h) in p.forward_headers.iter().enumerate() {
+                let h = h.to_ascii_lowercase();
+                if h.is_empty()
+                    || !h
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                {
+                    return err(format!("{at}.forward_headers[{i}]: a header name has only letters, digits, '-' and '_'"));
+                }
+                if NEVER_FORWARDED.contains(&h.as_str())
+                    || h.starts_with("x-tollgate-")
+                    || h.starts_with("x-amz-")
+                {
+                    return err(format!("{at}.forward_headers[{i}]: '{h}' carries credentials or gateway state and is never forwarded"));
+                }
+                forward_headers.push(h);
+            }
             let stream_usage = p.stream_usage.unwrap_or(true);
             let api = match p.kind {
                 Kind::Openai => Api::Openai { stream_usage },
@@ -606,6 +646,7 @@ impl Runtime {
                 cluster: p.cluster,
                 base_path: base_path.trim_end_matches('/').to_string(),
                 host,
+                forward_headers,
                 models,
                 keys,
                 api,

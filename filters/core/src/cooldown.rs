@@ -7,12 +7,17 @@ use crate::host::{Host, Level};
 
 const PREFIX: &str = "tollgate.cooldown.";
 
-/// Is `key_id` cooling down at `now_ms`?
-pub fn active(h: &dyn Host, key_id: &str, now_ms: u64) -> bool {
+/// Milliseconds until `key_id`'s cooldown ends (0: the key is usable).
+pub fn remaining_ms(h: &dyn Host, key_id: &str, now_ms: u64) -> u64 {
     h.shared_get(&format!("{PREFIX}{key_id}"))
         .and_then(|v| String::from_utf8(v).ok())
         .and_then(|s| s.parse::<u64>().ok())
-        .is_some_and(|until| until > now_ms)
+        .map_or(0, |until| until.saturating_sub(now_ms))
+}
+
+/// Is `key_id` cooling down at `now_ms`?
+pub fn active(h: &dyn Host, key_id: &str, now_ms: u64) -> bool {
+    remaining_ms(h, key_id, now_ms) > 0
 }
 
 /// Starts `key_id`'s cooldown of `cooldown_ms` and logs why (never the key).
@@ -45,6 +50,8 @@ mod tests {
         assert!(active(&h, "k", 1_000) && active(&h, "k", 1_499));
         assert!(!active(&h, "k", 1_500));
         assert!(!active(&h, "other", 1_000));
+        assert_eq!(remaining_ms(&h, "k", 1_200), 300);
+        assert_eq!(remaining_ms(&h, "k", 2_000), 0);
         assert!(h.logs.borrow().iter().any(|l| l.contains("key k (429)")));
     }
 }

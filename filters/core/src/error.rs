@@ -1,5 +1,28 @@
 //! OpenAI-shaped errors: every error a client sees from the filter is one of
 //! these, rendered as `{"error":{"message","type","param","code"}}`.
+//! Client input echoed in a message (model names, paths, parameter values)
+//! goes through [`clip`], and [`ApiError::body`] caps the message and
+//! `param` again, so an error body has a bounded size whatever was sent.
+
+use std::borrow::Cow;
+
+/// Characters of client input an error message may echo.
+pub const ECHO_MAX_CHARS: usize = 64;
+/// Characters of a whole error message (a backstop for every message).
+pub const MESSAGE_MAX_CHARS: usize = 512;
+
+/// `s` cut to its first `max_chars` characters, with `...` when cut.
+pub fn clip(s: &str, max_chars: usize) -> Cow<'_, str> {
+    match s.char_indices().nth(max_chars) {
+        None => Cow::Borrowed(s),
+        Some((end, _)) => Cow::Owned(format!("{}...", s.get(..end).unwrap_or_default())),
+    }
+}
+
+/// Client input as echoed in an error message.
+pub fn echo(s: &str) -> Cow<'_, str> {
+    clip(s, ECHO_MAX_CHARS)
+}
 
 /// An error answered to the client (by a local reply or by rewriting an
 /// upstream error body).
@@ -11,6 +34,9 @@ pub struct ApiError {
     pub kind: &'static str,
     pub param: Option<String>,
     pub code: Option<String>,
+    /// Seconds for a `retry-after` header (503s that will clear by
+    /// themselves).
+    pub retry_after: Option<u64>,
 }
 
 pub use tollgate_wire::error_type::{AUTH, INVALID_REQUEST, PERMISSION, RATE_LIMIT, SERVER};
@@ -23,6 +49,7 @@ impl ApiError {
             kind,
             param: None,
             code: Some(code.to_string()),
+            retry_after: None,
         }
     }
 
@@ -32,8 +59,9 @@ impl ApiError {
             status: 400,
             message: message.into(),
             kind: INVALID_REQUEST,
-            param: Some(param.to_string()),
+            param: Some(echo(param).into_owned()),
             code: Some("invalid_value".to_string()),
+            retry_after: None,
         }
     }
 
@@ -41,10 +69,14 @@ impl ApiError {
     pub fn unsupported_param(param: &str, provider: &str) -> Self {
         ApiError {
             status: 400,
-            message: format!("Parameter '{param}' is not supported by provider '{provider}'"),
+            message: format!(
+                "Parameter '{}' is not supported by provider '{provider}'",
+                echo(param)
+            ),
             kind: INVALID_REQUEST,
-            param: Some(param.to_string()),
+            param: Some(echo(param).into_owned()),
             code: Some("unsupported_parameter".to_string()),
+            retry_after: None,
         }
     }
 
@@ -53,7 +85,10 @@ impl ApiError {
             400,
             INVALID_REQUEST,
             "invalid_json",
-            format!("Request body is not valid JSON: {detail}"),
+            format!(
+                "Request body is not valid JSON: {}",
+                clip(detail, 2 * ECHO_MAX_CHARS)
+            ),
         )
     }
 
@@ -64,7 +99,10 @@ impl ApiError {
                 404,
                 INVALID_REQUEST,
                 "model_not_found",
-                format!("The model '{model}' does not exist or is not configured on this gateway"),
+                format!(
+                    "The model '{}' does not exist or is not configured on this gateway",
+                    echo(model)
+                ),
             )
         }
     }
@@ -76,7 +114,10 @@ impl ApiError {
                 403,
                 PERMISSION,
                 "model_not_allowed",
-                format!("This API key is not allowed to use the model '{model}'"),
+                format!(
+                    "This API key is not allowed to use the model '{}'",
+                    echo(model)
+                ),
             )
         }
     }
@@ -95,7 +136,7 @@ impl ApiError {
             404,
             INVALID_REQUEST,
             "unknown_url",
-            format!("Unrecognized request URL ({method} {path})"),
+            format!("Unrecognized request URL ({} {})", echo(method), echo(path)),
         )
     }
 
@@ -104,16 +145,16 @@ impl ApiError {
             405,
             INVALID_REQUEST,
             "method_not_allowed",
-            format!("Method {method} is not allowed on {path}"),
+            format!("Method {} is not allowed on {}", echo(method), echo(path)),
         )
     }
 
     /// The JSON body (the wire contract's, shared with authz-service).
     pub fn body(&self) -> Vec<u8> {
         tollgate_wire::error_body(
-            &self.message,
+            &clip(&self.message, MESSAGE_MAX_CHARS),
             self.kind,
-            self.param.as_deref(),
+            self.param.as_deref().map(echo).as_deref(),
             self.code.as_deref(),
         )
     }
@@ -131,5 +172,25 @@ mod tests {
         assert_eq!(v["error"]["type"], "invalid_request_error");
         assert_eq!(v["error"]["param"], "model");
         assert_eq!(e.status, 404);
+    }
+
+    #[test]
+    fn echoed_input_is_clipped() {
+        let long = "m".repeat(5000);
+        let e = ApiError::model_not_found(&long);
+        assert!(e.message.len() < 200, "{}", e.message.len());
+        assert!(e
+            .message
+            .contains(&format!("{}...", "m".repeat(ECHO_MAX_CHARS))));
+        // Multi-byte characters are cut on a boundary.
+        assert_eq!(clip("ééé", 2), "éé...");
+        assert_eq!(clip("short", 64), "short");
+        // The body caps any message and param.
+        let e = ApiError::bad_param(&"p".repeat(1000), "x".repeat(10_000));
+        assert!(
+            e.body().len() < MESSAGE_MAX_CHARS + ECHO_MAX_CHARS + 200,
+            "{}",
+            e.body().len()
+        );
     }
 }

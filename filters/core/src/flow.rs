@@ -19,15 +19,17 @@ use std::sync::Arc;
 
 use percent_encoding::percent_decode_str;
 use serde_json::json;
-use tollgate_wire::header::{KEY_ID, MODEL, MODELS, PROVIDER, RESERVED, TENANT};
+use tollgate_wire::header::{
+    KEY_ID, MODEL, MODELS, PROVIDER, PROVIDER_REQUEST_ID, RESERVED, TENANT,
+};
 use tollgate_wire::models_allowed;
 
 use crate::config::Runtime;
 use crate::cooldown;
-use crate::error::{ApiError, SERVER};
+use crate::error::{clip, ApiError, ECHO_MAX_CHARS, SERVER};
 use crate::host::{Host, Level, MetricKind};
 use crate::metrics::{self, property, ErrorClass, Metrics, Series};
-use crate::plan::{plan, RequestFacts, Route};
+use crate::plan::{plan, provider_request_id_header, RequestFacts, Route};
 use crate::translate::{
     for_kind, map_error_status, merge_embeddings, Endpoint, StreamTranslator, Usage,
 };
@@ -41,8 +43,6 @@ pub enum Action {
     Pause,
 }
 
-/// Largest passthrough body copied to read its usage.
-const MAX_COPY: usize = 16 * 1024 * 1024;
 const PROVIDER_RATELIMIT_HEADERS: [&str; 6] = [
     "x-ratelimit-limit-requests",
     "x-ratelimit-remaining-requests",
@@ -120,9 +120,6 @@ pub const FAN_OUT_TIMEOUT_MS: u64 = 60_000;
 
 enum RespMode {
     None,
-    /// Pass the body through chunk by chunk, keeping a copy to read usage
-    /// at the end (`None` once over [`MAX_COPY`]).
-    Copy(Option<Vec<u8>>),
     /// Buffer the body; translate (or only read usage) at the end.
     Buffer,
     /// Buffer the error body and rewrite it as an OpenAI error.
@@ -165,7 +162,12 @@ impl Flow {
     }
 
     fn reply(&mut self, h: &mut dyn Host, e: &ApiError) -> Action {
-        h.send_local_reply(e.status, &[("content-type", "application/json")], &e.body());
+        let retry_after = e.retry_after.map(|s| s.to_string());
+        let mut headers = vec![("content-type", "application/json")];
+        if let Some(s) = &retry_after {
+            headers.push(("retry-after", s));
+        }
+        h.send_local_reply(e.status, &headers, &e.body());
         h.metric(
             MetricKind::Counter,
             &format!("tollgate.rejected.{}", e.code.as_deref().unwrap_or("error")),
@@ -324,9 +326,11 @@ impl Flow {
     ) -> Result<Phase, ApiError> {
         let now = h.now_ms();
         let random = h.random_u32();
+        let header_names = h.request_header_names();
         let facts = RequestFacts {
             endpoint: pending.endpoint,
             body,
+            header_names: header_names.as_deref(),
             allowed: pending.allowed.as_deref().unwrap_or(""),
             declared_model: pending.declared_model.as_deref(),
             now_ms: now,
@@ -334,7 +338,9 @@ impl Flow {
         };
         let planned = {
             let host: &dyn Host = &*h;
-            plan(&self.rt, &facts, &|id| cooldown::active(host, id, now))?
+            plan(&self.rt, &facts, &|id| {
+                cooldown::remaining_ms(host, id, now)
+            })?
         };
         let mut routed = Routed {
             route: planned.route,
@@ -356,7 +362,7 @@ impl Flow {
         }
         let mut ok = true;
         for (name, value) in &planned.headers {
-            ok &= h.set_request_header(name, value.as_deref());
+            ok &= h.set_request_header(name.as_ref(), value.as_deref());
         }
         ok &= h.set_request_body(body.len(), &planned.body);
         if !ok {
@@ -562,6 +568,11 @@ impl Flow {
         }
         r.upstream_status = status;
         h.set_response_header(PROVIDER, Some(&provider.name));
+        if let Some(id) =
+            provider_request_id_header(provider.kind()).and_then(|n| h.response_header(n))
+        {
+            h.set_response_header(PROVIDER_REQUEST_ID, Some(&clip(&id, ECHO_MAX_CHARS)));
+        }
         // The provider's rate-limit headers describe the gateway's provider
         // key, not the client's virtual key (authz-service sets those).
         for name in PROVIDER_RATELIMIT_HEADERS {
@@ -590,11 +601,13 @@ impl Flow {
                 h.set_response_header("content-type", Some("text/event-stream"));
             }
             return Action::Continue;
-        } else if tr.passthrough() {
-            r.resp = RespMode::Copy(Some(Vec::new()));
-            return Action::Continue;
         } else {
-            h.set_response_header("content-type", Some("application/json"));
+            // Held until the body is complete, passthrough too: an answer the
+            // provider cuts short then fails as Envoy's OpenAI-shaped 502
+            // (`upstream_unavailable`) instead of a 200 with a short body.
+            if !tr.passthrough() {
+                h.set_response_header("content-type", Some("application/json"));
+            }
             r.resp = RespMode::Buffer;
         }
         if end_of_stream {
@@ -634,23 +647,6 @@ impl Flow {
         let created = h.now_ms() / 1000;
         match &mut r.resp {
             RespMode::None => Action::Continue,
-            RespMode::Copy(copy) => {
-                if let Some(buf) = copy {
-                    if buf.len() + body_size > MAX_COPY {
-                        *copy = None;
-                    } else if let Some(chunk) = h.response_body(body_size) {
-                        buf.extend_from_slice(&chunk);
-                    }
-                }
-                if end_of_stream {
-                    if let Some(buf) = copy.take() {
-                        if let Ok(t) = tr.response(&r.route.response_ctx(false, created), &buf) {
-                            r.usage = t.usage;
-                        }
-                    }
-                }
-                Action::Continue
-            }
             RespMode::Stream(t) => {
                 let chunk = h.response_body(body_size).unwrap_or_default();
                 let mut out = Vec::with_capacity(chunk.len() + 64);

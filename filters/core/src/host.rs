@@ -18,6 +18,9 @@ pub enum MetricKind {
 
 pub trait Host {
     fn request_header(&self, name: &str) -> Option<String>;
+    /// The names of every request header (one host call); `None` when the
+    /// host refused.
+    fn request_header_names(&self) -> Option<Vec<String>>;
     /// Set (Some) or remove (None). Returns false when the host refused.
     fn set_request_header(&mut self, name: &str, value: Option<&str>) -> bool;
     /// The buffered request body (`size` bytes from 0).
@@ -124,6 +127,9 @@ pub mod fake {
     impl Host for FakeHost {
         fn request_header(&self, name: &str) -> Option<String> {
             get(&self.req_headers, name)
+        }
+        fn request_header_names(&self) -> Option<Vec<String>> {
+            Some(self.req_headers.iter().map(|(k, _)| k.clone()).collect())
         }
         fn set_request_header(&mut self, name: &str, value: Option<&str>) -> bool {
             set(&mut self.req_headers, name, value);

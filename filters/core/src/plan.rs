@@ -6,11 +6,13 @@
 //! New front doors (another client API) add an [`Endpoint`] and parse into
 //! the same planner; a per-attempt key choice re-runs [`choose_key`].
 
+use std::borrow::Cow;
+
 use tollgate_wire::header::{CLUSTER, KEY_ID, MODEL, MODELS, RESERVED, TENANT};
 use tollgate_wire::models_allowed;
 
-use crate::config::{Key, ModelCfg, Provider, Runtime};
-use crate::error::{ApiError, INVALID_REQUEST, SERVER};
+use crate::config::{Key, Kind, ModelCfg, Provider, Runtime};
+use crate::error::{echo, ApiError, INVALID_REQUEST, SERVER};
 use crate::translate::{
     for_kind, parse_client_body, Endpoint, RequestCtx, ResponseCtx, Translator, UpstreamRequest,
 };
@@ -20,6 +22,9 @@ use crate::translate::{
 pub struct RequestFacts<'a> {
     pub endpoint: Endpoint,
     pub body: &'a [u8],
+    /// The names of the client's request headers (`None` when the host
+    /// could not list them: then [`REMOVED`] are removed).
+    pub header_names: Option<&'a [String]>,
     /// `x-tollgate-models`, the key's allow-list ("" when absent).
     pub allowed: &'a str,
     /// `x-tollgate-model`, the model the client declared for admission.
@@ -75,7 +80,7 @@ impl Route {
 pub struct Plan {
     pub route: Route,
     /// Request header changes in order: `Some` sets, `None` removes.
-    pub headers: Vec<(&'static str, Option<String>)>,
+    pub headers: Vec<(Cow<'static, str>, Option<String>)>,
     pub body: Vec<u8>,
     /// A fan-out: instead of forwarding the request, make these calls to
     /// the provider's cluster and answer with their merged answers.
@@ -90,8 +95,36 @@ pub struct Call {
     pub body: Vec<u8>,
 }
 
-/// Request headers that never go upstream: the client's credentials, the
-/// gateway's own headers, and encodings the filter cannot rewrite through.
+/// Client request headers every provider gets (beside those the filter sets:
+/// path, authority, content type and length, the provider's credentials and
+/// version); a provider's `forward_headers` adds more. Every other client
+/// header is removed, so account headers (`openai-organization`,
+/// `openai-project`, `anthropic-beta`…) never travel with the gateway's key.
+/// `x-forwarded-proto` is Envoy's own (it sets it from the connection, and
+/// routing needs it).
+pub const FORWARDED: [&str; 6] = [
+    "accept",
+    "user-agent",
+    "x-request-id",
+    "x-forwarded-proto",
+    "traceparent",
+    "tracestate",
+];
+
+/// The response header carrying a provider kind's own request id (passed to
+/// the client as `x-tollgate-provider-request-id`).
+pub fn provider_request_id_header(kind: Kind) -> Option<&'static str> {
+    match kind {
+        Kind::Openai | Kind::Azure => Some("x-request-id"),
+        Kind::Anthropic => Some("request-id"),
+        Kind::Bedrock => Some("x-amzn-requestid"),
+        Kind::Gemini => None,
+    }
+}
+
+/// Removed when the host cannot list the request's headers: the client's
+/// credentials, the gateway's own headers, and encodings the filter cannot
+/// rewrite through.
 const REMOVED: [&str; 9] = [
     "authorization",
     "x-api-key",
@@ -104,12 +137,13 @@ const REMOVED: [&str; 9] = [
     "transfer-encoding",
 ];
 
-/// Plans a request. `cooling` says whether a provider key (by id) is cooling
-/// down; it is asked only about keys the weighted choice lands on.
+/// Plans a request. `cooling` gives the milliseconds until a provider key
+/// (by id) ends its cooldown (0: usable); it is asked only about keys the
+/// weighted choice lands on, and about every key of the model when all cool.
 pub fn plan(
     rt: &Runtime,
     facts: &RequestFacts<'_>,
-    cooling: &dyn Fn(&str) -> bool,
+    cooling: &dyn Fn(&str) -> u64,
 ) -> Result<Plan, ApiError> {
     if facts.body.is_empty() {
         return Err(ApiError::new(
@@ -135,7 +169,11 @@ pub fn plan(
                     400,
                     INVALID_REQUEST,
                     "model_mismatch",
-                    format!("The x-tollgate-model header ('{declared}') does not name the request's model ('{model}')"),
+                    format!(
+                        "The x-tollgate-model header ('{}') does not name the request's model ('{}')",
+                        echo(declared),
+                        echo(&model)
+                    ),
                 )
             });
         }
@@ -161,18 +199,28 @@ pub fn plan(
         .get(key_idx)
         .ok_or_else(|| ApiError::model_not_found(&model))?;
 
-    let mut headers: Vec<(&'static str, Option<String>)> = Vec::with_capacity(16);
-    headers.extend(REMOVED.iter().map(|&name| (name, None)));
-    headers.push((CLUSTER, Some(provider.cluster.clone())));
-    headers.push((":path", Some(up.path.clone())));
+    let mut headers: Vec<(Cow<'static, str>, Option<String>)> = Vec::with_capacity(16);
+    match facts.header_names {
+        Some(names) => headers.extend(
+            names
+                .iter()
+                .filter(|n| !forwarded(provider, n))
+                .map(|n| (Cow::Owned(n.to_ascii_lowercase()), None)),
+        ),
+        None => headers.extend(REMOVED.iter().map(|&name| (Cow::Borrowed(name), None))),
+    }
+    let mut set =
+        |name: &'static str, value: String| headers.push((Cow::Borrowed(name), Some(value)));
+    set(CLUSTER, provider.cluster.clone());
+    set(":path", up.path.clone());
     if let Some(host) = &provider.host {
-        headers.push((":authority", Some(host.clone())));
+        set(":authority", host.clone());
     }
     for (name, value) in tr.auth_headers(provider, key, &up, facts.now_ms)? {
-        headers.push((name, Some(value)));
+        set(name, value);
     }
-    headers.push(("content-type", Some("application/json".into())));
-    headers.push(("content-length", Some(up.body.len().to_string())));
+    set("content-type", "application/json".into());
+    set("content-length", up.body.len().to_string());
     let calls = fan_out_calls(tr, provider, key, &up, facts.now_ms)?;
     Ok(Plan {
         route: Route {
@@ -192,6 +240,19 @@ pub fn plan(
         body: up.body,
         calls,
     })
+}
+
+/// Does a client header travel to this provider? Pseudo-headers (`:path`…)
+/// are Envoy's and stay; content type and length are set again by the plan.
+fn forwarded(provider: &Provider, name: &str) -> bool {
+    name.starts_with(':')
+        || name.eq_ignore_ascii_case("content-type")
+        || name.eq_ignore_ascii_case("content-length")
+        || FORWARDED.iter().any(|f| name.eq_ignore_ascii_case(f))
+        || provider
+            .forward_headers
+            .iter()
+            .any(|f| name.eq_ignore_ascii_case(f))
 }
 
 /// The calls of a fan-out (none unless the translator asked for one): the
@@ -234,23 +295,34 @@ pub fn choose_key(
     provider: &Provider,
     model_cfg: &ModelCfg,
     random: u32,
-    cooling: &dyn Fn(&str) -> bool,
+    cooling: &dyn Fn(&str) -> u64,
 ) -> Result<usize, ApiError> {
     model_cfg
         .pool
         .pick(random, |k| {
-            provider.keys.get(k).is_some_and(|key| !cooling(&key.id))
+            provider.keys.get(k).is_some_and(|key| cooling(&key.id) == 0)
         })
         .ok_or_else(|| {
-            ApiError::new(
-                503,
-                SERVER,
-                "no_provider_key_available",
-                format!(
-                    "Every key of provider '{}' is cooling down after provider errors; retry later",
-                    provider.name
-                ),
-            )
+            // Retry when the first key's cooldown ends (at least 1 s).
+            let first_ms = model_cfg
+                .pool
+                .keys()
+                .filter_map(|k| provider.keys.get(k))
+                .map(|key| cooling(&key.id))
+                .min()
+                .unwrap_or(0);
+            ApiError {
+                retry_after: Some(first_ms.div_ceil(1000).max(1)),
+                ..ApiError::new(
+                    503,
+                    SERVER,
+                    "no_provider_key_available",
+                    format!(
+                        "Every key of provider '{}' is cooling down after provider errors; retry later",
+                        provider.name
+                    ),
+                )
+            }
         })
 }
 
@@ -287,6 +359,7 @@ mod tests {
               "openai":{"kind":"openai","cluster":"openai_cluster","models":["gpt-4o"],
                 "keys":[{"id":"o1","value":"sk-1"},{"id":"o2","value":"sk-2"}]},
               "anthropic":{"kind":"anthropic","cluster":"anthropic","host":"api.anthropic.com",
+                "forward_headers":["Anthropic-Beta"],
                 "models":["claude"],"keys":[{"id":"a1","value":"sk-ant"}]}},
               "aliases":{"smart":"anthropic/claude"}}"#,
             &|_| None,
@@ -298,6 +371,7 @@ mod tests {
         RequestFacts {
             endpoint: Endpoint::Chat,
             body,
+            header_names: None,
             allowed,
             declared_model: None,
             now_ms: 1_700_000_000_000,
@@ -311,14 +385,14 @@ mod tests {
         p.headers
             .iter()
             .rev()
-            .find(|(n, _)| *n == name)
+            .find(|(n, _)| n == name)
             .map(|(_, v)| v.as_deref())
     }
 
     #[test]
     fn plans_headers_body_and_route_without_a_host() {
         let rt = rt();
-        let p = plan(&rt, &facts(CHAT, "*"), &|_| false).unwrap();
+        let p = plan(&rt, &facts(CHAT, "*"), &|_| 0).unwrap();
         assert_eq!(header(&p, CLUSTER), Some(Some("openai_cluster")));
         assert_eq!(header(&p, ":path"), Some(Some("/v1/chat/completions")));
         assert_eq!(header(&p, "authorization"), Some(Some("Bearer sk-1")));
@@ -351,11 +425,62 @@ mod tests {
     }
 
     #[test]
+    fn only_allowed_client_headers_travel() {
+        let rt = rt();
+        let names: Vec<String> = [
+            ":method",
+            ":path",
+            "content-type",
+            "accept",
+            "user-agent",
+            "x-request-id",
+            "authorization",
+            "OpenAI-Organization",
+            "openai-project",
+            "anthropic-beta",
+            "x-tollgate-tenant",
+            "cookie",
+        ]
+        .map(String::from)
+        .to_vec();
+        let with_names = |body: &'static [u8]| RequestFacts {
+            header_names: Some(&names),
+            ..facts(body, "*")
+        };
+        let removed = |p: &Plan| -> Vec<String> {
+            p.headers
+                .iter()
+                .filter(|(_, v)| v.is_none())
+                .map(|(n, _)| n.to_string())
+                .collect()
+        };
+        let p = plan(&rt, &with_names(CHAT), &|_| 0).unwrap();
+        assert_eq!(
+            removed(&p),
+            [
+                "authorization",
+                "openai-organization",
+                "openai-project",
+                "anthropic-beta",
+                "x-tollgate-tenant",
+                "cookie"
+            ]
+        );
+        // The provider's own auth header is set after the removal.
+        assert_eq!(header(&p, "authorization"), Some(Some("Bearer sk-1")));
+        // anthropic forwards anthropic-beta on purpose (config, any case).
+        let smart = br#"{"model":"smart","messages":[{"role":"user","content":"hi"}]}"#;
+        let p = plan(&rt, &with_names(smart), &|_| 0).unwrap();
+        assert!(!removed(&p).contains(&"anthropic-beta".to_string()));
+        assert!(removed(&p).contains(&"openai-organization".to_string()));
+    }
+
+    #[test]
     fn alias_routes_to_its_provider_with_its_host_and_key_header() {
         let rt = rt();
         let body =
             br#"{"model":"smart","messages":[{"role":"user","content":"hi"}],"stream":true}"#;
-        let p = plan(&rt, &facts(body, "anthropic/*"), &|_| false).unwrap();
+        let p = plan(&rt, &facts(body, "anthropic/*"), &|_| 0).unwrap();
         assert_eq!(p.route.canonical, "anthropic/claude");
         assert_eq!(header(&p, ":authority"), Some(Some("api.anthropic.com")));
         assert_eq!(header(&p, "x-api-key"), Some(Some("sk-ant")));
@@ -375,16 +500,16 @@ mod tests {
             (e.status, e.code.unwrap_or_default())
         };
         assert_eq!(
-            code(plan(&rt, &facts(b"", "*"), &|_| false)),
+            code(plan(&rt, &facts(b"", "*"), &|_| 0)),
             (400, "invalid_json".into())
         );
         assert_eq!(
-            code(plan(&rt, &facts(CHAT, "anthropic/*"), &|_| false)),
+            code(plan(&rt, &facts(CHAT, "anthropic/*"), &|_| 0)),
             (403, "model_not_allowed".into())
         );
         let nope = br#"{"model":"openai/nope","messages":[{"role":"user","content":"hi"}]}"#;
         assert_eq!(
-            code(plan(&rt, &facts(nope, "*"), &|_| false)),
+            code(plan(&rt, &facts(nope, "*"), &|_| 0)),
             (404, "model_not_found".into())
         );
         let declared = RequestFacts {
@@ -392,25 +517,35 @@ mod tests {
             ..facts(CHAT, "*")
         };
         assert_eq!(
-            code(plan(&rt, &declared, &|_| false)),
+            code(plan(&rt, &declared, &|_| 0)),
             (400, "model_mismatch".into())
         );
         let declared = RequestFacts {
             declared_model: Some(" openai/gpt-4o "),
             ..facts(CHAT, "*")
         };
-        assert!(plan(&rt, &declared, &|_| false).is_ok());
+        assert!(plan(&rt, &declared, &|_| 0).is_ok());
     }
 
     #[test]
     fn cooling_keys_are_skipped_and_all_cooling_is_503() {
         let rt = rt();
-        let p = plan(&rt, &facts(CHAT, "*"), &|id| id == "o1").unwrap();
+        let p = plan(&rt, &facts(CHAT, "*"), &|id| if id == "o1" { 1 } else { 0 }).unwrap();
         assert_eq!(header(&p, "authorization"), Some(Some("Bearer sk-2")));
-        let e = plan(&rt, &facts(CHAT, "*"), &|_| true).unwrap_err();
+        let e = plan(&rt, &facts(CHAT, "*"), &|_| 5_500).unwrap_err();
         assert_eq!(
-            (e.status, e.code.as_deref()),
-            (503, Some("no_provider_key_available"))
+            (e.status, e.code.as_deref(), e.retry_after),
+            (503, Some("no_provider_key_available"), Some(6))
         );
+        // The first key back decides; never less than 1 s.
+        let e = plan(&rt, &facts(CHAT, "*"), &|id| {
+            if id == "o1" {
+                9_000
+            } else {
+                20
+            }
+        })
+        .unwrap_err();
+        assert_eq!(e.retry_after, Some(1));
     }
 }

@@ -64,9 +64,10 @@ fn respond(f: &mut Flow, h: &mut FakeHost, status: u16, ctype: &str, body: &[u8]
     h.resp_headers.extend(extra);
     h.resp_body = body.to_vec();
     let held = f.on_response_headers(h, false);
-    // Only translated and error bodies from the provider hold the headers.
-    let translated = h.resp_header("x-tollgate-provider").as_deref() == Some("anthropic");
-    let expect_hold = !h.envoy_local_response && (status >= 400 || translated);
+    // Every answer from the provider but a stream holds the headers until
+    // its body is complete (a cut body then never reaches the client as 200).
+    let stream = ctype.contains("event-stream") || ctype.contains("eventstream");
+    let expect_hold = !h.envoy_local_response && (status >= 400 || !stream);
     assert_eq!(held == Action::Pause, expect_hold);
     let n = h.resp_body.len();
     f.on_response_body(h, n, true);

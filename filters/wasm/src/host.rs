@@ -36,6 +36,11 @@ extern "C" {
         return_value_data: *mut *mut u8,
         return_value_size: *mut usize,
     ) -> Status;
+    fn proxy_get_header_map_pairs(
+        map_type: MapType,
+        return_map_data: *mut *mut u8,
+        return_map_size: *mut usize,
+    ) -> Status;
     fn proxy_replace_header_map_value(
         map_type: MapType,
         key_data: *const u8,
@@ -149,6 +154,36 @@ fn get_header(map: MapType, name: &str) -> Option<String> {
     }
 }
 
+/// The names of a header map (see [`serialize_map`] for the layout).
+fn header_names(map: MapType) -> Option<Vec<String>> {
+    let mut data = null_mut();
+    let mut len = 0;
+    // SAFETY: out-pointers are valid locals.
+    let bytes = match unsafe { proxy_get_header_map_pairs(map, &mut data, &mut len) } {
+        Status::Ok => owned(data, len).unwrap_or_default(),
+        _ => return None,
+    };
+    let word = |at: usize| -> Option<usize> {
+        let b = bytes.get(at..at.checked_add(4)?)?;
+        Some(u32::from_le_bytes(<[u8; 4]>::try_from(b).ok()?) as usize)
+    };
+    if bytes.is_empty() {
+        return Some(Vec::new());
+    }
+    let count = word(0)?;
+    let mut at = 4usize.checked_add(count.checked_mul(8)?)?;
+    let mut names = Vec::with_capacity(count);
+    for i in 0..count {
+        let key_len = word(4 + i * 8)?;
+        let value_len = word(8 + i * 8)?;
+        // Each key and value is followed by a NUL.
+        let key = bytes.get(at..at.checked_add(key_len)?)?;
+        names.push(String::from_utf8_lossy(key).into_owned());
+        at = at.checked_add(key_len + value_len + 2)?;
+    }
+    Some(names)
+}
+
 fn set_header(map: MapType, name: &str, value: Option<&str>) -> bool {
     // SAFETY: valid key/value slices.
     let st = unsafe {
@@ -216,6 +251,9 @@ impl WasmHost {
 impl Host for WasmHost {
     fn request_header(&self, name: &str) -> Option<String> {
         get_header(MapType::HttpRequestHeaders, name)
+    }
+    fn request_header_names(&self) -> Option<Vec<String>> {
+        header_names(MapType::HttpRequestHeaders)
     }
     fn set_request_header(&mut self, name: &str, value: Option<&str>) -> bool {
         set_header(MapType::HttpRequestHeaders, name, value)
