@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use tollgate_authz::keygen;
 use tollgate_authz::policy::{Policy, PolicyError};
 use tollgate_authz::server::{self, defaults, ServeConfig};
+use tollgate_authz::usage_token::UsageToken;
 
 /// Envoy ext_authz service for Tollgate virtual keys and rate limits.
 ///
@@ -62,6 +63,10 @@ struct Serve {
     /// How often the policy file is compared with the active one (at least 50).
     #[arg(long, value_name = "MS", default_value_t = defaults::RELOAD_INTERVAL_MS)]
     reload_interval_ms: u64,
+    /// File holding the token Envoy sends on usage reports (x-tollgate-usage-token);
+    /// POST /v1/usage refuses reports without it. Without this flag any caller may report.
+    #[arg(long, value_name = "FILE")]
+    usage_token_file: Option<PathBuf>,
 }
 
 fn name(s: &str) -> Result<String, String> {
@@ -130,6 +135,15 @@ fn serve(s: Serve) -> ExitCode {
     cfg.redis_timeout = Duration::from_millis(s.redis_timeout_ms);
     cfg.redis_max_in_flight = s.redis_max_in_flight;
     cfg.reload_interval = Duration::from_millis(s.reload_interval_ms.max(50));
+    if let Some(path) = &s.usage_token_file {
+        match UsageToken::from_file(path) {
+            Ok(t) => cfg.usage_token = Some(t),
+            Err(e) => {
+                eprintln!("tollgate-authz: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

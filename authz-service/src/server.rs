@@ -17,6 +17,7 @@ use crate::policy::Policy;
 use crate::reload::Reloader;
 use crate::service::AuthzService;
 use crate::storage::{AnyStore, MemoryStore, RedisStore, RedisStoreConfig, SystemClock};
+use crate::usage_token::UsageToken;
 
 /// Defaults of `tollgate-authz serve` (the flags and [`ServeConfig::new`]
 /// both read them; nothing else states them).
@@ -44,6 +45,10 @@ pub struct ServeConfig {
     /// Most Redis calls in flight; past it the failure mode applies at once.
     pub redis_max_in_flight: usize,
     pub reload_interval: Duration,
+    /// The token `POST /v1/usage` requires in
+    /// [`tollgate_wire::header::USAGE_TOKEN`]; `None` accepts any caller
+    /// (development only: anyone who reaches the port can charge a tenant).
+    pub usage_token: Option<UsageToken>,
 }
 
 impl ServeConfig {
@@ -56,6 +61,7 @@ impl ServeConfig {
             redis_timeout: Duration::from_millis(defaults::REDIS_TIMEOUT_MS),
             redis_max_in_flight: defaults::REDIS_MAX_IN_FLIGHT,
             reload_interval: Duration::from_millis(defaults::RELOAD_INTERVAL_MS),
+            usage_token: None,
         }
     }
 }
@@ -152,7 +158,12 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, String> {
         .await
         .map_err(|e| format!("cannot listen for HTTP on {}: {e}", cfg.http_listen))?;
     let http_addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let app = crate::http::router(authz.clone());
+    if cfg.usage_token.is_none() {
+        tracing::warn!(
+            "no --usage-token-file: POST /v1/usage accepts reports from any caller that reaches {http_addr}"
+        );
+    }
+    let app = crate::http::router(authz.clone(), cfg.usage_token.clone());
     let http_rx = rx.clone();
     tasks.push(tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app)

@@ -47,6 +47,10 @@ pub mod header {
     /// ext_authz); the filter echoes it as `reserved` in the usage report.
     pub const RESERVED: &str = "x-tollgate-reserved";
     pub const PROVIDER: &str = "x-tollgate-provider";
+    /// The gateway's credential on its usage reports (Envoy → authz-service,
+    /// injected by the `tollgate_authz_http` cluster from a secret file; the
+    /// filter never sees it).
+    pub const USAGE_TOKEN: &str = "x-tollgate-usage-token";
 }
 
 /// Path on authz-service's HTTP port that takes usage reports.
@@ -194,6 +198,7 @@ mod tests {
             model: Some("a/m".into()),
             prompt_tokens: 3,
             completion_tokens: 4,
+            reserved: None,
         };
         let bytes = serde_json::to_vec(&r).unwrap();
         assert_eq!(
