@@ -13,7 +13,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
-use serde::Deserialize;
 
 use crate::bucket::{format_reset, ms_until_admits, ms_until_full};
 use crate::lease::{Leases, Local};
@@ -61,24 +60,10 @@ pub enum Decision {
     Unavailable(String),
 }
 
-/// A usage report from the filter (`POST /v1/usage`).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct UsageReport {
-    pub tenant: String,
-    pub key_id: String,
-    #[serde(default)]
-    pub model: Option<String>,
-    #[serde(default)]
-    pub prompt_tokens: u64,
-    #[serde(default)]
-    pub completion_tokens: u64,
-    /// Tokens reserved at Check time for the requests this report covers
-    /// (the `x-tollgate-reserved` header echoed by the filter, summed);
-    /// absent in reports of older filters: the usage is debited in full.
-    #[serde(default)]
-    pub reserved: Option<u64>,
-}
+/// A usage report from the filter (`POST /v1/usage`): the wire contract's
+/// type, unknown fields refused. `reserved` is absent in reports of older
+/// filters: the usage is then debited in full.
+pub use tollgate_wire::UsageReport;
 
 /// What became of a usage report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,32 +92,11 @@ pub enum UsageError {
     Store(StoreError),
 }
 
-/// An OpenAI-format error body, fields in OpenAI's order:
-/// `{"error":{"message":..,"type":..,"param":null,"code":..}}`.
+/// An OpenAI-format error body (`param` null), as the text of a
+/// `CheckResponse` or HTTP body: [`tollgate_wire::error_body`].
 pub fn error_body(message: &str, kind: &str, code: &str) -> String {
-    #[derive(serde::Serialize)]
-    struct Inner<'a> {
-        message: &'a str,
-        #[serde(rename = "type")]
-        kind: &'a str,
-        param: Option<&'a str>,
-        code: &'a str,
-    }
-    #[derive(serde::Serialize)]
-    struct Body<'a> {
-        error: Inner<'a>,
-    }
-    let body = Body {
-        error: Inner {
-            message,
-            kind,
-            param: None,
-            code,
-        },
-    };
-    serde_json::to_string(&body).unwrap_or_else(|_| {
-        r#"{"error":{"message":"internal error","type":"server_error","param":null,"code":null}}"#.to_string()
-    })
+    String::from_utf8_lossy(&tollgate_wire::error_body(message, kind, None, Some(code)))
+        .into_owned()
 }
 
 /// Which scope a bucket belongs to (for the 429 message).

@@ -70,11 +70,7 @@ struct Serve {
 }
 
 fn name(s: &str) -> Result<String, String> {
-    let ok = !s.is_empty()
-        && s.len() <= 64
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
-    if ok {
+    if tollgate_authz::policy::valid_policy_name(s) {
         Ok(s.to_string())
     } else {
         Err("must match [A-Za-z0-9._-]{1,64}".into())

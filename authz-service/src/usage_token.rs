@@ -80,7 +80,13 @@ mod tests {
 
     #[test]
     fn refuses_weak_or_malformed_tokens() {
-        for bad in ["", "short", "0123456789abcdef\n", "0123456789 abcdef", "0123456789abcdeé"] {
+        for bad in [
+            "",
+            "short",
+            "0123456789abcdef\n",
+            "0123456789 abcdef",
+            "0123456789abcdeé",
+        ] {
             let e = UsageToken::new(bad).unwrap_err();
             assert!(e.contains("at least 16 visible ASCII"), "{bad:?}: {e}");
         }

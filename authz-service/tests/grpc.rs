@@ -327,7 +327,12 @@ async fn usage_reports_need_the_gateway_token() {
     let svc = tollgate_authz::server::start(cfg).await.unwrap();
     let http = svc.http_addr.to_string();
     let report = r#"{"tenant":"demo","key_id":"demo-key","prompt_tokens":5,"completion_tokens":5}"#;
-    let with = |t: &'static str| [("content-type", "application/json"), ("x-tollgate-usage-token", t)];
+    let with = |t: &'static str| {
+        [
+            ("content-type", "application/json"),
+            ("x-tollgate-usage-token", t),
+        ]
+    };
 
     for headers in [
         &[("content-type", "application/json")][..],
@@ -348,7 +353,10 @@ async fn usage_reports_need_the_gateway_token() {
         metrics.contains(r#"tollgate_authz_usage_reports_total{result="unauthorized"} 4"#),
         "{metrics}"
     );
-    assert!(!metrics.contains("tollgate_authz_usage_tokens_total{"), "{metrics}");
+    assert!(
+        !metrics.contains("tollgate_authz_usage_tokens_total{"),
+        "{metrics}"
+    );
 
     let (status, _, _) = http1(&http, "POST", "/v1/usage", &with(token), report).await;
     assert_eq!(status, 204);
