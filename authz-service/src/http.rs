@@ -10,7 +10,9 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde::Deserialize;
 
-use crate::authz::{error_body, Authorizer, Recorded, UsageError, UsageReport};
+use crate::authz::{
+    clip, error_body, Authorizer, Recorded, UsageError, UsageReport, ECHO_MAX_CHARS,
+};
 use crate::storage::Store;
 use crate::usage_token::UsageToken;
 
@@ -108,7 +110,12 @@ async fn usage<S: Store>(
             // The untagged enum's own error says nothing useful: name what
             // is wrong with the report as a single one.
             let msg = match serde_json::from_slice::<UsageReport>(&body) {
-                Err(e) => format!("Invalid usage report: {e}"),
+                // serde's message can quote the input (an unknown field's
+                // name): cut it like any echo.
+                Err(e) => format!(
+                    "Invalid usage report: {}",
+                    clip(&e.to_string(), 3 * ECHO_MAX_CHARS)
+                ),
                 Ok(_) => "Invalid usage report.".to_string(),
             };
             return json(

@@ -318,6 +318,19 @@ keys:
         assert_eq!(status, 403);
         assert!(body.contains("\"code\":\"model_not_allowed\""), "{body}");
 
+        // A huge model name is echoed as a short prefix only.
+        let huge = format!("anthropic/{}", "x".repeat(5000));
+        let r = svc
+            .check(with_headers(&[key, ("x-tollgate-model", &huge)]))
+            .await
+            .unwrap()
+            .into_inner();
+        let (status, body) = denied(&r);
+        assert_eq!(status, 403);
+        assert!(body.len() < 300, "{} bytes: {body}", body.len());
+        assert!(body.contains(r#"model \"anthropic/xxxxx"#), "{body}");
+        assert!(body.contains("…"), "{body}");
+
         let big = [key, ("x-tollgate-model", "big/model")];
         assert_eq!(
             svc.check(with_headers(&big))
