@@ -252,3 +252,22 @@ def test_only_the_gateway_can_debit_a_budget(stack):
         time.sleep(0.05)
     assert metric(stack, "tollgate_authz_usage_tokens_total") - tokens0 == want
     assert metric(stack, 'tollgate_authz_usage_reports_total{result="unauthorized"}') - refused0 == 3
+
+
+def test_a_fail_closed_tenant_is_told_the_budget_store_is_down(make_stack):
+    """Redis down, tenant with redis_failure: closed: the client gets
+    authz-service's 503 naming the budget store, not Envoy's 'authorization
+    service unavailable', with retry-after; a fail-open tenant is served."""
+    s = make_stack()
+    assert chat(s, "tg-test-closed")[0] == 200
+    s.stop_component("redis")
+    deadline = time.monotonic() + 10
+    status, headers, body = chat(s, "tg-test-closed")
+    while status == 200 and time.monotonic() < deadline:  # leases granted before the stop
+        time.sleep(0.2)
+        status, headers, body = chat(s, "tg-test-closed")
+    assert status == 503, body
+    assert_openai_error(body, "rate_limiter_unavailable")
+    assert "budget store (Redis)" in body["error"]["message"], body
+    assert headers["retry-after"] == "1", dict(headers)
+    assert chat(s, "tg-demo-key")[0] == 200
