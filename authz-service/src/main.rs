@@ -47,6 +47,9 @@ struct Serve {
     /// ext_authz Check + grpc.health.v1.Health.
     #[arg(long, value_name = "ADDR", default_value_t = defaults::GRPC_LISTEN)]
     grpc_listen: SocketAddr,
+    /// Also serve ext_authz Check on this Unix domain socket (replaced at start).
+    #[arg(long, value_name = "PATH")]
+    grpc_uds: Option<PathBuf>,
     /// GET /healthz, GET /metrics, POST /v1/usage.
     #[arg(long, value_name = "ADDR", default_value_t = defaults::HTTP_LISTEN)]
     http_listen: SocketAddr,
@@ -126,6 +129,7 @@ fn validate(path: &Path) -> ExitCode {
 fn serve(s: Serve) -> ExitCode {
     let mut cfg = ServeConfig::new(s.policy);
     cfg.grpc_listen = s.grpc_listen;
+    cfg.grpc_uds = s.grpc_uds;
     cfg.http_listen = s.http_listen;
     cfg.redis_url = s.redis_url;
     cfg.redis_timeout = Duration::from_millis(s.redis_timeout_ms);

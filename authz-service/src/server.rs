@@ -38,6 +38,9 @@ pub mod defaults {
 pub struct ServeConfig {
     pub policy_path: PathBuf,
     pub grpc_listen: SocketAddr,
+    /// Also serve gRPC on this Unix domain socket (an Envoy on the same
+    /// host can skip loopback TCP); the file is replaced at start.
+    pub grpc_uds: Option<PathBuf>,
     pub http_listen: SocketAddr,
     /// `memory://` keeps buckets in this process only.
     pub redis_url: String,
@@ -56,6 +59,7 @@ impl ServeConfig {
         ServeConfig {
             policy_path: policy_path.into(),
             grpc_listen: defaults::GRPC_LISTEN,
+            grpc_uds: None,
             http_listen: defaults::HTTP_LISTEN,
             redis_url: defaults::REDIS_URL.to_string(),
             redis_timeout: Duration::from_millis(defaults::REDIS_TIMEOUT_MS),
@@ -152,6 +156,28 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, String> {
             tracing::error!(error = %e, "gRPC server failed");
         }
     }));
+    if let Some(path) = &cfg.grpc_uds {
+        // A socket left by an earlier run would make bind fail.
+        let _ = std::fs::remove_file(path);
+        let uds = tokio::net::UnixListener::bind(path)
+            .map_err(|e| format!("cannot listen for gRPC on {}: {e}", path.display()))?;
+        let (uds_health, uds_health_service) = tonic_health::server::health_reporter();
+        uds_health
+            .set_serving::<envoy_types::pb::envoy::service::auth::v3::authorization_server::AuthorizationServer<AuthzService<AnyStore>>>()
+            .await;
+        let grpc_uds = tonic::transport::Server::builder()
+            .add_service(uds_health_service)
+            .add_service(AuthzService::new(authz.clone()).into_server())
+            .serve_with_incoming_shutdown(
+                tokio_stream::wrappers::UnixListenerStream::new(uds),
+                wait_shutdown(rx.clone()),
+            );
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = grpc_uds.await {
+                tracing::error!(error = %e, "gRPC server (unix socket) failed");
+            }
+        }));
+    }
 
     // HTTP: /healthz, /metrics, /v1/usage.
     let listener = tokio::net::TcpListener::bind(cfg.http_listen)
