@@ -37,6 +37,21 @@ for _ in $(seq 50); do curl -sf "127.0.0.1:$HP/healthz" >/dev/null && break; sle
 
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
+cluster() { # $1 name, $2 endpoint address (YAML): HTTP/2 to authz-service
+  cat <<YAML
+  - name: $1
+    type: STATIC
+    connect_timeout: 1s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: { http2_protocol_options: {} }
+    load_assignment:
+      cluster_name: $1
+      endpoints: [{ lb_endpoints: [{ endpoint: { address: $2 } }] }]
+YAML
+}
+
 config() { # $1 variant, $2 listen port, $3 admin port
   local authz=""
   case $1 in
@@ -74,26 +89,8 @@ F
           - name: envoy.filters.http.router
             typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }
   clusters:
-  - name: authz
-    type: STATIC
-    connect_timeout: 1s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: { http2_protocol_options: {} }
-    load_assignment:
-      cluster_name: authz
-      endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: $GP } } } }] }]
-  - name: authz_uds
-    type: STATIC
-    connect_timeout: 1s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: { http2_protocol_options: {} }
-    load_assignment:
-      cluster_name: authz_uds
-      endpoints: [{ lb_endpoints: [{ endpoint: { address: { pipe: { path: "$WORK/authz.sock" } } } }] }]
+$(cluster authz "{ socket_address: { address: 127.0.0.1, port_value: $GP } }")
+$(cluster authz_uds "{ pipe: { path: \"$WORK/authz.sock\" } }")
 YAML
 }
 

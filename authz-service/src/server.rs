@@ -103,6 +103,27 @@ async fn wait_shutdown(mut rx: watch::Receiver<bool>) {
     }
 }
 
+/// ext_authz Check and grpc.health.v1 (SERVING), ready to serve on a listener.
+async fn grpc_router(authz: &Arc<Authorizer<AnyStore>>) -> tonic::transport::server::Router {
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter
+        .set_serving::<envoy_types::pb::envoy::service::auth::v3::authorization_server::AuthorizationServer<AuthzService<AnyStore>>>()
+        .await;
+    tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(AuthzService::new(authz.clone()).into_server())
+}
+
+/// Run a server to its end, logging `what` if it fails.
+async fn logged<E: std::fmt::Display>(
+    server: impl std::future::Future<Output = Result<(), E>>,
+    what: &'static str,
+) {
+    if let Err(e) = server.await {
+        tracing::error!(error = %e, "{what}");
+    }
+}
+
 /// Load the policy, bind both listeners and start serving in the background.
 pub async fn start(cfg: ServeConfig) -> Result<Running, String> {
     let initial = std::fs::read(&cfg.policy_path)
@@ -143,40 +164,23 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, String> {
         .map_err(|e| format!("cannot listen for gRPC on {}: {e}", cfg.grpc_listen))?
         .with_nodelay(Some(true));
     let grpc_addr = incoming.local_addr().map_err(|e| e.to_string())?;
-    let (health_reporter, health_service) = tonic_health::server::health_reporter();
-    health_reporter
-        .set_serving::<envoy_types::pb::envoy::service::auth::v3::authorization_server::AuthorizationServer<AuthzService<AnyStore>>>()
-        .await;
-    let grpc = tonic::transport::Server::builder()
-        .add_service(health_service)
-        .add_service(AuthzService::new(authz.clone()).into_server())
+    let grpc = grpc_router(&authz)
+        .await
         .serve_with_incoming_shutdown(incoming, wait_shutdown(rx.clone()));
-    tasks.push(tokio::spawn(async move {
-        if let Err(e) = grpc.await {
-            tracing::error!(error = %e, "gRPC server failed");
-        }
-    }));
+    tasks.push(tokio::spawn(logged(grpc, "gRPC server failed")));
     if let Some(path) = &cfg.grpc_uds {
         // A socket left by an earlier run would make bind fail.
         let _ = std::fs::remove_file(path);
         let uds = tokio::net::UnixListener::bind(path)
             .map_err(|e| format!("cannot listen for gRPC on {}: {e}", path.display()))?;
-        let (uds_health, uds_health_service) = tonic_health::server::health_reporter();
-        uds_health
-            .set_serving::<envoy_types::pb::envoy::service::auth::v3::authorization_server::AuthorizationServer<AuthzService<AnyStore>>>()
-            .await;
-        let grpc_uds = tonic::transport::Server::builder()
-            .add_service(uds_health_service)
-            .add_service(AuthzService::new(authz.clone()).into_server())
-            .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::UnixListenerStream::new(uds),
-                wait_shutdown(rx.clone()),
-            );
-        tasks.push(tokio::spawn(async move {
-            if let Err(e) = grpc_uds.await {
-                tracing::error!(error = %e, "gRPC server (unix socket) failed");
-            }
-        }));
+        let grpc_uds = grpc_router(&authz).await.serve_with_incoming_shutdown(
+            tokio_stream::wrappers::UnixListenerStream::new(uds),
+            wait_shutdown(rx.clone()),
+        );
+        tasks.push(tokio::spawn(logged(
+            grpc_uds,
+            "gRPC server (unix socket) failed",
+        )));
     }
 
     // HTTP: /healthz, /metrics, /v1/usage.

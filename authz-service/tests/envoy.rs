@@ -109,6 +109,17 @@ fn all<'a>(hs: &'a [(String, String)], name: &str) -> Vec<&'a str> {
         .collect()
 }
 
+/// The Envoy binary, or `None` after printing SKIPPED: `make test` installs
+/// Envoy first; only a bare `cargo test` may skip.
+fn envoy_or_skip() -> Option<std::path::PathBuf> {
+    let envoy = envoy_bin();
+    if envoy.is_none() {
+        assert!(std::env::var_os("CI").is_none(), "envoy not found under CI");
+        println!("SKIPPED: envoy not found (run `make bootstrap`, or set ENVOY_BIN)");
+    }
+    envoy
+}
+
 /// An Envoy (one worker) with ext_authz to `grpc` and the echo upstream,
 /// once ready: (process, gateway address, its config's directory).
 async fn start_envoy(
@@ -155,9 +166,7 @@ async fn start_envoy(
 /// rate-limit headers, and refused with this service's 401.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_over_a_unix_socket() {
-    let Some(envoy) = envoy_bin() else {
-        assert!(std::env::var_os("CI").is_none(), "envoy not found under CI");
-        println!("SKIPPED: envoy not found (run `make bootstrap`, or set ENVOY_BIN)");
+    let Some(envoy) = envoy_or_skip() else {
         return;
     };
     let sock_dir = tempfile::tempdir().unwrap();
@@ -196,10 +205,7 @@ async fn check_over_a_unix_socket() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_as_seen_through_envoy() {
-    let Some(envoy) = envoy_bin() else {
-        // `make test` installs Envoy first; only a bare `cargo test` may skip.
-        assert!(std::env::var_os("CI").is_none(), "envoy not found under CI");
-        println!("SKIPPED: envoy not found (run `make bootstrap`, or set ENVOY_BIN)");
+    let Some(envoy) = envoy_or_skip() else {
         return;
     };
     let redis = RedisServer::start();
