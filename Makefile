@@ -57,7 +57,11 @@ test-unit: ## Unit and integration tests of every Rust crate (cargo test)
 	$(CARGO) test --release
 
 validate: build-wasm ## Validate envoy.yaml with `envoy --mode validate` and the built Wasm file
-	@$(ENVOY) --mode validate -c envoy.yaml --disable-hot-restart --log-level error && echo "validate: envoy.yaml OK"
+	@tmp=$$(mktemp -d) && printf validate-only-usage-token > $$tmp/token && \
+	sed "s|filename: /etc/tollgate/usage/token|filename: $$tmp/token|" envoy.yaml > $$tmp/envoy.yaml && \
+	(set -a && . ./config/provider-keys.env && set +a && \
+	 $(ENVOY) --mode validate -c $$tmp/envoy.yaml --disable-hot-restart --log-level error); rc=$$?; rm -rf $$tmp; \
+	[ $$rc = 0 ] && echo "validate: envoy.yaml OK"
 
 check-config: ## Cross-check the plugin config against envoy.yaml's clusters, config/ports.env and config/mock-llm.yaml
 	@$(PY) scripts/check_config.py

@@ -19,6 +19,7 @@ import ctypes
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -102,12 +103,19 @@ def port_in_use(port: int) -> bool:
     return False
 
 
-def render_envoy_config(src: Path, ports: dict[str, int], otlp_endpoint: str | None = None) -> str:
-    """envoy.yaml with every default port replaced by the chosen one, and
-    OpenTelemetry tracing added when an OTLP/HTTP endpoint is given."""
+USAGE_TOKEN_PATH = "/etc/tollgate/usage/token"  # as in envoy.yaml, compose and Kubernetes
+
+
+def render_envoy_config(src: Path, ports: dict[str, int], usage_token: Path | None = None,
+                        otlp_endpoint: str | None = None) -> str:
+    """envoy.yaml with every default port replaced by the chosen one, the
+    usage token read from `usage_token`, and OpenTelemetry tracing added when
+    an OTLP/HTTP endpoint is given."""
     text = src.read_text()
     mapping = {str(DEFAULT_PORTS[k]): str(v) for k, v in ports.items()}
     text = re.sub(r"(port_value:\s*)(\d+)", lambda m: m.group(1) + mapping.get(m.group(2), m.group(2)), text)
+    if usage_token is not None:
+        text = text.replace(f"filename: {USAGE_TOKEN_PATH}", f"filename: {usage_token}")
     return with_tracing(text, otlp_endpoint) if otlp_endpoint else text
 
 
@@ -164,6 +172,16 @@ def with_tracing(text: str, endpoint: str) -> str:
                     # Envoy samples by the request id: without one no request is traced.
                     f["typed_config"]["generate_request_id"] = True
     return yaml.safe_dump(cfg, sort_keys=False)
+
+
+def write_usage_token(path: Path) -> Path:
+    """A fresh random usage token for this run, readable by its owner only,
+    shared by Envoy (which sends it) and authz-service (which requires it)."""
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+    return path
 
 
 def tool(name: str) -> str:
@@ -231,6 +249,10 @@ class Stack:
         return f"http://127.0.0.1:{self.ports['TG_MOCK_PORT']}"
 
     @property
+    def usage_token_path(self) -> Path:
+        return self.run_dir / "usage-token"
+
+    @property
     def authz_http_url(self) -> str:
         return f"http://127.0.0.1:{self.ports['TG_AUTHZ_HTTP_PORT']}"
 
@@ -253,10 +275,13 @@ class Stack:
                     "--policy", str(self.policy),
                     "--grpc-listen", f"127.0.0.1:{p['TG_AUTHZ_GRPC_PORT']}",
                     "--http-listen", f"127.0.0.1:{p['TG_AUTHZ_HTTP_PORT']}",
-                    "--redis-url", f"redis://127.0.0.1:{p['TG_REDIS_PORT']}", *self.authz_args]
+                    "--redis-url", f"redis://127.0.0.1:{p['TG_REDIS_PORT']}",
+                    "--usage-token-file", str(write_usage_token(self.usage_token_path)), *self.authz_args]
         if name == "envoy":
             rendered = self.run_dir / "envoy.yaml"
-            write_private(rendered, render_envoy_config(self.envoy_config, self.ports, self.otlp_endpoint))
+            write_private(rendered, render_envoy_config(self.envoy_config, self.ports,
+                                                        write_usage_token(self.usage_token_path),
+                                                        self.otlp_endpoint))
             return [tool("envoy"), "-c", str(rendered), "--disable-hot-restart",
                     "--concurrency", str(self.envoy_concurrency), "--log-level", "warn"]
         raise ValueError(name)

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Cost of the Envoy -> authz-service hop: Envoy's ext_authz through
-# envoy_grpc vs google_grpc (loopback TCP), against Envoy with no ext_authz,
+# envoy_grpc over loopback TCP or a Unix domain socket (envoy_grpc_uds) and
+# google_grpc (loopback TCP), against Envoy with no ext_authz,
 # all answering with a direct response (no upstream), at a fixed rate.
 #
 #   authz-service/scripts/bench-hop.sh [RPS] [SECONDS]     (default 1000 10)
+#   VARIANTS="none envoy_grpc envoy_grpc_uds" authz-service/scripts/bench-hop.sh
 #
 # Starts its own redis-server, a release tollgate-authz and one Envoy per
 # variant on free loopback ports; fortio (.tools/bin/fortio) sends RPS
@@ -28,17 +30,33 @@ cleanup() { kill "${PIDS[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm 
 trap cleanup EXIT
 for _ in $(seq 50); do redis-cli -p "$RP" ping >/dev/null 2>&1 && break; sleep 0.1; done
 "$TARGET/release/tollgate-authz" serve --policy config/policy.yaml --grpc-listen "127.0.0.1:$GP" \
-  --http-listen "127.0.0.1:$HP" --redis-url "redis://127.0.0.1:$RP" >"$WORK/authz.log" 2>&1 &
+  --grpc-uds "$WORK/authz.sock" --http-listen "127.0.0.1:$HP" --redis-url "redis://127.0.0.1:$RP" >"$WORK/authz.log" 2>&1 &
 AUTHZ_PID=$!
 PIDS+=("$AUTHZ_PID")
 for _ in $(seq 50); do curl -sf "127.0.0.1:$HP/healthz" >/dev/null && break; sleep 0.1; done
 
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
+cluster() { # $1 name, $2 endpoint address (YAML): HTTP/2 to authz-service
+  cat <<YAML
+  - name: $1
+    type: STATIC
+    connect_timeout: 1s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: { http2_protocol_options: {} }
+    load_assignment:
+      cluster_name: $1
+      endpoints: [{ lb_endpoints: [{ endpoint: { address: $2 } }] }]
+YAML
+}
+
 config() { # $1 variant, $2 listen port, $3 admin port
   local authz=""
   case $1 in
     envoy_grpc) authz="grpc_service: { envoy_grpc: { cluster_name: authz }, timeout: 0.5s }" ;;
+    envoy_grpc_uds) authz="grpc_service: { envoy_grpc: { cluster_name: authz_uds }, timeout: 0.5s }" ;;
     google_grpc) authz="grpc_service: { google_grpc: { target_uri: \"127.0.0.1:$GP\", stat_prefix: authz }, timeout: 0.5s }" ;;
   esac
   cat <<YAML
@@ -71,20 +89,12 @@ F
           - name: envoy.filters.http.router
             typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }
   clusters:
-  - name: authz
-    type: STATIC
-    connect_timeout: 1s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: { http2_protocol_options: {} }
-    load_assignment:
-      cluster_name: authz
-      endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: $GP } } } }] }]
+$(cluster authz "{ socket_address: { address: 127.0.0.1, port_value: $GP } }")
+$(cluster authz_uds "{ pipe: { path: \"$WORK/authz.sock\" } }")
 YAML
 }
 
-for VARIANT in none envoy_grpc google_grpc; do
+for VARIANT in ${VARIANTS:-none envoy_grpc envoy_grpc_uds google_grpc}; do
   LP=$(free_port); AP=$(free_port)
   config "$VARIANT" "$LP" "$AP" >"$WORK/$VARIANT.yaml"
   "$ENVOY" -c "$WORK/$VARIANT.yaml" --concurrency 1 --disable-hot-restart --log-level warn \

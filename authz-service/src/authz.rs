@@ -13,7 +13,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
-use serde::Deserialize;
 
 use crate::bucket::{format_reset, ms_until_admits, ms_until_full};
 use crate::lease::{Leases, Local};
@@ -61,24 +60,10 @@ pub enum Decision {
     Unavailable(String),
 }
 
-/// A usage report from the filter (`POST /v1/usage`).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct UsageReport {
-    pub tenant: String,
-    pub key_id: String,
-    #[serde(default)]
-    pub model: Option<String>,
-    #[serde(default)]
-    pub prompt_tokens: u64,
-    #[serde(default)]
-    pub completion_tokens: u64,
-    /// Tokens reserved at Check time for the requests this report covers
-    /// (the `x-tollgate-reserved` header echoed by the filter, summed);
-    /// absent in reports of older filters: the usage is debited in full.
-    #[serde(default)]
-    pub reserved: Option<u64>,
-}
+/// A usage report from the filter (`POST /v1/usage`): the wire contract's
+/// type, unknown fields refused. `reserved` is absent in reports of older
+/// filters: the usage is then debited in full.
+pub use tollgate_wire::UsageReport;
 
 /// What became of a usage report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,38 +86,42 @@ struct QueuedDebit {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UsageError {
-    #[error("unknown key_id {0:?} for tenant {1:?}")]
+    #[error("unknown key_id {} for tenant {}", echo(.0), echo(.1))]
     UnknownKey(String, String),
     #[error("{0}")]
     Store(StoreError),
 }
 
-/// An OpenAI-format error body, fields in OpenAI's order:
-/// `{"error":{"message":..,"type":..,"param":null,"code":..}}`.
+/// Longest piece of client input echoed in an error message, in characters.
+pub const ECHO_MAX_CHARS: usize = 64;
+
+/// Client input as quoted in an error message: debug-quoted (control
+/// characters escaped) and cut to [`ECHO_MAX_CHARS`] characters, marked
+/// with `…` when cut, so an error body stays short whatever was sent.
+pub fn echo(input: &str) -> String {
+    let (head, cut) = prefix(input, ECHO_MAX_CHARS);
+    format!("{head:?}{}", if cut { "…" } else { "" })
+}
+
+/// `s` cut to `max_chars` characters, marked with `…` when cut.
+pub fn clip(s: &str, max_chars: usize) -> String {
+    let (head, cut) = prefix(s, max_chars);
+    format!("{head}{}", if cut { "…" } else { "" })
+}
+
+/// The first `max_chars` characters of `s`, and whether anything was cut.
+fn prefix(s: &str, max_chars: usize) -> (&str, bool) {
+    match s.char_indices().nth(max_chars) {
+        Some((at, _)) => (&s[..at], true),
+        None => (s, false),
+    }
+}
+
+/// An OpenAI-format error body (`param` null), as the text of a
+/// `CheckResponse` or HTTP body: [`tollgate_wire::error_body`].
 pub fn error_body(message: &str, kind: &str, code: &str) -> String {
-    #[derive(serde::Serialize)]
-    struct Inner<'a> {
-        message: &'a str,
-        #[serde(rename = "type")]
-        kind: &'a str,
-        param: Option<&'a str>,
-        code: &'a str,
-    }
-    #[derive(serde::Serialize)]
-    struct Body<'a> {
-        error: Inner<'a>,
-    }
-    let body = Body {
-        error: Inner {
-            message,
-            kind,
-            param: None,
-            code,
-        },
-    };
-    serde_json::to_string(&body).unwrap_or_else(|_| {
-        r#"{"error":{"message":"internal error","type":"server_error","param":null,"code":null}}"#.to_string()
-    })
+    String::from_utf8_lossy(&tollgate_wire::error_body(message, kind, None, Some(code)))
+        .into_owned()
 }
 
 /// Which scope a bucket belongs to (for the 429 message).
@@ -457,7 +446,7 @@ impl<S: Store> Authorizer<S> {
         if let Some(m) = model {
             if !key.allows_model(m) {
                 self.record("denied", "model_not_allowed");
-                let msg = format!("The virtual key {} may not use model {m:?}.", key.id);
+                let msg = format!("The virtual key {} may not use model {}.", key.id, echo(m));
                 return Decision::Deny {
                     status: 403,
                     body: error_body(&msg, "invalid_request_error", "model_not_allowed"),
@@ -641,7 +630,7 @@ impl<S: Store> Authorizer<S> {
                         Decision::Deny {
                             status: 503,
                             body: error_body(
-                                "The rate limiter is temporarily unavailable. Please retry shortly.",
+                                "The budget store (Redis) is unavailable and this tenant refuses requests without it (redis_failure: closed). Please retry in 1 second.",
                                 "server_error",
                                 "rate_limiter_unavailable",
                             ),
@@ -812,6 +801,29 @@ impl<S: Store> Authorizer<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn echoed_input_is_quoted_and_cut() {
+        assert_eq!(echo("gpt-4o"), r#""gpt-4o""#);
+        assert_eq!(echo("a\nb"), r#""a\nb""#);
+        let long = "é".repeat(ECHO_MAX_CHARS + 1);
+        assert_eq!(echo(&long), format!("{:?}…", "é".repeat(ECHO_MAX_CHARS)));
+        assert_eq!(
+            echo(&"é".repeat(ECHO_MAX_CHARS)).chars().count(),
+            ECHO_MAX_CHARS + 2
+        );
+        assert_eq!(clip("abcdef", 3), "abc…");
+        assert_eq!(clip("abc", 3), "abc");
+        let e = UsageError::UnknownKey("k".repeat(5000), "t".into()).to_string();
+        assert!(e.len() < 120, "{e}");
+        assert!(
+            e.starts_with(&format!(
+                "unknown key_id \"{}\"…",
+                "k".repeat(ECHO_MAX_CHARS)
+            )),
+            "{e}"
+        );
+    }
 
     fn input(auth: Option<&str>, api_key: Option<&str>) -> CheckInput {
         CheckInput {

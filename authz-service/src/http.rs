@@ -4,22 +4,32 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use serde::Deserialize;
 
-use crate::authz::{error_body, Authorizer, Recorded, UsageError, UsageReport};
+use crate::authz::{
+    clip, error_body, Authorizer, Recorded, UsageError, UsageReport, ECHO_MAX_CHARS,
+};
 use crate::storage::Store;
+use crate::usage_token::UsageToken;
 
-pub fn router<S: Store>(authz: Arc<Authorizer<S>>) -> Router {
+/// What the handlers share: the authorizer, and the token usage reports
+/// must carry (`None`: any caller may report, for development only).
+pub struct HttpState<S: Store> {
+    pub authz: Arc<Authorizer<S>>,
+    pub usage_token: Option<UsageToken>,
+}
+
+pub fn router<S: Store>(authz: Arc<Authorizer<S>>, usage_token: Option<UsageToken>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics::<S>))
         .route("/v1/usage", post(usage::<S>))
         .fallback(not_found)
-        .with_state(authz)
+        .with_state(Arc::new(HttpState { authz, usage_token }))
 }
 
 fn json(status: StatusCode, body: String) -> Response {
@@ -42,7 +52,8 @@ async fn not_found() -> Response {
     )
 }
 
-async fn metrics<S: Store>(State(authz): State<Arc<Authorizer<S>>>) -> Response {
+async fn metrics<S: Store>(State(state): State<Arc<HttpState<S>>>) -> Response {
+    let authz = &state.authz;
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
@@ -61,7 +72,32 @@ enum Reports {
     Many(Vec<UsageReport>),
 }
 
-async fn usage<S: Store>(State(authz): State<Arc<Authorizer<S>>>, body: Bytes) -> Response {
+async fn usage<S: Store>(
+    State(state): State<Arc<HttpState<S>>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let authz = &state.authz;
+    if let Some(token) = &state.usage_token {
+        let presented = headers
+            .get(tollgate_wire::header::USAGE_TOKEN)
+            .map(|v| v.as_bytes());
+        if !presented.is_some_and(|p| token.matches(p)) {
+            authz
+                .metrics()
+                .usage_reports
+                .with_label_values(&["unauthorized"])
+                .inc();
+            return json(
+                StatusCode::UNAUTHORIZED,
+                error_body(
+                    "Usage reports are accepted only from the gateway.",
+                    "authentication_error",
+                    "usage_unauthorized",
+                ),
+            );
+        }
+    }
     let reports = match serde_json::from_slice::<Reports>(&body) {
         Ok(Reports::One(r)) => vec![r],
         Ok(Reports::Many(rs)) => rs,
@@ -74,7 +110,12 @@ async fn usage<S: Store>(State(authz): State<Arc<Authorizer<S>>>, body: Bytes) -
             // The untagged enum's own error says nothing useful: name what
             // is wrong with the report as a single one.
             let msg = match serde_json::from_slice::<UsageReport>(&body) {
-                Err(e) => format!("Invalid usage report: {e}"),
+                // serde's message can quote the input (an unknown field's
+                // name): cut it like any echo.
+                Err(e) => format!(
+                    "Invalid usage report: {}",
+                    clip(&e.to_string(), 3 * ECHO_MAX_CHARS)
+                ),
                 Ok(_) => "Invalid usage report.".to_string(),
             };
             return json(

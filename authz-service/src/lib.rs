@@ -33,3 +33,4 @@ pub mod reload;
 pub mod server;
 pub mod service;
 pub mod storage;
+pub mod usage_token;

@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use tollgate_authz::keygen;
 use tollgate_authz::policy::{Policy, PolicyError};
 use tollgate_authz::server::{self, defaults, ServeConfig};
+use tollgate_authz::usage_token::UsageToken;
 
 /// Envoy ext_authz service for Tollgate virtual keys and rate limits.
 ///
@@ -46,6 +47,9 @@ struct Serve {
     /// ext_authz Check + grpc.health.v1.Health.
     #[arg(long, value_name = "ADDR", default_value_t = defaults::GRPC_LISTEN)]
     grpc_listen: SocketAddr,
+    /// Also serve ext_authz Check on this Unix domain socket (replaced at start).
+    #[arg(long, value_name = "PATH")]
+    grpc_uds: Option<PathBuf>,
     /// GET /healthz, GET /metrics, POST /v1/usage.
     #[arg(long, value_name = "ADDR", default_value_t = defaults::HTTP_LISTEN)]
     http_listen: SocketAddr,
@@ -62,14 +66,14 @@ struct Serve {
     /// How often the policy file is compared with the active one (at least 50).
     #[arg(long, value_name = "MS", default_value_t = defaults::RELOAD_INTERVAL_MS)]
     reload_interval_ms: u64,
+    /// File holding the token Envoy sends on usage reports (x-tollgate-usage-token);
+    /// POST /v1/usage refuses reports without it. Without this flag any caller may report.
+    #[arg(long, value_name = "FILE")]
+    usage_token_file: Option<PathBuf>,
 }
 
 fn name(s: &str) -> Result<String, String> {
-    let ok = !s.is_empty()
-        && s.len() <= 64
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
-    if ok {
+    if tollgate_authz::policy::valid_policy_name(s) {
         Ok(s.to_string())
     } else {
         Err("must match [A-Za-z0-9._-]{1,64}".into())
@@ -125,11 +129,21 @@ fn validate(path: &Path) -> ExitCode {
 fn serve(s: Serve) -> ExitCode {
     let mut cfg = ServeConfig::new(s.policy);
     cfg.grpc_listen = s.grpc_listen;
+    cfg.grpc_uds = s.grpc_uds;
     cfg.http_listen = s.http_listen;
     cfg.redis_url = s.redis_url;
     cfg.redis_timeout = Duration::from_millis(s.redis_timeout_ms);
     cfg.redis_max_in_flight = s.redis_max_in_flight;
     cfg.reload_interval = Duration::from_millis(s.reload_interval_ms.max(50));
+    if let Some(path) = &s.usage_token_file {
+        match UsageToken::from_file(path) {
+            Ok(t) => cfg.usage_token = Some(t),
+            Err(e) => {
+                eprintln!("tollgate-authz: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

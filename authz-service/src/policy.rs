@@ -10,6 +10,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
+use tollgate_wire::{model_matches, valid_model, valid_name, MAX_POLICY_NAME_LEN};
 
 use crate::bucket::BucketSpec;
 
@@ -172,13 +173,6 @@ impl Key {
     }
 }
 
-pub fn model_matches(pattern: &str, model: &str) -> bool {
-    match pattern.strip_suffix('*') {
-        Some(prefix) => model.starts_with(prefix),
-        None => pattern == model,
-    }
-}
-
 /// A compiled, valid policy.
 #[derive(Debug, Clone)]
 pub struct Policy {
@@ -197,18 +191,10 @@ fn err<T>(msg: impl Into<String>) -> Result<T, PolicyError> {
     Err(PolicyError(msg.into()))
 }
 
-fn valid_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 64
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
-}
-
-fn valid_model(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 128
-        && s.bytes()
-            .all(|b| b.is_ascii_graphic() && b != b',' && b != b'{' && b != b'}')
+/// A tenant or key id: the wire contract's name rule, at most
+/// [`MAX_POLICY_NAME_LEN`] bytes.
+pub fn valid_policy_name(s: &str) -> bool {
+    valid_name(s) && s.len() <= MAX_POLICY_NAME_LEN
 }
 
 fn check_limits(owner: &str, field: &str, l: &Limits) -> Result<(), PolicyError> {
@@ -271,7 +257,7 @@ impl Policy {
             .unwrap_or(DEFAULT_RESERVE_COMPLETION_TOKENS);
         let mut tenants = HashMap::new();
         for (name, t) in &raw.tenants {
-            if !valid_name(name) {
+            if !valid_policy_name(name) {
                 return err(format!(
                     "tenant {name:?}: name must match [A-Za-z0-9._-]{{1,64}}"
                 ));
@@ -296,7 +282,7 @@ impl Policy {
         let mut by_id = HashMap::new();
         let mut keys = Vec::new();
         for k in &raw.keys {
-            if !valid_name(&k.id) {
+            if !valid_policy_name(&k.id) {
                 return err(format!(
                     "key {:?}: id must match [A-Za-z0-9._-]{{1,64}}",
                     k.id
@@ -410,14 +396,5 @@ mod tests {
             p.tenant("t").map(|t| t.redis_failure),
             Some(RedisFailure::Open)
         );
-    }
-
-    #[test]
-    fn model_patterns() {
-        assert!(model_matches("*", "openai/gpt-4o"));
-        assert!(model_matches("openai/*", "openai/gpt-4o"));
-        assert!(!model_matches("openai/*", "anthropic/claude"));
-        assert!(model_matches("openai/gpt-4o", "openai/gpt-4o"));
-        assert!(!model_matches("openai/gpt-4o", "openai/gpt-4o-mini"));
     }
 }

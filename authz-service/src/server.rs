@@ -17,6 +17,7 @@ use crate::policy::Policy;
 use crate::reload::Reloader;
 use crate::service::AuthzService;
 use crate::storage::{AnyStore, MemoryStore, RedisStore, RedisStoreConfig, SystemClock};
+use crate::usage_token::UsageToken;
 
 /// Defaults of `tollgate-authz serve` (the flags and [`ServeConfig::new`]
 /// both read them; nothing else states them).
@@ -37,6 +38,9 @@ pub mod defaults {
 pub struct ServeConfig {
     pub policy_path: PathBuf,
     pub grpc_listen: SocketAddr,
+    /// Also serve gRPC on this Unix domain socket (an Envoy on the same
+    /// host can skip loopback TCP); the file is replaced at start.
+    pub grpc_uds: Option<PathBuf>,
     pub http_listen: SocketAddr,
     /// `memory://` keeps buckets in this process only.
     pub redis_url: String,
@@ -44,6 +48,10 @@ pub struct ServeConfig {
     /// Most Redis calls in flight; past it the failure mode applies at once.
     pub redis_max_in_flight: usize,
     pub reload_interval: Duration,
+    /// The token `POST /v1/usage` requires in
+    /// [`tollgate_wire::header::USAGE_TOKEN`]; `None` accepts any caller
+    /// (development only: anyone who reaches the port can charge a tenant).
+    pub usage_token: Option<UsageToken>,
 }
 
 impl ServeConfig {
@@ -51,11 +59,13 @@ impl ServeConfig {
         ServeConfig {
             policy_path: policy_path.into(),
             grpc_listen: defaults::GRPC_LISTEN,
+            grpc_uds: None,
             http_listen: defaults::HTTP_LISTEN,
             redis_url: defaults::REDIS_URL.to_string(),
             redis_timeout: Duration::from_millis(defaults::REDIS_TIMEOUT_MS),
             redis_max_in_flight: defaults::REDIS_MAX_IN_FLIGHT,
             reload_interval: Duration::from_millis(defaults::RELOAD_INTERVAL_MS),
+            usage_token: None,
         }
     }
 }
@@ -90,6 +100,27 @@ async fn wait_shutdown(mut rx: watch::Receiver<bool>) {
         if rx.changed().await.is_err() {
             return;
         }
+    }
+}
+
+/// ext_authz Check and grpc.health.v1 (SERVING), ready to serve on a listener.
+async fn grpc_router(authz: &Arc<Authorizer<AnyStore>>) -> tonic::transport::server::Router {
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter
+        .set_serving::<envoy_types::pb::envoy::service::auth::v3::authorization_server::AuthorizationServer<AuthzService<AnyStore>>>()
+        .await;
+    tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(AuthzService::new(authz.clone()).into_server())
+}
+
+/// Run a server to its end, logging `what` if it fails.
+async fn logged<E: std::fmt::Display>(
+    server: impl std::future::Future<Output = Result<(), E>>,
+    what: &'static str,
+) {
+    if let Err(e) = server.await {
+        tracing::error!(error = %e, "{what}");
     }
 }
 
@@ -133,26 +164,36 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, String> {
         .map_err(|e| format!("cannot listen for gRPC on {}: {e}", cfg.grpc_listen))?
         .with_nodelay(Some(true));
     let grpc_addr = incoming.local_addr().map_err(|e| e.to_string())?;
-    let (health_reporter, health_service) = tonic_health::server::health_reporter();
-    health_reporter
-        .set_serving::<envoy_types::pb::envoy::service::auth::v3::authorization_server::AuthorizationServer<AuthzService<AnyStore>>>()
-        .await;
-    let grpc = tonic::transport::Server::builder()
-        .add_service(health_service)
-        .add_service(AuthzService::new(authz.clone()).into_server())
+    let grpc = grpc_router(&authz)
+        .await
         .serve_with_incoming_shutdown(incoming, wait_shutdown(rx.clone()));
-    tasks.push(tokio::spawn(async move {
-        if let Err(e) = grpc.await {
-            tracing::error!(error = %e, "gRPC server failed");
-        }
-    }));
+    tasks.push(tokio::spawn(logged(grpc, "gRPC server failed")));
+    if let Some(path) = &cfg.grpc_uds {
+        // A socket left by an earlier run would make bind fail.
+        let _ = std::fs::remove_file(path);
+        let uds = tokio::net::UnixListener::bind(path)
+            .map_err(|e| format!("cannot listen for gRPC on {}: {e}", path.display()))?;
+        let grpc_uds = grpc_router(&authz).await.serve_with_incoming_shutdown(
+            tokio_stream::wrappers::UnixListenerStream::new(uds),
+            wait_shutdown(rx.clone()),
+        );
+        tasks.push(tokio::spawn(logged(
+            grpc_uds,
+            "gRPC server (unix socket) failed",
+        )));
+    }
 
     // HTTP: /healthz, /metrics, /v1/usage.
     let listener = tokio::net::TcpListener::bind(cfg.http_listen)
         .await
         .map_err(|e| format!("cannot listen for HTTP on {}: {e}", cfg.http_listen))?;
     let http_addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let app = crate::http::router(authz.clone());
+    if cfg.usage_token.is_none() {
+        tracing::warn!(
+            "no --usage-token-file: POST /v1/usage accepts reports from any caller that reaches {http_addr}"
+        );
+    }
+    let app = crate::http::router(authz.clone(), cfg.usage_token.clone());
     let http_rx = rx.clone();
     tasks.push(tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app)

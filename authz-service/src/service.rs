@@ -20,6 +20,8 @@ use envoy_types::pb::envoy::service::auth::v3::{
 };
 use envoy_types::pb::google::rpc;
 
+use tollgate_wire::header as wire;
+
 use crate::authz::{Authorizer, CheckInput, Decision};
 use crate::storage::Store;
 
@@ -28,13 +30,6 @@ const GRPC_OK: i32 = 0;
 const GRPC_PERMISSION_DENIED: i32 = 7;
 const GRPC_UNAUTHENTICATED: i32 = 16;
 
-/// Request headers set on an allowed request.
-pub const HDR_TENANT: &str = "x-tollgate-tenant";
-pub const HDR_KEY_ID: &str = "x-tollgate-key-id";
-pub const HDR_MODELS: &str = "x-tollgate-models";
-/// Tokens reserved by this Check (always set, "0" when none, so a client
-/// cannot forge it); the filter echoes it in its usage report.
-pub const HDR_RESERVED: &str = "x-tollgate-reserved";
 /// Request headers removed from an allowed request (they carry the key).
 pub const HEADERS_TO_REMOVE: [&str; 2] = ["authorization", "x-api-key"];
 
@@ -68,7 +63,7 @@ pub fn check_input(req: &CheckRequest) -> CheckInput {
         let slot = match name {
             "authorization" => &mut input.authorization,
             "x-api-key" => &mut input.api_key,
-            "x-tollgate-model" => &mut input.model,
+            wire::MODEL => &mut input.model,
             "content-length" => {
                 if input.content_length.is_none() {
                     input.content_length = value.trim().parse().ok();
@@ -109,10 +104,12 @@ pub fn to_response(decision: Decision) -> Result<CheckResponse, tonic::Status> {
         } => {
             let ok = OkHttpResponse {
                 headers: vec![
-                    header(HDR_TENANT, tenant),
-                    header(HDR_KEY_ID, key_id),
-                    header(HDR_MODELS, models),
-                    header(HDR_RESERVED, reserved.to_string()),
+                    header(wire::TENANT, tenant),
+                    header(wire::KEY_ID, key_id),
+                    header(wire::MODELS, models),
+                    // Always set ("0" when nothing was reserved), so a
+                    // client cannot forge it; the filter echoes it.
+                    header(wire::RESERVED, reserved.to_string()),
                 ],
                 headers_to_remove: HEADERS_TO_REMOVE.iter().map(|s| s.to_string()).collect(),
                 response_headers_to_add: rate_headers
@@ -320,6 +317,19 @@ keys:
         let (status, body) = denied(&r);
         assert_eq!(status, 403);
         assert!(body.contains("\"code\":\"model_not_allowed\""), "{body}");
+
+        // A huge model name is echoed as a short prefix only.
+        let huge = format!("anthropic/{}", "x".repeat(5000));
+        let r = svc
+            .check(with_headers(&[key, ("x-tollgate-model", &huge)]))
+            .await
+            .unwrap()
+            .into_inner();
+        let (status, body) = denied(&r);
+        assert_eq!(status, 403);
+        assert!(body.len() < 300, "{} bytes: {body}", body.len());
+        assert!(body.contains(r#"model \"anthropic/xxxxx"#), "{body}");
+        assert!(body.contains("…"), "{body}");
 
         let big = [key, ("x-tollgate-model", "big/model")];
         assert_eq!(

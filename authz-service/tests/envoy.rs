@@ -23,7 +23,8 @@ impl Drop for Envoy {
     }
 }
 
-fn envoy_config(listen: u16, admin: u16, grpc: u16, echo: u16) -> String {
+/// `grpc`: the authz cluster's endpoint address, as YAML.
+fn envoy_config(listen: u16, admin: u16, grpc: &str, echo: u16) -> String {
     format!(
         r#"
 admin:
@@ -68,7 +69,7 @@ static_resources:
         explicit_http_config: {{ http2_protocol_options: {{}} }}
     load_assignment:
       cluster_name: authz
-      endpoints: [{{ lb_endpoints: [{{ endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {grpc} }} }} }} }}] }}]
+      endpoints: [{{ lb_endpoints: [{{ endpoint: {{ address: {grpc} }} }}] }}]
   - name: echo
     type: STATIC
     connect_timeout: 1s
@@ -108,26 +109,29 @@ fn all<'a>(hs: &'a [(String, String)], name: &str) -> Vec<&'a str> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn answers_as_seen_through_envoy() {
-    let Some(envoy) = envoy_bin() else {
-        // `make test` installs Envoy first; only a bare `cargo test` may skip.
+/// The Envoy binary, or `None` after printing SKIPPED: `make test` installs
+/// Envoy first; only a bare `cargo test` may skip.
+fn envoy_or_skip() -> Option<std::path::PathBuf> {
+    let envoy = envoy_bin();
+    if envoy.is_none() {
         assert!(std::env::var_os("CI").is_none(), "envoy not found under CI");
         println!("SKIPPED: envoy not found (run `make bootstrap`, or set ENVOY_BIN)");
-        return;
-    };
-    let redis = RedisServer::start();
-    let svc = start_service(&repo_policy(), &redis.url()).await;
-    let echo = start_echo().await;
+    }
+    envoy
+}
+
+/// An Envoy (one worker) with ext_authz to `grpc` and the echo upstream,
+/// once ready: (process, gateway address, its config's directory).
+async fn start_envoy(
+    envoy: &std::path::Path,
+    grpc: &str,
+    echo: u16,
+) -> (Envoy, String, tempfile::TempDir) {
     let (listen, admin) = (free_port(), free_port());
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("envoy.yaml");
-    std::fs::write(
-        &cfg,
-        envoy_config(listen, admin, svc.grpc_addr.port(), echo),
-    )
-    .unwrap();
-    let _envoy = Envoy(
+    std::fs::write(&cfg, envoy_config(listen, admin, grpc, echo)).unwrap();
+    let envoy = Envoy(
         Command::new(envoy)
             .args([
                 "-c",
@@ -155,6 +159,63 @@ async fn answers_as_seen_through_envoy() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let gw = format!("127.0.0.1:{listen}");
+    (envoy, gw, dir)
+}
+
+/// The same hop over a Unix domain socket (`--grpc-uds`): allowed with the
+/// rate-limit headers, and refused with this service's 401.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_over_a_unix_socket() {
+    let Some(envoy) = envoy_or_skip() else {
+        return;
+    };
+    let sock_dir = tempfile::tempdir().unwrap();
+    let sock = sock_dir.path().join("authz.sock");
+    let mut cfg = tollgate_authz::server::ServeConfig::new(repo_policy());
+    cfg.grpc_listen = "127.0.0.1:0".parse().unwrap();
+    cfg.http_listen = "127.0.0.1:0".parse().unwrap();
+    cfg.redis_url = "memory://".into();
+    cfg.grpc_uds = Some(sock.clone());
+    let svc = tollgate_authz::server::start(cfg).await.unwrap();
+    let echo = start_echo().await;
+    let grpc = format!("{{ pipe: {{ path: {:?} }} }}", sock.to_str().unwrap());
+    let (_envoy, gw, _dir) = start_envoy(&envoy, &grpc, echo).await;
+    let (status, hs, _) = http1(
+        &gw,
+        "POST",
+        "/v1/chat/completions",
+        &[("authorization", "Bearer tg-test-rpm5")],
+        "{}",
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(all(&hs, "x-ratelimit-limit-requests"), ["5"]);
+    let (status, _, body) = http1(
+        &gw,
+        "POST",
+        "/v1/chat/completions",
+        &[("authorization", "Bearer tg-wrong")],
+        "{}",
+    )
+    .await;
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("invalid_api_key"), "{body}");
+    svc.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_as_seen_through_envoy() {
+    let Some(envoy) = envoy_or_skip() else {
+        return;
+    };
+    let redis = RedisServer::start();
+    let svc = start_service(&repo_policy(), &redis.url()).await;
+    let echo = start_echo().await;
+    let grpc = format!(
+        "{{ socket_address: {{ address: 127.0.0.1, port_value: {} }} }}",
+        svc.grpc_addr.port()
+    );
+    let (_envoy, gw, _dir) = start_envoy(&envoy, &grpc, echo).await;
 
     // Allowed: identity headers overwrite forged ones, the key never reaches
     // the upstream, rate-limit headers replace the upstream's.

@@ -7,6 +7,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use envoy_types::pb::envoy::service::auth::v3::check_response::HttpResponse;
+
 use common::{
     check_key, client, client_headers, http_status, metric, repo_policy, start_service, RedisServer,
 };
@@ -57,9 +59,20 @@ async fn redis_down_fails_open_then_recovers() {
         401
     );
 
-    // A fail-closed tenant is refused with 503 and an OpenAI body.
+    // A fail-closed tenant is refused with 503 and an OpenAI body that
+    // names the budget store, not the authorization service.
     let r = check_key(&mut c, "tg-test-closed").await.unwrap();
     assert_eq!(http_status(&r), 503);
+    let body: serde_json::Value = match &r.http_response {
+        Some(HttpResponse::DeniedResponse(d)) => serde_json::from_str(&d.body).unwrap(),
+        other => panic!("not denied: {other:?}"),
+    };
+    assert_eq!(body["error"]["code"], "rate_limiter_unavailable");
+    let msg = body["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("The budget store (Redis) is unavailable"),
+        "{msg}"
+    );
     assert_eq!(
         client_headers(&r).get("retry-after").map(String::as_str),
         Some("1")

@@ -312,3 +312,58 @@ async fn post_usage(addr: &str, body: &str) -> u16 {
     let json = [("content-type", "application/json")];
     http1(addr, "POST", "/v1/usage", &json, body).await.0
 }
+
+/// With a usage token, `POST /v1/usage` debits only reports that carry it:
+/// a missing or wrong token is refused with 401 before the body is read,
+/// nothing is debited, and the refusal is counted.
+#[tokio::test]
+async fn usage_reports_need_the_gateway_token() {
+    let mut cfg = tollgate_authz::server::ServeConfig::new(repo_policy());
+    cfg.grpc_listen = "127.0.0.1:0".parse().unwrap();
+    cfg.http_listen = "127.0.0.1:0".parse().unwrap();
+    cfg.redis_url = "memory://".into();
+    let token = "gw-0123456789abcdef0123456789abcdef";
+    cfg.usage_token = Some(tollgate_authz::usage_token::UsageToken::new(token).unwrap());
+    let svc = tollgate_authz::server::start(cfg).await.unwrap();
+    let http = svc.http_addr.to_string();
+    let report = r#"{"tenant":"demo","key_id":"demo-key","prompt_tokens":5,"completion_tokens":5}"#;
+    let with = |t: &'static str| {
+        [
+            ("content-type", "application/json"),
+            ("x-tollgate-usage-token", t),
+        ]
+    };
+
+    for headers in [
+        &[("content-type", "application/json")][..],
+        &with("gw-0123456789abcdef0123456789abcdeX")[..],
+        &with("")[..],
+    ] {
+        let (status, _, body) = http1(&http, "POST", "/v1/usage", headers, report).await;
+        assert_eq!(status, 401, "{body}");
+        let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["error"]["code"], "usage_unauthorized");
+        assert_eq!(body["error"]["type"], "authentication_error");
+        assert!(!body.to_string().contains(token));
+    }
+    // Refused before parsing: even a malformed body gets the 401.
+    assert_eq!(post_usage(&http, "{oops").await, 401);
+    let (_, _, metrics) = http1(&http, "GET", "/metrics", &[], "").await;
+    assert!(
+        metrics.contains(r#"tollgate_authz_usage_reports_total{result="unauthorized"} 4"#),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains("tollgate_authz_usage_tokens_total{"),
+        "{metrics}"
+    );
+
+    let (status, _, _) = http1(&http, "POST", "/v1/usage", &with(token), report).await;
+    assert_eq!(status, 204);
+    let (_, _, metrics) = http1(&http, "GET", "/metrics", &[], "").await;
+    assert!(
+        metrics.contains(r#"tollgate_authz_usage_tokens_total{tenant="demo"} 10"#),
+        "{metrics}"
+    );
+    svc.shutdown().await;
+}

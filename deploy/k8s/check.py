@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import sys
 from pathlib import Path
 
@@ -42,6 +43,8 @@ EXAMPLE_SECRET = HERE / "provider-keys.example.yaml"
 # Image name → the Dockerfile that builds it (tagged with the workspace version).
 OWN_IMAGES = {"tollgate/authz-service": "authz-service/Dockerfile", "tollgate/wasm-filter": "filters/Dockerfile"}
 WORKLOADS = ("Deployment", "StatefulSet")
+# Where Envoy and authz-service read the usage token (a mounted Secret).
+USAGE_TOKEN_PATH = "/etc/tollgate/usage/token"
 
 
 def tool(name: str) -> str | None:
@@ -272,6 +275,12 @@ def envoy_validate(variant: str) -> str | None:
     config = yaml.safe_load(path.read_text())
     keys = render_envoy.wasm_config(config)["vm_config"]["environment_variables"]["host_env_keys"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("TG_KEY_")}
+
+    # The usage token is a mounted Secret in the pod: validate with a stand-in file.
+    tmp = Path(tempfile.mkdtemp())
+    (tmp / "token").write_text("validate-only-usage-token")
+    (tmp / "envoy.yaml").write_text(path.read_text().replace(f"filename: {USAGE_TOKEN_PATH}", f"filename: {tmp / 'token'}"))
+    path = tmp / "envoy.yaml"
 
     def validate(present: list[str]) -> subprocess.CompletedProcess:
         # From the repository root: the Wasm module's path is relative (build/...).

@@ -218,6 +218,57 @@ def test_usage_of_concurrent_answers_reaches_authz_as_one_sum(stack):
     while metric(stack, "tollgate_authz_usage_tokens_total") - tokens0 < want and time.monotonic() < deadline:
         time.sleep(0.05)
     assert metric(stack, "tollgate_authz_usage_tokens_total") - tokens0 == want
-    # One report per flush: answers spanning `span` seconds meet at most
-    # span/0.1 + 1 ticks (one per answer would be n reports).
-    assert metric(stack, "tollgate_authz_usage_reports_total") - reports0 <= min(n - 1, int(span / 0.1) + 1), span
+    # One report per flush: answers spanning `span` seconds fall into at most
+    # span/0.1 + 2 flush intervals (a span shorter than one interval can still
+    # straddle a tick); one report per answer would be n.
+    assert metric(stack, "tollgate_authz_usage_reports_total") - reports0 <= min(n - 1, int(span / 0.1) + 2), span
+
+
+def test_only_the_gateway_can_debit_a_budget(stack):
+    """POST /v1/usage takes reports only with the token Envoy injects on its
+    tollgate_authz_http cluster: any other process that reaches the port is
+    refused, nothing is debited, and the refusal is counted."""
+    report = {"tenant": "demo", "key_id": "demo-key", "model": "openai/gpt-4o-mini",
+              "prompt_tokens": 1000, "completion_tokens": 1000}
+    token = stack.usage_token_path.read_text()
+    assert stack.usage_token_path.stat().st_mode & 0o077 == 0  # readable by its owner only
+    refused0 = metric(stack, 'tollgate_authz_usage_reports_total{result="unauthorized"}')
+    time.sleep(0.3)  # what earlier tests left in the filter's batch has been posted
+    tokens0 = metric(stack, "tollgate_authz_usage_tokens_total")
+    for headers in ({}, {"x-tollgate-usage-token": "wrong-" + token[6:]}, {"x-tollgate-usage-token": token[:-1]}):
+        status, _, body = post(f"{stack.authz_http_url}/v1/usage", report, headers)
+        assert status == 401, body
+        assert_openai_error(body, "usage_unauthorized")
+        assert token not in json.dumps(body)
+    assert metric(stack, 'tollgate_authz_usage_reports_total{result="unauthorized"}') - refused0 == 3
+    assert metric(stack, "tollgate_authz_usage_tokens_total") == tokens0
+
+    # A client cannot smuggle the header through the gateway either: its
+    # request is answered normally, and the gateway's own report lands.
+    status, _, body = chat(stack, "tg-demo-key", **{"x-tollgate-usage-token": "forged-0123456789abcdef"})
+    assert status == 200, body
+    want = body["usage"]["total_tokens"]
+    deadline = time.monotonic() + 5
+    while metric(stack, "tollgate_authz_usage_tokens_total") - tokens0 < want and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert metric(stack, "tollgate_authz_usage_tokens_total") - tokens0 == want
+    assert metric(stack, 'tollgate_authz_usage_reports_total{result="unauthorized"}') - refused0 == 3
+
+
+def test_a_fail_closed_tenant_is_told_the_budget_store_is_down(make_stack):
+    """Redis down, tenant with redis_failure: closed: the client gets
+    authz-service's 503 naming the budget store, not Envoy's 'authorization
+    service unavailable', with retry-after; a fail-open tenant is served."""
+    s = make_stack()
+    assert chat(s, "tg-test-closed")[0] == 200
+    s.stop_component("redis")
+    deadline = time.monotonic() + 10
+    status, headers, body = chat(s, "tg-test-closed")
+    while status == 200 and time.monotonic() < deadline:  # leases granted before the stop
+        time.sleep(0.2)
+        status, headers, body = chat(s, "tg-test-closed")
+    assert status == 503, body
+    assert_openai_error(body, "rate_limiter_unavailable")
+    assert "budget store (Redis)" in body["error"]["message"], body
+    assert headers["retry-after"] == "1", dict(headers)
+    assert chat(s, "tg-demo-key")[0] == 200

@@ -51,6 +51,10 @@ pub mod header {
     /// Anthropic `request-id`, Bedrock `x-amzn-requestid`), for support
     /// requests to the provider.
     pub const PROVIDER_REQUEST_ID: &str = "x-tollgate-provider-request-id";
+    /// The gateway's credential on its usage reports (Envoy → authz-service,
+    /// injected by the `tollgate_authz_http` cluster from a secret file; the
+    /// filter never sees it).
+    pub const USAGE_TOKEN: &str = "x-tollgate-usage-token";
 }
 
 /// Path on authz-service's HTTP port that takes usage reports.

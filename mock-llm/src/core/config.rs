@@ -293,7 +293,7 @@ pub struct ErrorRates {
 impl Config {
     /// Parse and validate a YAML document.
     pub fn from_yaml(text: &str) -> Result<Config, String> {
-        let cfg: Config = serde_yaml_ng::from_str(text).map_err(|e| format!("config: {e}"))?;
+        let cfg: Config = serde_norway::from_str(text).map_err(|e| format!("config: {e}"))?;
         cfg.validate()?;
         Ok(cfg)
     }
