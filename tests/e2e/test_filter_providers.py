@@ -230,7 +230,7 @@ def test_filter_stats_are_exported(stack, client):
     client.chat.completions.create(model="anthropic/claude-haiku-4-5", messages=HI)
     with urllib.request.urlopen(f"{stack.admin_url}/stats?filter=tollgate", timeout=5) as resp:
         text = resp.read().decode()
-    prefix = "tollgate.provider.anthropic.model.claude-haiku-4-5."
+    prefix = "tollgate.tenant.demo.key.demo-key.provider.anthropic.model.claude-haiku-4-5."
     for name in ("requests", "prompt_tokens", "completion_tokens", "upstream_latency_ms"):
         assert prefix + name in text, name
 
