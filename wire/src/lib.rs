@@ -216,9 +216,15 @@ mod tests {
         };
         let bytes = serde_json::to_vec(&settled).unwrap();
         assert!(bytes.ends_with(br#""completion_tokens":4,"reserved":500}"#));
-        assert_eq!(serde_json::from_slice::<UsageReport>(&bytes).unwrap(), settled);
+        assert_eq!(
+            serde_json::from_slice::<UsageReport>(&bytes).unwrap(),
+            settled
+        );
         let minimal: UsageReport = serde_json::from_str(r#"{"tenant":"t","key_id":"k"}"#).unwrap();
-        assert_eq!((minimal.model, minimal.prompt_tokens, minimal.reserved), (None, 0, None));
+        assert_eq!(
+            (minimal.model, minimal.prompt_tokens, minimal.reserved),
+            (None, 0, None)
+        );
         assert!(
             serde_json::from_str::<UsageReport>(r#"{"tenant":"t","key_id":"k","x":1}"#).is_err()
         );

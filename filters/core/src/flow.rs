@@ -106,6 +106,9 @@ struct Routed {
     envoy_reply: bool,
     /// The filter answered itself with a fan-out's merged answers.
     fanned_out: bool,
+    /// A stream whose last upstream byte reached the filter (false when the
+    /// client or the provider left first).
+    stream_ended: bool,
 }
 
 /// A fan-out under way: one answer slot per call, in request order.
@@ -356,6 +359,7 @@ impl Flow {
             upstream_status: 0,
             envoy_reply: false,
             fanned_out: false,
+            stream_ended: false,
         };
         if !planned.calls.is_empty() {
             return self.fan_out(h, routed, planned.calls);
@@ -653,6 +657,7 @@ impl Flow {
                 t.feed(&chunk, &mut out);
                 if end_of_stream {
                     t.finish(&mut out);
+                    r.stream_ended = true;
                 }
                 r.usage = t.usage();
                 if !r.first_token && t.first_token_seen() {
@@ -764,7 +769,13 @@ impl Flow {
             model: Some(r.route.canonical.clone()),
             prompt_tokens: u.prompt_tokens,
             completion_tokens: u.completion_tokens,
-            reserved: r.reserved,
+            // A stream cut before its end reports only what the filter saw
+            // (the provider's final usage never came): it is not settled, so
+            // the reservation stays charged and the usage seen is added.
+            reserved: match r.resp {
+                RespMode::Stream(_) if !r.stream_ended => None,
+                _ => r.reserved,
+            },
         };
         let body = match &self.batch {
             None => report_body(&report),
