@@ -75,6 +75,15 @@ def test_no_secret_in_dumps_logs_files_responses_or_metrics(stack):
     for path in files:
         found += leaks(str(path.relative_to(stack.run_dir)), path.read_text(errors="replace"))
     assert not found, found
+    # The gateway's usage token lives in its own 0600 file and nowhere else.
+    token = stack.usage_token_path.read_text()
+    assert len(token) >= 32 and stat.S_IMODE(stack.usage_token_path.stat().st_mode) == 0o600
+    for path in ("/config_dump", "/config_dump?include_eds", "/stats/prometheus"):
+        assert token not in http_get(stack.admin_url + path, timeout=5)[1].decode(errors="replace"), path
+    assert token not in http_get(f"{stack.authz_http_url}/metrics", timeout=5)[1].decode(errors="replace")
+    for path in files:
+        if path != stack.usage_token_path:
+            assert token not in path.read_text(errors="replace"), path
 
 
 def test_run_directory_is_private(stack):
