@@ -1,7 +1,7 @@
 """The Wasm filter end to end: routing, translation and streaming through real
 Envoy, authz-service and mock-llm, with the official openai client.
 
-Complements test_gateway.py (the lead's smoke tests): an OpenAI-compatible
+Complements test_gateway.py (the smoke tests): an OpenAI-compatible
 provider under its own base path, aliases, Anthropic streaming and tools with
 a full tool-result round trip, GET /v1/models, refused parameters and provider
 errors.
