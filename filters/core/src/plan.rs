@@ -67,12 +67,6 @@ impl Route {
             model: self.upstream_model.clone(),
         }
     }
-
-    /// `tollgate.provider.<provider>.model.<model>.<what>`.
-    pub fn metric(&self, rt: &Runtime, what: &str) -> Option<String> {
-        let p = rt.provider(self.provider)?;
-        Some(metric_name(&p.name, &self.upstream_model, what))
-    }
 }
 
 /// The request rewritten for the provider.
@@ -339,16 +333,6 @@ pub fn metric_safe(s: &str) -> String {
         .collect()
 }
 
-/// `tollgate.provider.<provider>.model.<model>.<what>`, fragments made safe.
-pub fn metric_name(provider: &str, model: &str, what: &str) -> String {
-    format!(
-        "tollgate.provider.{}.model.{}.{}",
-        metric_safe(provider),
-        metric_safe(model),
-        what
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -418,10 +402,7 @@ mod tests {
             ("openai/gpt-4o", 0, false)
         );
         assert_eq!(p.route.sent_ms, 1_700_000_000_000);
-        assert_eq!(
-            p.route.metric(&rt, "requests").as_deref(),
-            Some("tollgate.provider.openai.model.gpt-4o.requests")
-        );
+        assert_eq!(p.route.upstream_model, "gpt-4o");
     }
 
     #[test]
