@@ -480,6 +480,12 @@ impl<S: Store> Authorizer<S> {
                 let retry = (planned[i].window.end_ms - now_ms).max(1000) as u64;
                 let level = levels.get(i).copied().unwrap_or(0.0);
                 leases.deny(&ops[i], level, Duration::from_millis(retry), now);
+                // What is still leased of an exhausted budget would stay
+                // unspendable (and count as spent) until the window ends:
+                // give it back now (the refusal stays cached).
+                if let Some(back) = leases.release(&ops[i].key) {
+                    let _ = self.store().spend_debit(std::slice::from_ref(&back)).await;
+                }
                 Err(self.budget_exceeded(key, &planned, i, &levels, take, now_ms))
             }
             Ok(Outcome {
