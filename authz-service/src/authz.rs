@@ -173,19 +173,13 @@ fn reservation(key: &Key, tenant: Option<&Tenant>, content_length: Option<u64>) 
         .map(|l| l.spec.capacity)
         .min();
     let Some(smallest) = smallest else { return 0 };
-    let answer = tenant.map_or(crate::policy::DEFAULT_RESERVE_COMPLETION_TOKENS, |t| {
-        t.reserve_completion_tokens
-    });
-    content_length
-        .unwrap_or(0)
-        .div_ceil(4)
-        .saturating_add(answer)
-        .min(smallest)
+    estimate(tenant, content_length).min(smallest)
 }
 
-/// Tokens reserved for a request of a key with money budgets and no token
-/// bucket: the prompt's estimate plus the tenant's answer reservation.
-fn money_reservation(tenant: Option<&Tenant>, content_length: Option<u64>) -> u64 {
+/// The tokens a request may use, uncapped: the prompt's estimate plus the
+/// tenant's answer reservation (what money budgets reserve when no token
+/// bucket caps it).
+fn estimate(tenant: Option<&Tenant>, content_length: Option<u64>) -> u64 {
     let answer = tenant.map_or(crate::policy::DEFAULT_RESERVE_COMPLETION_TOKENS, |t| {
         t.reserve_completion_tokens
     });
@@ -484,7 +478,7 @@ impl<S: Store> Authorizer<S> {
         let mut reserve = reservation(key, tenant, input.content_length);
         if reserve == 0 && policy.money.applies(key) {
             // No token bucket caps the estimate: money budgets reserve it whole.
-            reserve = money_reservation(tenant, input.content_length);
+            reserve = estimate(tenant, input.content_length);
         }
         *money = match self.admit_money(&policy, key, reserve).await {
             Ok(m) => m,

@@ -116,6 +116,34 @@ pub fn window(period: Period, tz: &TimeZone, now_ms: i64) -> Option<Window> {
     })
 }
 
+/// The current window per time zone and period, so a Check computes a
+/// calendar window once per day or month, not per request.
+#[derive(Default)]
+pub struct WindowCache {
+    map: std::sync::Mutex<HashMap<String, [Option<Window>; 2]>>,
+}
+
+impl WindowCache {
+    /// [`window`], from the cache while `now_ms` is inside the cached one.
+    pub fn get(&self, zone: &str, tz: &TimeZone, period: Period, now_ms: i64) -> Option<Window> {
+        let slot = period as usize;
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(Some(w)) = map.get(zone).map(|ws| &ws[slot]) {
+            if (w.start_ms..w.end_ms).contains(&now_ms) {
+                return Some(w.clone());
+            }
+        }
+        let w = window(period, tz, now_ms)?;
+        if !map.contains_key(zone) {
+            map.insert(zone.to_string(), [None, None]);
+        }
+        if let Some(ws) = map.get_mut(zone) {
+            ws[slot] = Some(w.clone());
+        }
+        Some(w)
+    }
+}
+
 /// Budgets of one tenant or key.
 #[derive(Debug, Clone, Default)]
 pub struct Owner {
@@ -123,24 +151,13 @@ pub struct Owner {
 }
 
 /// The money part of a policy: prices, time zones, budgets.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Money {
     pub prices: Prices,
     /// Per tenant: its time zone (name, zone).
     zones: HashMap<String, (String, TimeZone)>,
     tenants: HashMap<String, Owner>,
     keys: HashMap<String, Owner>,
-}
-
-impl Default for Money {
-    fn default() -> Self {
-        Money {
-            prices: Prices::default(),
-            zones: HashMap::new(),
-            tenants: HashMap::new(),
-            keys: HashMap::new(),
-        }
-    }
 }
 
 /// A time zone by IANA name; `Err` is the policy message.
@@ -233,8 +250,8 @@ impl Money {
 
     /// The budgets of `key`: its own first (scope `k:<id>`), then its
     /// tenant's (scope `t`), each with its current window at `now_ms`.
-    pub fn plan(&self, key: &Key, now_ms: i64) -> Vec<Planned> {
-        let (_, tz) = self.zone_of(&key.tenant);
+    pub fn plan(&self, key: &Key, now_ms: i64, windows: &WindowCache) -> Vec<Planned> {
+        let (zone, tz) = self.zone_of(&key.tenant);
         let mut out = Vec::new();
         for (scope, owner) in [
             (Scope::Key, self.keys.get(&key.id)),
@@ -242,7 +259,7 @@ impl Money {
         ] {
             let Some(owner) = owner else { continue };
             for b in &owner.budgets {
-                let Some(w) = window(b.period, &tz, now_ms) else {
+                let Some(w) = windows.get(&zone, &tz, b.period, now_ms) else {
                     continue;
                 };
                 let scope_key = match scope {
@@ -309,6 +326,7 @@ impl Planned {
 /// This instance's money state: leases on spend counters and the wall clock.
 pub struct MoneyState {
     pub leases: Leases,
+    windows: WindowCache,
     wall: Arc<dyn Fn() -> i64 + Send + Sync>,
 }
 
@@ -316,6 +334,7 @@ impl Default for MoneyState {
     fn default() -> Self {
         MoneyState {
             leases: Leases::new(),
+            windows: WindowCache::default(),
             wall: Arc::new(|| {
                 SystemTime::now()
                     .duration_since(UNIX_EPOCH)
@@ -428,7 +447,7 @@ impl<S: Store> Authorizer<S> {
             return Ok(None);
         }
         let now_ms = self.money.now_ms();
-        let planned = money.plan(key, now_ms);
+        let planned = money.plan(key, now_ms, &self.money.windows);
         if planned.is_empty() {
             return Ok(None);
         }
@@ -645,7 +664,7 @@ impl<S: Store> Authorizer<S> {
             return Vec::new();
         }
         money
-            .plan(key, self.money.now_ms())
+            .plan(key, self.money.now_ms(), &self.money.windows)
             .iter()
             .map(|p| p.op(take))
             .collect()
@@ -738,6 +757,16 @@ mod tests {
         assert_eq!(nov.end_ms, ms("2026-12-01T05:00:00Z"));
         // November started under daylight saving time (UTC-4).
         assert_eq!(nov.start_ms, ms("2026-11-01T04:00:00Z"));
+    }
+
+    #[test]
+    fn the_window_cache_follows_the_clock() {
+        let tz = TimeZone::get("Europe/Paris").unwrap();
+        let c = WindowCache::default();
+        let at = |t| c.get("Europe/Paris", &tz, Period::Day, ms(t)).unwrap().id;
+        assert_eq!(at("2026-11-23T22:59:59.999Z"), "2026-11-23");
+        assert_eq!(at("2026-11-23T23:00:00Z"), "2026-11-24");
+        assert_eq!(at("2026-11-23T12:00:00Z"), "2026-11-23", "a clock set back");
     }
 
     #[test]
