@@ -121,7 +121,7 @@ fn validate_flag_exits_0_or_1_with_a_clear_message() {
         .output()
         .unwrap();
     assert_eq!(ok.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&ok.stdout).contains(": OK (4 tenants, 4 keys)"));
+    assert!(String::from_utf8_lossy(&ok.stdout).contains(": OK (6 tenants, 6 keys)"));
 
     let bad = bin()
         .arg("--validate")
