@@ -106,7 +106,7 @@ async fn a_scripted_sequence_costs_exactly_its_prices() {
         assert_eq!(h["x-tollgate-budget-scope"], "key/day");
     }
     // 1,000 prompt tokens of which 200 cached, 500 completion on gpt-4o-mini:
-    // 800 × 0.15 + 200 × 0.075 + 500 × 0.60 = $0.000435 per million... per request.
+    // (800 × 0.15 + 200 × 0.075 + 500 × 0.60) / 1,000,000 = $0.000435.
     a.record_usage(&report("openai/gpt-4o-mini", 1000, 200, 500, Some(356)))
         .await
         .unwrap();
