@@ -136,6 +136,11 @@ struct RawProvider {
     /// from whatever chunk carries it).
     #[serde(default)]
     stream_usage: Option<bool>,
+    /// OpenAI kind: the server speaks the Responses API (`/responses`), so
+    /// `/v1/responses` passes through; false for chat-only compatible
+    /// servers, which get it translated to chat.
+    #[serde(default)]
+    responses_api: Option<bool>,
     /// Azure: `api-version` query parameter.
     #[serde(default)]
     api_version: Option<String>,
@@ -236,6 +241,10 @@ pub struct Provider {
     pub keys: Vec<Key>,
     /// What only this provider's kind has.
     pub api: Api,
+    /// `/v1/responses` passes through to the provider's own Responses API
+    /// (OpenAI unless `"responses_api": false`, Azure); otherwise it is
+    /// translated through chat ([`crate::translate::responses`]).
+    pub responses_api: bool,
 }
 
 /// One variant per provider kind, each with only its own settings (defaults
@@ -437,6 +446,9 @@ impl Runtime {
                     return err(format!("{at}.max_tokens: only valid for kind anthropic"));
                 }
             }
+            if p.kind != Kind::Openai && p.responses_api.is_some() {
+                return err(format!("{at}.responses_api: only valid for kind openai"));
+            }
             if !matches!(p.kind, Kind::Openai | Kind::Azure) && p.stream_usage.is_some() {
                 return err(format!(
                     "{at}.stream_usage: only valid for kinds openai and azure"
@@ -623,6 +635,11 @@ impl Runtime {
                 forward_headers.push(h);
             }
             let stream_usage = p.stream_usage.unwrap_or(true);
+            let responses_api = match p.kind {
+                Kind::Openai => p.responses_api.unwrap_or(true),
+                Kind::Azure => true,
+                _ => false,
+            };
             let api = match p.kind {
                 Kind::Openai => Api::Openai { stream_usage },
                 Kind::Anthropic => Api::Anthropic {
@@ -650,6 +667,7 @@ impl Runtime {
                 models,
                 keys,
                 api,
+                responses_api,
             });
         }
         let mut rt = Runtime {

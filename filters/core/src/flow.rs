@@ -31,7 +31,7 @@ use crate::host::{Host, Level, MetricKind};
 use crate::metrics::{self, property, ErrorClass, Metrics, Series};
 use crate::plan::{plan, provider_request_id_header, RequestFacts, Route};
 use crate::translate::{
-    for_kind, map_error_status, merge_embeddings, Endpoint, StreamTranslator, Usage,
+    map_error_status, merge_embeddings, responses, Endpoint, StreamTranslator, Usage,
 };
 use crate::usage::{report_body, Report, UsageBatch};
 
@@ -413,6 +413,7 @@ impl Flow {
         let operation = match routed.route.endpoint {
             Endpoint::Chat => "chat",
             Endpoint::Embeddings => "embeddings",
+            Endpoint::Responses => "responses",
         };
         h.set_property(property::OPERATION, operation.as_bytes());
     }
@@ -485,7 +486,7 @@ impl Flow {
         let Some(provider) = rt.provider(routed.route.provider) else {
             return;
         };
-        let tr = for_kind(provider.kind());
+        let tr = responses::translator(provider, routed.route.endpoint);
         let now = h.now_ms();
         if let Some(s) = &routed.series {
             let ms = now.saturating_sub(routed.route.sent_ms);
@@ -592,7 +593,7 @@ impl Flow {
             }
         }
         let ctype = h.response_header("content-type").unwrap_or_default();
-        let tr = for_kind(provider.kind());
+        let tr = responses::translator(provider, r.route.endpoint);
         if status >= 400 {
             let (mapped, _, _) = map_error_status(status);
             h.set_response_header(":status", Some(&mapped.to_string()));
@@ -647,7 +648,7 @@ impl Flow {
         let Some(provider) = rt.provider(r.route.provider) else {
             return Action::Continue;
         };
-        let tr = for_kind(provider.kind());
+        let tr = responses::translator(provider, r.route.endpoint);
         let created = h.now_ms() / 1000;
         match &mut r.resp {
             RespMode::None => Action::Continue,

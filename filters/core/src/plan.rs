@@ -14,7 +14,7 @@ use tollgate_wire::models_allowed;
 use crate::config::{Key, Kind, ModelCfg, Provider, Runtime};
 use crate::error::{echo, ApiError, INVALID_REQUEST, SERVER};
 use crate::translate::{
-    for_kind, parse_client_body, Endpoint, RequestCtx, ResponseCtx, Translator, UpstreamRequest,
+    parse_client_body, responses, Endpoint, RequestCtx, ResponseCtx, Translator, UpstreamRequest,
 };
 
 /// What the planner knows about a request.
@@ -179,7 +179,7 @@ pub fn plan(
         .models
         .get(&resolved.model)
         .ok_or_else(|| ApiError::model_not_found(&model))?;
-    let tr = for_kind(provider.kind());
+    let tr = responses::translator(provider, facts.endpoint);
     let ctx = RequestCtx {
         provider,
         model: &resolved.model,

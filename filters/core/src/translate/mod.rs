@@ -14,6 +14,7 @@ pub mod openai_azure;
 pub mod openai_bedrock;
 pub mod openai_gemini;
 pub mod openai_openai;
+pub mod responses;
 
 use serde_json::{Map, Value};
 
@@ -41,6 +42,8 @@ impl Usage {
 pub enum Endpoint {
     Chat,
     Embeddings,
+    /// The OpenAI Responses API front door ([`responses`]).
+    Responses,
 }
 
 impl Endpoint {
@@ -48,6 +51,7 @@ impl Endpoint {
         match path {
             "/v1/chat/completions" => Some(Endpoint::Chat),
             "/v1/embeddings" => Some(Endpoint::Embeddings),
+            "/v1/responses" => Some(Endpoint::Responses),
             _ => None,
         }
     }

@@ -188,7 +188,7 @@ impl Translator for OpenAiBedrock {
         let model = uri_encode(ctx.model, false);
         let base = &ctx.provider.base_path;
         match ctx.endpoint {
-            Endpoint::Chat => {
+            Endpoint::Chat | Endpoint::Responses => {
                 let include_usage = super::include_usage_flag(body)?;
                 let (v, stream, json_mode) = chat_request(body)?;
                 let verb = if stream {
@@ -337,7 +337,7 @@ impl Translator for OpenAiBedrock {
                     usage,
                 )
             }
-            Endpoint::Chat => chat_response(ctx, &v),
+            Endpoint::Chat | Endpoint::Responses => chat_response(ctx, &v),
         };
         let bytes = serde_json::to_vec(&out).map_err(|_| bad_upstream())?;
         Ok(Translated {

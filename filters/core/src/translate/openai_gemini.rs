@@ -195,7 +195,7 @@ impl Translator for OpenAiGemini {
     fn request(&self, ctx: &RequestCtx<'_>, body: &Value) -> Result<UpstreamRequest, ApiError> {
         let base = &ctx.provider.base_path;
         match ctx.endpoint {
-            Endpoint::Chat => {
+            Endpoint::Chat | Endpoint::Responses => {
                 let include_usage = super::include_usage_flag(body)?;
                 let (v, stream) = chat_request(ctx, body)?;
                 let path = if stream {
@@ -271,7 +271,7 @@ impl Translator for OpenAiGemini {
         let v: Value = serde_json::from_slice(body).map_err(|_| bad_upstream())?;
         let (out, usage) = match ctx.endpoint {
             Endpoint::Embeddings => embeddings_response(ctx, &v)?,
-            Endpoint::Chat => chat_response(ctx, &v),
+            Endpoint::Chat | Endpoint::Responses => chat_response(ctx, &v),
         };
         let bytes = serde_json::to_vec(&out).map_err(|_| bad_upstream())?;
         Ok(Translated {

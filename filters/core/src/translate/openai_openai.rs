@@ -81,7 +81,7 @@ pub(crate) fn prepare(
     {
         let mut body = body.clone();
         let (suffix, stream, include_usage) = match ctx.endpoint {
-            Endpoint::Chat => {
+            Endpoint::Chat | Endpoint::Responses => {
                 check_messages(&body)?;
                 let stream = stream_flag(&body)?;
                 let include_usage = include_usage_flag(&body)?;
