@@ -394,3 +394,102 @@ fn fuzz_configs_never_panic() {
         let _ = Runtime::from_json(&bytes, &common::env);
     }
 }
+
+fn seeds_responses_requests() -> Vec<Value> {
+    vec![
+        json!({"model": "smart", "input": "hi", "instructions": "be brief", "stream": true, "max_output_tokens": 50}),
+        json!({"model": "fast", "input": [{"role": "user", "content": "hi"}], "store": false, "stream": true,
+               "include": ["reasoning.encrypted_content"], "reasoning": {"effort": "low"}}),
+        json!({"model": "smart", "input": [
+            {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "d"}]},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "a"},
+                {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]},
+            {"type": "reasoning", "id": "rs", "summary": []},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{\"a\":1}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "r"}],
+            "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+            "tool_choice": {"type": "function", "name": "f"}, "parallel_tool_calls": false}),
+        json!({"model": "smart", "input": "x", "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}}}}),
+    ]
+}
+
+/// The Responses front door: mutated requests through the whole flow (both
+/// the passthrough to OpenAI and the translation to Anthropic), and
+/// mutated provider streams through the Responses event writer.
+#[test]
+fn fuzz_responses_front_door_never_panics() {
+    use tollgate_core::translate::responses::{to_chat, translator};
+    let rt = Arc::new(common::runtime());
+    let mut r = XorShift::new(seed() ^ 0x5e5);
+    let seeds = seeds_responses_requests();
+    let anthropic = (0..)
+        .map_while(|i| rt.provider(i))
+        .find(|p| p.kind() == Kind::Anthropic)
+        .unwrap();
+    let t = translator(anthropic, Endpoint::Responses);
+    for _ in 0..iters() {
+        let mut v = seeds[r.next_u32() as usize % seeds.len()].clone();
+        for _ in 0..=(r.next_u32() % 3) {
+            mutate_json(&mut v, &mut r);
+        }
+        let mut bytes = serde_json::to_vec(&v).unwrap_or_default();
+        if r.next_u32() % 4 == 0 {
+            mutate_bytes(&mut bytes, &mut r);
+        }
+        for kind in [Kind::Openai, Kind::Anthropic, Kind::Gemini, Kind::Bedrock] {
+            let _ = to_chat(&v, "p", kind);
+        }
+        let mut h = FakeHost {
+            req_headers: vec![
+                (":method".into(), "POST".into()),
+                (":path".into(), "/v1/responses".into()),
+                ("x-tollgate-models".into(), "*".into()),
+            ],
+            req_body: bytes.clone(),
+            ..FakeHost::default()
+        };
+        let mut f = Flow::new(Arc::clone(&rt));
+        f.on_request_headers(&mut h, false);
+        f.on_request_body(&mut h, bytes.len(), true);
+        if let Some((status, _, body)) = &h.local_reply {
+            assert!((400..500).contains(status), "status {status}");
+            let e: Value = serde_json::from_slice(body).unwrap();
+            assert!(e["error"]["message"].is_string());
+        }
+        // A mutated Anthropic stream, fed at random splits.
+        let mut s = ANTHROPIC_STREAM.as_bytes().to_vec();
+        for _ in 0..=(r.next_u32() % 4) {
+            mutate_bytes(&mut s, &mut r);
+        }
+        let ctx = ResponseCtx {
+            endpoint: Endpoint::Responses,
+            stream: true,
+            include_usage: true,
+            created: 1,
+            json_mode: false,
+            prompt_estimate: 0,
+            embed_base64: false,
+            model: String::new(),
+        };
+        let mut st = t.stream(&ctx);
+        let mut out = Vec::new();
+        let mut rest: &[u8] = &s;
+        while !rest.is_empty() {
+            let n = 1 + r.next_u32() as usize % 64;
+            let (a, b) = rest.split_at(n.min(rest.len()));
+            st.feed(a, &mut out);
+            rest = b;
+        }
+        st.finish(&mut out);
+        // Whatever came, the stream ends with a final lifecycle event.
+        let text = std::str::from_utf8(&out).expect("UTF-8 events");
+        let last = text.trim_end().rsplit("\n\n").next().unwrap_or("");
+        assert!(
+            last.starts_with("event: response.completed")
+                || last.starts_with("event: response.incomplete")
+                || last.starts_with("event: response.failed"),
+            "{last}"
+        );
+        let _ = t.response(&ctx, &s);
+    }
+}
