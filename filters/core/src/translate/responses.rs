@@ -473,7 +473,7 @@ fn unsupported(param: &str, provider: &str, what: &str) -> ApiError {
 
 /// A Responses request → the OpenAI chat request with the same meaning.
 pub fn to_chat(body: &Value, provider: &str, kind: Kind) -> Result<Value, ApiError> {
-    let obj = check_common(body, &[])?;
+    let obj = check_common(body, &["namespace"])?;
     for (k, v) in obj {
         if !VIA_CHAT_FIELDS.contains(&k.as_str()) && !v.is_null() {
             return Err(ApiError::unsupported_param(k, provider));
@@ -523,7 +523,30 @@ pub fn to_chat(body: &Value, provider: &str, kind: Kind) -> Result<Value, ApiErr
     if let Some(Value::Array(tools)) = obj.get("tools") {
         let mut out = Vec::with_capacity(tools.len());
         for (i, t) in tools.iter().enumerate() {
-            out.push(chat_tool(t, i)?);
+            let at = format!("tools[{i}]");
+            match t.get("type").and_then(Value::as_str) {
+                // A group of functions: offered one by one.
+                Some("namespace") => {
+                    let Some(Value::Array(inner)) = t.get("tools") else {
+                        return Err(ApiError::bad_param(
+                            &format!("{at}.tools"),
+                            format!("Missing required parameter: '{at}.tools'"),
+                        ));
+                    };
+                    for (j, f) in inner.iter().enumerate() {
+                        let at = format!("{at}.tools[{j}]");
+                        if f.get("type").and_then(Value::as_str) != Some("function") {
+                            return Err(unsupported(
+                                &format!("{at}.type"),
+                                provider,
+                                "A tool other than a function inside a namespace",
+                            ));
+                        }
+                        out.push(chat_tool(f, &at)?);
+                    }
+                }
+                _ => out.push(chat_tool(t, &at)?),
+            }
         }
         if !out.is_empty() {
             chat.insert("tools".into(), Value::Array(out));
@@ -590,11 +613,11 @@ pub fn to_chat(body: &Value, provider: &str, kind: Kind) -> Result<Value, ApiErr
     Ok(Value::Object(chat))
 }
 
-fn chat_tool(t: &Value, i: usize) -> Result<Value, ApiError> {
+fn chat_tool(t: &Value, at: &str) -> Result<Value, ApiError> {
     let Some(name) = t.get("name").and_then(Value::as_str) else {
         return Err(ApiError::bad_param(
-            &format!("tools[{i}].name"),
-            format!("Missing required parameter: 'tools[{i}].name'"),
+            &format!("{at}.name"),
+            format!("Missing required parameter: '{at}.name'"),
         ));
     };
     let mut f = Map::new();
