@@ -15,6 +15,10 @@ Scenarios (each on a fresh stack, all in one session so they compare fairly):
     authz-null   Envoy + ext_authz against authz-null (allows all)  authz's floor
     full         the whole gateway (OpenAI→Anthropic), non-streaming
     full-stream  the whole gateway, streaming
+    responses    the whole gateway, Responses API front door, translated to
+                 Anthropic through chat (POST /v1/responses), non-streaming
+    responses-openai
+                 the whole gateway, Responses API passed through to OpenAI
     floor        Envoy + authz-null + null Wasm (waits for the body) full's floor
     envoy-512k, full-512k, full-512k-anthropic
                  512 KB request bodies at a low fixed rate: plain Envoy, the
@@ -137,6 +141,9 @@ def provider_protocol(cfg: dict, protocol: str) -> dict:
 
 # -- scenarios ---------------------------------------------------------------
 CHAT_OPENAI = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Say hello to the benchmark."}]}
+# The same turn as a Responses API client (Codex, the SDK's responses.create) sends it.
+RESPONSES = {"model": "gpt-4o-mini", "instructions": "Be brief.", "store": False,
+             "input": [{"role": "user", "content": [{"type": "input_text", "text": "Say hello to the benchmark."}]}]}
 LARGE_BODY_BYTES = 512 * 1024
 # A coding agent's turn: source text with newlines and quotes to escape.
 _FILLER = 'fn main() {\n    println!("hello, {}", name); // the benchmark\'s filler line\n}\n'
@@ -160,8 +167,12 @@ class Scenario:
     # Request body padded to this size (bytes, JSON included), sent at the
     # plan's large-body rate instead of its rates and steps.
     body_bytes: int = 0
+    # The gateway's API path under /v1 (the mock's own for `direct`).
+    api: str = "chat/completions"
 
     def payload(self) -> str:
+        if self.api == "responses":
+            return json.dumps(dict(RESPONSES, model=self.model, stream=self.stream))
         body = dict(CHAT_OPENAI, model=self.model)
         if self.stream:
             body["stream"] = True
@@ -211,6 +222,11 @@ def scenarios(mock_key: str) -> list[Scenario]:
                  base, "anthropic/claude-sonnet-4-5", headers=auth, floor="floor"),
         Scenario("full-stream", "whole gateway, OpenAI→Anthropic, streaming", gateway,
                  base, "anthropic/claude-sonnet-4-5", stream=True, headers=auth, floor="floor"),
+        Scenario("responses", "whole gateway, Responses API (/v1/responses) → Anthropic through chat, "
+                 "non-streaming", gateway, base, "anthropic/claude-sonnet-4-5", headers=auth, floor="floor",
+                 api="responses"),
+        Scenario("responses-openai", "whole gateway, Responses API passed through to OpenAI, non-streaming",
+                 gateway, base, "openai/gpt-4o-mini", headers=auth, floor="floor", api="responses"),
         Scenario("floor", "Envoy + ext_authz against authz-null + null Wasm filter (waits for the body)",
                  null_gateway, with_null_wasm(null_route, "read_body"), "gpt-4o-mini", headers=auth,
                  authz_null=True),
@@ -352,7 +368,7 @@ PLANS = {
 def run_load(stack: Stack, sc: Scenario, qps: float, seconds: float, conns: int, out: Path,
              offset_ms: float = 0) -> dict:
     url = (f"{stack.mock_url}/v1/chat/completions" if sc.envoy is None
-           else f"{stack.base_url}/chat/completions")
+           else f"{stack.base_url}/{sc.api}")
     pids = {n: p.pid for n, p in stack.procs.items()}
     counters = authz_counters(stack)
     before = {n: cpu_seconds(pid) for n, pid in pids.items()}
