@@ -102,6 +102,7 @@ fn invalid_configs_exact_messages() {
         (one(r#"{"kind":"openai","cluster":"c","models":["m","n"],"keys":[{"id":"k","value":"v","models":["m"]}]}"#), "providers.p.models: no key may serve model n".into()),
         (one(r#"{"kind":"openai","cluster":"c","version":"1","models":["m"],"keys":[{"id":"k","value":"v"}]}"#), "providers.p.version: only valid for kind anthropic".into()),
         (one(r#"{"kind":"anthropic","cluster":"c","stream_usage":false,"models":["m"],"keys":[{"id":"k","value":"v"}]}"#), "providers.p.stream_usage: only valid for kinds openai and azure".into()),
+        (one(r#"{"kind":"azure","cluster":"c","responses_api":false,"models":["m"],"keys":[{"id":"k","value":"v"}]}"#), "providers.p.responses_api: only valid for kind openai".into()),
         (one(r#"{"kind":"openai","cluster":"c","models":{"m":{"max_tokens":5}},"keys":[{"id":"k","value":"v"}]}"#), "providers.p.models.m.max_tokens: only valid for kind anthropic".into()),
         (one(r#"{"kind":"anthropic","cluster":"c","models":{"m":{"max_tokens":0}},"keys":[{"id":"k","value":"v"}]}"#), "providers.p.models.m.max_tokens: must be greater than 0".into()),
         (one(r#"{"kind":"openai","cluster":"c","models":["m"],"keys":[{"id":"k","value":"a\nb"}]}"#), "providers.p.keys[0]: the key value contains control characters".into()),
