@@ -17,7 +17,9 @@ use tollgate_core::config::{Kind, Runtime};
 use tollgate_core::flow::Flow;
 use tollgate_core::host::fake::FakeHost;
 use tollgate_core::keys::XorShift;
-use tollgate_core::translate::{for_kind, parse_client_body, Endpoint, RequestCtx, ResponseCtx};
+use tollgate_core::translate::{
+    for_kind, parse_client_body, Endpoint, RequestCtx, ResponseCtx, StreamTranslator, Translator,
+};
 
 fn seeds_requests() -> Vec<Value> {
     vec![
@@ -228,6 +230,30 @@ fn fuzz_requests_never_panic() {
     }
 }
 
+/// Mutates a provider stream in place and feeds it to a fresh stream
+/// translator at random splits: → (output, the finished translator).
+fn mutated_stream(
+    t: &dyn Translator,
+    ctx: &ResponseCtx,
+    s: &mut Vec<u8>,
+    r: &mut XorShift,
+) -> (Vec<u8>, Box<dyn StreamTranslator>) {
+    for _ in 0..=(r.next_u32() % 4) {
+        mutate_bytes(s, r);
+    }
+    let mut st = t.stream(ctx);
+    let mut out = Vec::new();
+    let mut rest: &[u8] = s;
+    while !rest.is_empty() {
+        let n = 1 + r.next_u32() as usize % 64;
+        let (a, b) = rest.split_at(n.min(rest.len()));
+        st.feed(a, &mut out);
+        rest = b;
+    }
+    st.finish(&mut out);
+    (out, st)
+}
+
 const ANTHROPIC_STREAM: &str = include_str!("fixtures/anthropic_tool_stream.sse");
 
 #[test]
@@ -326,19 +352,7 @@ fn fuzz_responses_and_streams_never_panic() {
             Kind::Bedrock => bedrock_stream.clone(),
             _ => openai_stream.clone(),
         };
-        for _ in 0..=(r.next_u32() % 4) {
-            mutate_bytes(&mut s, &mut r);
-        }
-        let mut st = t.stream(&ctx);
-        let mut out = Vec::new();
-        let mut rest: &[u8] = &s;
-        while !rest.is_empty() {
-            let n = 1 + r.next_u32() as usize % 64;
-            let (a, b) = rest.split_at(n.min(rest.len()));
-            st.feed(a, &mut out);
-            rest = b;
-        }
-        st.finish(&mut out);
+        let (out, st) = mutated_stream(t, &ctx, &mut s, &mut r);
         let _ = st.usage();
         assert!(
             std::str::from_utf8(&out).is_ok(),
@@ -458,9 +472,6 @@ fn fuzz_responses_front_door_never_panics() {
         }
         // A mutated Anthropic stream, fed at random splits.
         let mut s = ANTHROPIC_STREAM.as_bytes().to_vec();
-        for _ in 0..=(r.next_u32() % 4) {
-            mutate_bytes(&mut s, &mut r);
-        }
         let ctx = ResponseCtx {
             endpoint: Endpoint::Responses,
             stream: true,
@@ -471,16 +482,7 @@ fn fuzz_responses_front_door_never_panics() {
             embed_base64: false,
             model: String::new(),
         };
-        let mut st = t.stream(&ctx);
-        let mut out = Vec::new();
-        let mut rest: &[u8] = &s;
-        while !rest.is_empty() {
-            let n = 1 + r.next_u32() as usize % 64;
-            let (a, b) = rest.split_at(n.min(rest.len()));
-            st.feed(a, &mut out);
-            rest = b;
-        }
-        st.finish(&mut out);
+        let (out, _) = mutated_stream(t, &ctx, &mut s, &mut r);
         // Whatever came, the stream ends with a final lifecycle event.
         let text = std::str::from_utf8(&out).expect("UTF-8 events");
         let last = text.trim_end().rsplit("\n\n").next().unwrap_or("");

@@ -129,6 +129,11 @@ fn stateless(param: &str, what: &str) -> ApiError {
     }
 }
 
+/// 400 for a required parameter that is absent.
+fn missing(param: &str) -> ApiError {
+    ApiError::bad_param(param, format!("Missing required parameter: '{param}'"))
+}
+
 fn is_set(v: Option<&Value>) -> bool {
     !matches!(v, None | Some(Value::Null))
 }
@@ -175,12 +180,7 @@ fn check_common<'a>(
                 }
             }
         }
-        None | Some(Value::Null) => {
-            return Err(ApiError::bad_param(
-                "input",
-                "Missing required parameter: 'input'",
-            ))
-        }
+        None | Some(Value::Null) => return Err(missing("input")),
         Some(_) => {
             return Err(ApiError::bad_param(
                 "input",
@@ -208,10 +208,7 @@ fn check_tools(obj: &Map<String, Value>, client_tools: &[&str]) -> Result<(), Ap
     let mut built_in: Vec<String> = Vec::new();
     for (i, t) in tools.iter().enumerate() {
         let Some(ty) = t.get("type").and_then(Value::as_str) else {
-            return Err(ApiError::bad_param(
-                &format!("tools[{i}].type"),
-                format!("Missing required parameter: 'tools[{i}].type'"),
-            ));
+            return Err(missing(&format!("tools[{i}].type")));
         };
         if ty == "function" || client_tools.contains(&ty) {
             continue;
@@ -528,10 +525,7 @@ pub fn to_chat(body: &Value, provider: &str, kind: Kind) -> Result<Value, ApiErr
                 // A group of functions: offered one by one.
                 Some("namespace") => {
                     let Some(Value::Array(inner)) = t.get("tools") else {
-                        return Err(ApiError::bad_param(
-                            &format!("{at}.tools"),
-                            format!("Missing required parameter: '{at}.tools'"),
-                        ));
+                        return Err(missing(&format!("{at}.tools")));
                     };
                     for (j, f) in inner.iter().enumerate() {
                         let at = format!("{at}.tools[{j}]");
@@ -559,10 +553,7 @@ pub fn to_chat(body: &Value, provider: &str, kind: Kind) -> Result<Value, ApiErr
         }
         Some(Value::Object(c)) if c.get("type").and_then(Value::as_str) == Some("function") => {
             let Some(name) = c.get("name").and_then(Value::as_str) else {
-                return Err(ApiError::bad_param(
-                    "tool_choice.name",
-                    "Missing required parameter: 'tool_choice.name'",
-                ));
+                return Err(missing("tool_choice.name"));
             };
             chat.insert(
                 "tool_choice".into(),
@@ -615,10 +606,7 @@ pub fn to_chat(body: &Value, provider: &str, kind: Kind) -> Result<Value, ApiErr
 
 fn chat_tool(t: &Value, at: &str) -> Result<Value, ApiError> {
     let Some(name) = t.get("name").and_then(Value::as_str) else {
-        return Err(ApiError::bad_param(
-            &format!("{at}.name"),
-            format!("Missing required parameter: '{at}.name'"),
-        ));
+        return Err(missing(&format!("{at}.name")));
     };
     let mut f = Map::new();
     f.insert("name".into(), Value::String(name.to_string()));
@@ -677,12 +665,10 @@ fn chat_content(v: &Value, at: &str, provider: &str) -> Result<Value, ApiError> 
         let here = format!("{at}[{j}]");
         match p.get("type").and_then(Value::as_str) {
             Some("input_text" | "output_text" | "text") => {
-                let text = p.get("text").and_then(Value::as_str).ok_or_else(|| {
-                    ApiError::bad_param(
-                        &format!("{here}.text"),
-                        format!("Missing required parameter: '{here}.text'"),
-                    )
-                })?;
+                let text = p
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| missing(&format!("{here}.text")))?;
                 out.push(json!({"type": "text", "text": text}));
             }
             Some("input_image") => match p.get("image_url").and_then(Value::as_str) {
@@ -709,12 +695,7 @@ fn chat_content(v: &Value, at: &str, provider: &str) -> Result<Value, ApiError> 
                     &format!("Content type '{}'", echo(other)),
                 ))
             }
-            None => {
-                return Err(ApiError::bad_param(
-                    &format!("{here}.type"),
-                    format!("Missing required parameter: '{here}.type'"),
-                ))
-            }
+            None => return Err(missing(&format!("{here}.type"))),
         }
     }
     Ok(Value::Array(out))
@@ -732,12 +713,7 @@ fn input_item(
     let ty = match item.get("type").and_then(Value::as_str) {
         Some(t) => t,
         None if item.get("role").is_some() => "message",
-        None => {
-            return Err(ApiError::bad_param(
-                &format!("{at}.type"),
-                format!("Missing required parameter: '{at}.type'"),
-            ))
-        }
+        None => return Err(missing(&format!("{at}.type"))),
     };
     match ty {
         "message" => {
@@ -764,12 +740,9 @@ fn input_item(
         }
         "function_call" => {
             let field = |k: &str| {
-                item.get(k).and_then(Value::as_str).ok_or_else(|| {
-                    ApiError::bad_param(
-                        &format!("{at}.{k}"),
-                        format!("Missing required parameter: '{at}.{k}'"),
-                    )
-                })
+                item.get(k)
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| missing(&format!("{at}.{k}")))
             };
             let call = json!({"id": field("call_id")?, "type": "function",
                               "function": {"name": field("name")?, "arguments": field("arguments")?}});
@@ -790,10 +763,7 @@ fn input_item(
         }
         "function_call_output" => {
             let Some(call_id) = item.get("call_id").and_then(Value::as_str) else {
-                return Err(ApiError::bad_param(
-                    &format!("{at}.call_id"),
-                    format!("Missing required parameter: '{at}.call_id'"),
-                ));
+                return Err(missing(&format!("{at}.call_id")));
             };
             let output = text_of(
                 item.get("output").unwrap_or(&Value::Null),
@@ -1201,15 +1171,7 @@ impl ChatToResponses {
                     Some(text.as_str()).filter(|t| !t.is_empty()),
                     Some(refusal.as_str()).filter(|r| !r.is_empty()),
                 );
-                self.emit(
-                    out,
-                    "response.output_item.done",
-                    obj([
-                        ("output_index", json!(output_index)),
-                        ("item", item.clone()),
-                    ]),
-                );
-                self.output.push(item);
+                self.item_done(out, output_index, item);
             }
             Open::Call => {
                 let Some(c) = self.calls.last() else {
@@ -1232,17 +1194,22 @@ impl ChatToResponses {
                         ("arguments", json!(arguments)),
                     ]),
                 );
-                self.emit(
-                    out,
-                    "response.output_item.done",
-                    obj([
-                        ("output_index", json!(output_index)),
-                        ("item", item.clone()),
-                    ]),
-                );
-                self.output.push(item);
+                self.item_done(out, output_index, item);
             }
         }
+    }
+
+    /// `response.output_item.done`; the item joins the output.
+    fn item_done(&mut self, out: &mut Vec<u8>, output_index: usize, item: Value) {
+        self.emit(
+            out,
+            "response.output_item.done",
+            obj([
+                ("output_index", json!(output_index)),
+                ("item", item.clone()),
+            ]),
+        );
+        self.output.push(item);
     }
 
     fn complete(&mut self, out: &mut Vec<u8>) {
