@@ -214,3 +214,28 @@ def test_provider_errors_are_openai_errors(client, model):
     with pytest.raises(openai.APIStatusError) as err:
         client.responses.create(model=model, input="hi", extra_headers={"x-mock-error": "503"})
     assert err.value.status_code == 503 and err.value.body["code"] == "provider_overloaded"
+
+
+def access_log(stack) -> list[dict]:
+    text = stack.log_path("envoy").read_text(errors="replace")
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def test_access_log_names_the_responses_operation_and_tokens(stack, client):
+    time.sleep(1.5)  # Envoy flushes its access log every second: earlier tests' lines are in
+    seen = len(access_log(stack))
+    native = client.responses.create(model="openai/gpt-4o-mini", input="log me")
+    with client.responses.stream(model="gemini/gemini-2.0-flash", input="log me too") as s:
+        translated = s.get_final_response()
+    deadline = time.monotonic() + 10
+    while True:
+        mine = [e for e in access_log(stack)[seen:] if e["operation"] == "responses" and e["status"] == 200]
+        by_provider = {e["provider"]: e for e in mine}
+        if {"openai", "gemini"} <= by_provider.keys():
+            break
+        assert time.monotonic() < deadline, [(e["provider"], e["status"], e["path"]) for e in access_log(stack)[seen:]]
+        time.sleep(0.3)
+    for provider, r in (("openai", native), ("gemini", translated)):
+        e = by_provider[provider]
+        assert (e["tenant"], e["operation"]) == ("demo", "responses")
+        assert (e["input_tokens"], e["output_tokens"]) == (str(r.usage.input_tokens), str(r.usage.output_tokens))
