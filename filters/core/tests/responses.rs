@@ -550,3 +550,46 @@ fn chat_answers_become_response_objects() {
     // Not a chat completion: a 502, never a wrong answer.
     assert_eq!(t.response(&c, b"{\"choices\":[]}").unwrap_err().status, 502);
 }
+
+/// An OpenAI-compatible server may interleave the argument deltas of
+/// parallel calls: each goes to its own item.
+#[test]
+fn interleaved_parallel_calls_keep_their_arguments_apart() {
+    let chunk = |delta: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"id": "chatcmpl-2", "model": "m", "choices": [{"index": 0, "delta": delta, "finish_reason": null}]})
+        )
+    };
+    let call = |i: u64, id: Option<&str>, name: Option<&str>, args: &str| {
+        let mut f = json!({"arguments": args});
+        if let Some(n) = name {
+            f["name"] = json!(n);
+        }
+        let mut tc = json!({"index": i, "function": f});
+        if let Some(id) = id {
+            tc["id"] = json!(id);
+        }
+        chunk(json!({"tool_calls": [tc]}))
+    };
+    let stream = [
+        call(0, Some("call_a"), Some("f"), "{\"x\":"),
+        call(1, Some("call_b"), Some("g"), "{\"y\":"),
+        call(0, None, None, "1}"),
+        call(1, None, None, "2}"),
+        "data: {\"id\":\"chatcmpl-2\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}],\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":6}}\n\n".into(),
+        "data: [DONE]\n\n".into(),
+    ]
+    .concat();
+    let rt = rt();
+    let out = every_split(tr(&rt, "compat"), stream.as_bytes());
+    check_answer(
+        &events(&out),
+        "",
+        &[
+            ("f", "call_a", json!({"x": 1})),
+            ("g", "call_b", json!({"y": 2})),
+        ],
+        (4, 6),
+    );
+}

@@ -943,13 +943,15 @@ struct Call {
     call_id: String,
     name: String,
     arguments: String,
+    done: bool,
 }
 
-/// The output item open in the stream.
+/// The output items open in the stream: the message, or the calls (chat
+/// streams may interleave the deltas of parallel calls).
 enum Open {
     None,
     Message { output_index: usize },
-    Call,
+    Calls,
 }
 
 /// An OpenAI chat chunk stream (what every chat translator writes) → the
@@ -969,6 +971,8 @@ pub struct ChatToResponses {
     started: bool,
     done: bool,
     open: Open,
+    /// Output items announced so far.
+    items: usize,
     /// Finished output items, in order.
     output: Vec<Value>,
     text: String,
@@ -991,6 +995,7 @@ impl ChatToResponses {
             started: false,
             done: false,
             open: Open::None,
+            items: 0,
             output: Vec::new(),
             text: String::new(),
             refusal: String::new(),
@@ -1048,7 +1053,8 @@ impl ChatToResponses {
             return output_index;
         }
         self.close(out);
-        let output_index = self.output.len();
+        let output_index = self.items;
+        self.items += 1;
         let id = self.item_id();
         self.emit(
             out,
@@ -1093,38 +1099,20 @@ impl ChatToResponses {
     fn call_delta(&mut self, out: &mut Vec<u8>, tc: &Value) {
         let index = tc.get("index").and_then(Value::as_u64).unwrap_or(0);
         let s = |p: &str| tc.pointer(p).and_then(Value::as_str).unwrap_or("");
-        let is_new =
-            !matches!(self.open, Open::Call) || self.calls.last().is_none_or(|c| c.index != index);
-        if is_new {
-            self.close(out);
-            let output_index = self.output.len();
-            let call_id = match s("/id") {
-                "" => format!("call_{}_{index}", self.rid),
-                id => id.to_string(),
-            };
-            let name = s("/function/name").to_string();
-            self.emit(
-                out,
-                "response.output_item.added",
-                obj([
-                    ("output_index", json!(output_index)),
-                    ("item", call_item(&call_id, &name, "", "in_progress")),
-                ]),
-            );
-            self.calls.push(Call {
-                index,
-                output_index,
-                call_id,
-                name,
-                arguments: String::new(),
-            });
-            self.open = Open::Call;
-        }
+        let open = if matches!(self.open, Open::Calls) {
+            self.calls.iter().position(|c| c.index == index && !c.done)
+        } else {
+            None
+        };
+        let at = match open {
+            Some(at) => at,
+            None => self.open_call(out, index, s("/id"), s("/function/name")),
+        };
         let args = s("/function/arguments");
         if args.is_empty() {
             return;
         }
-        let Some(c) = self.calls.last_mut() else {
+        let Some(c) = self.calls.get_mut(at) else {
             return;
         };
         c.arguments.push_str(args);
@@ -1138,6 +1126,39 @@ impl ChatToResponses {
                 ("delta", json!(args)),
             ]),
         );
+    }
+
+    /// Announces a new call (the message before it ends): its place in
+    /// `calls`.
+    fn open_call(&mut self, out: &mut Vec<u8>, index: u64, id: &str, name: &str) -> usize {
+        if !matches!(self.open, Open::Calls) {
+            self.close(out);
+        }
+        let output_index = self.items;
+        self.items += 1;
+        let call_id = match id {
+            "" => format!("call_{}_{index}", self.rid),
+            id => id.to_string(),
+        };
+        let name = name.to_string();
+        self.emit(
+            out,
+            "response.output_item.added",
+            obj([
+                ("output_index", json!(output_index)),
+                ("item", call_item(&call_id, &name, "", "in_progress")),
+            ]),
+        );
+        self.calls.push(Call {
+            index,
+            output_index,
+            call_id,
+            name,
+            arguments: String::new(),
+            done: false,
+        });
+        self.open = Open::Calls;
+        self.calls.len() - 1
     }
 
     /// Ends the open item: its `.done` events, and it joins the output.
@@ -1173,30 +1194,38 @@ impl ChatToResponses {
                 );
                 self.item_done(out, output_index, item);
             }
-            Open::Call => {
-                let Some(c) = self.calls.last() else {
-                    return;
-                };
-                let item = call_item(&c.call_id, &c.name, &c.arguments, "completed");
-                let (item_id, output_index, name, arguments) = (
-                    format!("fc_{}", c.call_id),
-                    c.output_index,
-                    c.name.clone(),
-                    c.arguments.clone(),
-                );
-                self.emit(
-                    out,
-                    "response.function_call_arguments.done",
-                    obj([
-                        ("item_id", json!(item_id)),
-                        ("output_index", json!(output_index)),
-                        ("name", json!(name)),
-                        ("arguments", json!(arguments)),
-                    ]),
-                );
-                self.item_done(out, output_index, item);
+            Open::Calls => {
+                for at in 0..self.calls.len() {
+                    self.close_call(out, at);
+                }
             }
         }
+    }
+
+    /// A call's `.done` events, once.
+    fn close_call(&mut self, out: &mut Vec<u8>, at: usize) {
+        let Some(c) = self.calls.get_mut(at).filter(|c| !c.done) else {
+            return;
+        };
+        c.done = true;
+        let item = call_item(&c.call_id, &c.name, &c.arguments, "completed");
+        let (item_id, output_index, name, arguments) = (
+            format!("fc_{}", c.call_id),
+            c.output_index,
+            c.name.clone(),
+            c.arguments.clone(),
+        );
+        self.emit(
+            out,
+            "response.function_call_arguments.done",
+            obj([
+                ("item_id", json!(item_id)),
+                ("output_index", json!(output_index)),
+                ("name", json!(name)),
+                ("arguments", json!(arguments)),
+            ]),
+        );
+        self.item_done(out, output_index, item);
     }
 
     /// `response.output_item.done`; the item joins the output.
