@@ -10,6 +10,7 @@ Responses output items and events.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
@@ -239,3 +240,38 @@ def test_access_log_names_the_responses_operation_and_tokens(stack, client):
         e = by_provider[provider]
         assert (e["tenant"], e["operation"]) == ("demo", "responses")
         assert (e["input_tokens"], e["output_tokens"]) == (str(r.usage.input_tokens), str(r.usage.output_tokens))
+
+
+RESERVING_POLICY = """version: 1
+defaults: {{reserve_completion_tokens: 1000}}
+tenants:
+  r: {{}}
+keys:
+  - id: r-key
+    tenant: r
+    sha256: {sha}
+    limits: {{tokens_per_day: 100000}}
+"""
+
+
+@pytest.mark.parametrize("model", ["openai/gpt-4o-mini", "bedrock/anthropic.claude-3-haiku-20240307-v1:0"])
+def test_a_reservation_is_settled_by_the_real_usage(make_stack, tmp_path, model):
+    """authz-service reserves the prompt's estimate plus 1,000 tokens; the
+    filter's usage report settles it, so the next request sees only the
+    real usage charged."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(RESERVING_POLICY.format(sha=hashlib.sha256(b"tg-reserve").hexdigest()))
+    s = make_stack(policy=policy)
+    c = openai.OpenAI(base_url=s.base_url, api_key="tg-reserve", max_retries=0, timeout=20)
+    raw = c.responses.with_raw_response.create(model=model, input="hi there")
+    first = 100000 - int(raw.headers["x-ratelimit-remaining-tokens"])
+    used = raw.parse().usage.total_tokens
+    assert used < 1000 < first
+    deadline = time.monotonic() + 5  # the filter posts usage every 100 ms
+    while authz_metric(s, "tollgate_authz_usage_tokens_total") < used and time.monotonic() < deadline:
+        time.sleep(0.05)
+    raw = c.responses.with_raw_response.create(model=model, input="hi there")
+    second = 100000 - int(raw.headers["x-ratelimit-remaining-tokens"])
+    # The first request's reservation came back but for its real usage (a
+    # day's budget refills about a token a second).
+    assert 0 <= used + first - second <= 5, (used, first, second)
