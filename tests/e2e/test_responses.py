@@ -10,7 +10,6 @@ Responses output items and events.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import time
@@ -20,6 +19,7 @@ import openai
 import pytest
 
 from helpers import assert_openai_error, post
+from test_budgets import reserving_stack
 
 NATIVE = ["openai/gpt-4o-mini", "azure/gpt-4o-mini"]
 TRANSLATED = ["anthropic/claude-haiku-4-5", "gemini/gemini-2.0-flash",
@@ -242,16 +242,6 @@ def test_access_log_names_the_responses_operation_and_tokens(stack, client):
         assert (e["input_tokens"], e["output_tokens"]) == (str(r.usage.input_tokens), str(r.usage.output_tokens))
 
 
-RESERVING_POLICY = """version: 1
-defaults: {{reserve_completion_tokens: 1000}}
-tenants:
-  r: {{}}
-keys:
-  - id: r-key
-    tenant: r
-    sha256: {sha}
-    limits: {{tokens_per_day: 100000}}
-"""
 
 
 @pytest.mark.parametrize("model", ["openai/gpt-4o-mini", "bedrock/anthropic.claude-3-haiku-20240307-v1:0"])
@@ -259,9 +249,7 @@ def test_a_reservation_is_settled_by_the_real_usage(make_stack, tmp_path, model)
     """authz-service reserves the prompt's estimate plus 1,000 tokens; the
     filter's usage report settles it, so the next request sees only the
     real usage charged."""
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(RESERVING_POLICY.format(sha=hashlib.sha256(b"tg-reserve").hexdigest()))
-    s = make_stack(policy=policy)
+    s = reserving_stack(make_stack, tmp_path)
     c = openai.OpenAI(base_url=s.base_url, api_key="tg-reserve", max_retries=0, timeout=20)
     raw = c.responses.with_raw_response.create(model=model, input="hi there")
     first = 100000 - int(raw.headers["x-ratelimit-remaining-tokens"])

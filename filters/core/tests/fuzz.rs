@@ -204,30 +204,35 @@ fn fuzz_requests_never_panic() {
             }
         }
         // And the whole flow.
-        for path in ["/v1/chat/completions", "/v1/embeddings"] {
-            let mut h = FakeHost {
-                req_headers: vec![
-                    (":method".into(), "POST".into()),
-                    (":path".into(), path.into()),
-                    ("x-tollgate-models".into(), "*".into()),
-                ],
-                req_body: bytes.clone(),
-                ..FakeHost::default()
-            };
-            let mut f = Flow::new(Arc::clone(&rt));
-            f.on_request_headers(&mut h, false);
-            f.on_request_body(&mut h, bytes.len(), true);
-            if let Some((status, _, body)) = &h.local_reply {
+        for path in ["/v1/chat/completions", "/v1/embeddings", "/v1/responses"] {
+            if let Some((status, e)) = through_flow(&rt, path, &bytes) {
                 assert!(
-                    (200..500).contains(status) || *status == 503,
+                    (200..500).contains(&status) || status == 503,
                     "status {status} for {}",
                     String::from_utf8_lossy(&bytes)
                 );
-                let e: Value = serde_json::from_slice(body).unwrap();
                 assert!(e.get("error").is_some() || e.get("object").is_some());
             }
         }
     }
+}
+
+/// A request through the filter's request side: its local reply, if any.
+fn through_flow(rt: &Arc<Runtime>, path: &str, bytes: &[u8]) -> Option<(u16, Value)> {
+    let mut h = FakeHost {
+        req_headers: vec![
+            (":method".into(), "POST".into()),
+            (":path".into(), path.into()),
+            ("x-tollgate-models".into(), "*".into()),
+        ],
+        req_body: bytes.to_vec(),
+        ..FakeHost::default()
+    };
+    let mut f = Flow::new(Arc::clone(rt));
+    f.on_request_headers(&mut h, false);
+    f.on_request_body(&mut h, bytes.len(), true);
+    let (status, _, body) = h.local_reply?;
+    Some((status, serde_json::from_slice(&body).unwrap()))
 }
 
 /// Mutates a provider stream in place and feeds it to a fresh stream
@@ -453,21 +458,8 @@ fn fuzz_responses_front_door_never_panics() {
         for kind in [Kind::Openai, Kind::Anthropic, Kind::Gemini, Kind::Bedrock] {
             let _ = to_chat(&v, "p", kind);
         }
-        let mut h = FakeHost {
-            req_headers: vec![
-                (":method".into(), "POST".into()),
-                (":path".into(), "/v1/responses".into()),
-                ("x-tollgate-models".into(), "*".into()),
-            ],
-            req_body: bytes.clone(),
-            ..FakeHost::default()
-        };
-        let mut f = Flow::new(Arc::clone(&rt));
-        f.on_request_headers(&mut h, false);
-        f.on_request_body(&mut h, bytes.len(), true);
-        if let Some((status, _, body)) = &h.local_reply {
-            assert!((400..500).contains(status), "status {status}");
-            let e: Value = serde_json::from_slice(body).unwrap();
+        if let Some((status, e)) = through_flow(&rt, "/v1/responses", &bytes) {
+            assert!((400..500).contains(&status), "status {status}");
             assert!(e["error"]["message"].is_string());
         }
         // A mutated Anthropic stream, fed at random splits.
