@@ -593,3 +593,121 @@ fn interleaved_parallel_calls_keep_their_arguments_apart() {
         (4, 6),
     );
 }
+
+mod flow {
+    //! `/v1/responses` through the filter's whole flow (in-memory host):
+    //! routed, translated back, usage reported under the canonical model.
+
+    use std::sync::Arc;
+
+    use serde_json::{json, Value};
+    use tollgate_core::flow::{Action, Flow};
+    use tollgate_core::host::fake::FakeHost;
+
+    fn host(body: &Value) -> FakeHost {
+        let body = serde_json::to_vec(body).unwrap();
+        FakeHost {
+            now: 1_700_000_000_000,
+            req_headers: [
+                (":method", "POST"),
+                (":path", "/v1/responses"),
+                ("x-tollgate-tenant", "demo"),
+                ("x-tollgate-key-id", "demo-key"),
+                ("x-tollgate-models", "*"),
+            ]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .to_vec(),
+            req_body: body,
+            ..FakeHost::default()
+        }
+    }
+
+    fn run(body: Value, status: u16, ctype: &str, answer: &[u8]) -> FakeHost {
+        let rt = Arc::new(super::rt());
+        let mut f = Flow::new(Arc::clone(&rt));
+        let mut h = host(&body);
+        assert_eq!(f.on_request_headers(&mut h, false), Action::Pause);
+        let n = h.req_body.len();
+        assert_eq!(f.on_request_body(&mut h, n, true), Action::Continue);
+        assert!(h.local_reply.is_none(), "{:?}", h.local_reply);
+        h.resp_headers = vec![
+            (":status".into(), status.to_string()),
+            ("content-type".into(), ctype.into()),
+        ];
+        h.resp_body = answer.to_vec();
+        f.on_response_headers(&mut h, false);
+        f.on_response_body(&mut h, answer.len(), true);
+        f.on_log(&mut h);
+        h
+    }
+
+    fn property(h: &FakeHost, name: &str) -> String {
+        String::from_utf8(h.properties[name].clone()).unwrap()
+    }
+
+    #[test]
+    fn translated_answer_and_usage_report() {
+        let answer = br#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"Hello"}],"stop_reason":"end_turn","usage":{"input_tokens":7,"output_tokens":2}}"#;
+        let h = run(
+            json!({"model": "anthropic/claude-sonnet-4-5", "input": "hi", "instructions": "brief"}),
+            200,
+            "application/json",
+            answer,
+        );
+        assert_eq!(h.req_header(":path").as_deref(), Some("/v1/messages"));
+        let sent: Value = serde_json::from_slice(&h.req_body).unwrap();
+        assert_eq!(sent["system"], "brief");
+        let out: Value = serde_json::from_slice(&h.resp_body).unwrap();
+        assert_eq!(out["object"], "response");
+        assert_eq!(out["output"][0]["content"][0]["text"], "Hello");
+        assert_eq!(
+            h.resp_header("content-length"),
+            Some(h.resp_body.len().to_string())
+        );
+        assert_eq!(
+            h.resp_header("content-type").as_deref(),
+            Some("application/json")
+        );
+        let u: Value = serde_json::from_slice(&h.posts[0].2).unwrap();
+        assert_eq!(u["model"], "anthropic/claude-sonnet-4-5");
+        assert_eq!(
+            (u["prompt_tokens"].as_u64(), u["completion_tokens"].as_u64()),
+            (Some(7), Some(2))
+        );
+        assert_eq!(
+            property(&h, tollgate_core::metrics::property::OPERATION),
+            "responses"
+        );
+    }
+
+    #[test]
+    fn passthrough_answer_is_untouched_and_its_usage_reported() {
+        let answer = br#"{"id":"resp_1","object":"response","output":[],"usage":{"input_tokens":5,"output_tokens":3,"total_tokens":8}}"#;
+        let h = run(
+            json!({"model": "openai/gpt-4o-mini", "input": "hi"}),
+            200,
+            "application/json",
+            answer,
+        );
+        assert_eq!(h.req_header(":path").as_deref(), Some("/v1/responses"));
+        assert_eq!(h.resp_body, answer);
+        let u: Value = serde_json::from_slice(&h.posts[0].2).unwrap();
+        assert_eq!(
+            (u["prompt_tokens"].as_u64(), u["completion_tokens"].as_u64()),
+            (Some(5), Some(3))
+        );
+    }
+
+    #[test]
+    fn provider_errors_are_openai_errors() {
+        let h = run(
+            json!({"model": "anthropic/claude-sonnet-4-5", "input": "hi"}),
+            429,
+            "application/json",
+            br#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#,
+        );
+        let out: Value = serde_json::from_slice(&h.resp_body).unwrap();
+        assert_eq!(h.resp_header(":status").as_deref(), Some("429"));
+        assert_eq!(out["error"]["code"], "rate_limit_exceeded");
+    }
+}
