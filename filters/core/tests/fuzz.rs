@@ -172,14 +172,7 @@ fn fuzz_requests_never_panic() {
     let mut r = XorShift::new(seed());
     let seeds = seeds_requests();
     for _ in 0..iters() {
-        let mut v = seeds[r.next_u32() as usize % seeds.len()].clone();
-        for _ in 0..=(r.next_u32() % 3) {
-            mutate_json(&mut v, &mut r);
-        }
-        let mut bytes = serde_json::to_vec(&v).unwrap_or_default();
-        if r.next_u32() % 4 == 0 {
-            mutate_bytes(&mut bytes, &mut r);
-        }
+        let (_, bytes) = mutated_request(&seeds, &mut r);
         // Straight translation with both translators.
         if let Ok((body, model)) = parse_client_body(&bytes) {
             if let Some(res) = rt.resolve(&model) {
@@ -215,6 +208,19 @@ fn fuzz_requests_never_panic() {
             }
         }
     }
+}
+
+/// A seed request mutated as JSON, and its bytes, sometimes mutated too.
+fn mutated_request(seeds: &[Value], r: &mut XorShift) -> (Value, Vec<u8>) {
+    let mut v = seeds[r.next_u32() as usize % seeds.len()].clone();
+    for _ in 0..=(r.next_u32() % 3) {
+        mutate_json(&mut v, r);
+    }
+    let mut bytes = serde_json::to_vec(&v).unwrap_or_default();
+    if r.next_u32() % 4 == 0 {
+        mutate_bytes(&mut bytes, r);
+    }
+    (v, bytes)
 }
 
 /// A request through the filter's request side: its local reply, if any.
@@ -447,14 +453,7 @@ fn fuzz_responses_front_door_never_panics() {
         .unwrap();
     let t = translator(anthropic, Endpoint::Responses);
     for _ in 0..iters() {
-        let mut v = seeds[r.next_u32() as usize % seeds.len()].clone();
-        for _ in 0..=(r.next_u32() % 3) {
-            mutate_json(&mut v, &mut r);
-        }
-        let mut bytes = serde_json::to_vec(&v).unwrap_or_default();
-        if r.next_u32() % 4 == 0 {
-            mutate_bytes(&mut bytes, &mut r);
-        }
+        let (v, bytes) = mutated_request(&seeds, &mut r);
         for kind in [Kind::Openai, Kind::Anthropic, Kind::Gemini, Kind::Bedrock] {
             let _ = to_chat(&v, "p", kind);
         }
