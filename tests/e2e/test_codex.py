@@ -1,7 +1,9 @@
 """OpenAI's Codex CLI (it speaks only the Responses API) completes a prompt
 through the gateway: `codex exec` with a custom model provider whose
 base_url is the gateway and whose key is a virtual key, against mock-llm,
-offline. Once passed through to OpenAI, once translated to Anthropic.
+offline: passed through to OpenAI, and translated (Codex's whole tool list
+included) to Anthropic, Gemini, Bedrock and a chat-only OpenAI-compatible
+server.
 
 The CLI is installed by `scripts/bootstrap.sh --agents` into .tools/agents
 (npm, pinned); the test runs that step itself and skips, saying why, only
@@ -64,12 +66,21 @@ wire_api = "responses"
                           cwd=work, env=env, capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
 
 
-@pytest.mark.parametrize("model,path", [("openai/gpt-4o-mini", "/v1/responses"),
-                                        ("anthropic/claude-haiku-4-5", "/v1/messages")])
+# Model → where its request lands at the provider (a path prefix).
+ROUTES = [
+    ("openai/gpt-4o-mini", "/v1/responses"),
+    ("anthropic/claude-haiku-4-5", "/v1/messages"),
+    ("gemini/gemini-2.0-flash", "/v1beta/models/gemini-2.0-flash:streamGenerateContent"),
+    ("bedrock/anthropic.claude-3-haiku-20240307-v1:0", "/model/anthropic.claude-3-haiku-20240307-v1"),
+    ("mistral/mistral-small-latest", "/mistral/v1/chat/completions"),
+]
+
+
+@pytest.mark.parametrize("model,path", ROUTES)
 def test_codex_exec_completes_a_prompt_through_the_gateway(codex, stack, demo_key, tmp_path, model, path):
     r = run_codex(codex, stack, demo_key, model, tmp_path / "home")
     assert r.returncode == 0, f"stdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-3000:]}"
-    mine = [q for q in mock_requests(stack) if q["path"] == path and PROMPT in json.dumps(q["body"])]
+    mine = [q for q in mock_requests(stack) if q["path"].startswith(path) and PROMPT in json.dumps(q["body"])]
     assert mine, "Codex's request never reached the provider"
     # Codex prints the model's final message: the mock's answer.
     assert "mock response to:" in r.stdout.lower(), r.stdout[-3000:]
