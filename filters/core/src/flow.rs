@@ -30,8 +30,10 @@ use crate::error::{clip, ApiError, ECHO_MAX_CHARS, SERVER};
 use crate::host::{Host, Level, MetricKind};
 use crate::metrics::{self, property, ErrorClass, Metrics, Series};
 use crate::plan::{plan, provider_request_id_header, RequestFacts, Route};
+use crate::translate::messages::DROPPED_HEADER;
 use crate::translate::{
-    for_kind, map_error_status, merge_embeddings, Endpoint, StreamTranslator, Usage,
+    for_kind, for_route, map_error_status, merge_embeddings, Endpoint, Front, StreamTranslator,
+    Usage,
 };
 use crate::usage::{report_body, Report, UsageBatch};
 
@@ -74,6 +76,7 @@ enum Phase {
 /// What the request headers said, kept until the body is complete.
 struct Pending {
     endpoint: Endpoint,
+    front: Front,
     tenant: Option<String>,
     key_id: Option<String>,
     /// `x-tollgate-reserved`: tokens authz-service reserved for this request.
@@ -138,6 +141,9 @@ pub struct Flow {
     batch: Option<Rc<RefCell<UsageBatch>>>,
     /// The worker's metric ids.
     metrics: Rc<RefCell<Metrics>>,
+    /// The request came in on the Anthropic Messages routes: errors are
+    /// written in Anthropic's shape.
+    anthropic: bool,
 }
 
 impl Flow {
@@ -148,6 +154,7 @@ impl Flow {
             logged: false,
             batch: None,
             metrics: Rc::default(),
+            anthropic: false,
         }
     }
 
@@ -170,7 +177,7 @@ impl Flow {
         if let Some(s) = &retry_after {
             headers.push(("retry-after", s));
         }
-        h.send_local_reply(e.status, &headers, &e.body());
+        h.send_local_reply(e.status, &headers, &e.body_for(self.anthropic));
         h.metric(
             MetricKind::Counter,
             &format!("tollgate.rejected.{}", e.code.as_deref().unwrap_or("error")),
@@ -185,6 +192,7 @@ impl Flow {
         let full_path = h.request_header(":path").unwrap_or_default();
         let path = full_path.split('?').next().unwrap_or("");
         let allowed = h.request_header(MODELS);
+        self.anthropic = tollgate_wire::is_messages_path(path);
         if path == "/v1/models" || path.starts_with("/v1/models/") {
             if method != "GET" {
                 return self.reply(h, &ApiError::method_not_allowed(&method, path));
@@ -195,7 +203,12 @@ impl Flow {
                 .map(|id| percent_decode_str(id).decode_utf8_lossy().into_owned());
             return self.models_reply(h, allowed.as_deref().unwrap_or(""), one.as_deref());
         }
-        let Some(endpoint) = Endpoint::from_path(path) else {
+        let front = Front::messages_path(path).unwrap_or_default();
+        let endpoint = match front {
+            Front::OpenAi => Endpoint::from_path(path),
+            Front::Messages | Front::CountTokens => Some(Endpoint::Chat),
+        };
+        let Some(endpoint) = endpoint else {
             return self.reply(h, &ApiError::unknown_url(&method, path));
         };
         if method != "POST" {
@@ -225,6 +238,7 @@ impl Flow {
         }
         self.phase = Phase::AwaitBody(Box::new(Pending {
             endpoint,
+            front,
             tenant: h.request_header(TENANT),
             key_id: h.request_header(KEY_ID),
             reserved: h.request_header(RESERVED).and_then(|v| v.parse().ok()),
@@ -332,6 +346,7 @@ impl Flow {
         let header_names = h.request_header_names();
         let facts = RequestFacts {
             endpoint: pending.endpoint,
+            front: pending.front,
             body,
             header_names: header_names.as_deref(),
             allowed: pending.allowed.as_deref().unwrap_or(""),
@@ -363,6 +378,17 @@ impl Flow {
         };
         if !planned.calls.is_empty() {
             return self.fan_out(h, routed, planned.calls);
+        }
+        if let Some(body) = planned.local {
+            // Answered without a provider call: no tokens used, so the
+            // usage report (0) refunds the reservation.
+            self.count_request(h, &mut routed);
+            routed.usage = Some(Usage::default());
+            routed.fanned_out = true;
+            routed.upstream_status = 200;
+            expose_usage(h, &mut routed);
+            h.send_local_reply(200, &[("content-type", "application/json")], &body);
+            return Ok(Phase::Routed(Box::new(routed)));
         }
         let mut ok = true;
         for (name, value) in &planned.headers {
@@ -591,8 +617,11 @@ impl Flow {
                 cooldown::start(h, &provider.name, &key.id, status, now, rt.cooldown_ms);
             }
         }
+        if !r.route.dropped.is_empty() {
+            h.set_response_header(DROPPED_HEADER, Some(&r.route.dropped));
+        }
         let ctype = h.response_header("content-type").unwrap_or_default();
-        let tr = for_kind(provider.kind());
+        let tr = for_route(provider.kind(), r.route.front);
         if status >= 400 {
             let (mapped, _, _) = map_error_status(status);
             h.set_response_header(":status", Some(&mapped.to_string()));
@@ -647,7 +676,8 @@ impl Flow {
         let Some(provider) = rt.provider(r.route.provider) else {
             return Action::Continue;
         };
-        let tr = for_kind(provider.kind());
+        let tr = for_route(provider.kind(), r.route.front);
+        let anthropic = r.route.front.anthropic();
         let created = h.now_ms() / 1000;
         match &mut r.resp {
             RespMode::None => Action::Continue,
@@ -685,7 +715,7 @@ impl Flow {
                     }
                     Err(e) => {
                         h.set_response_header(":status", Some(&e.status.to_string()));
-                        Some(e.body())
+                        Some(e.body_for(anthropic))
                     }
                 };
                 if let Some(b) = out {
@@ -712,7 +742,7 @@ impl Flow {
                         cooldown::start(h, &provider.name, &key.id, status, now, rt.cooldown_ms);
                     }
                 }
-                let b = e.body();
+                let b = e.body_for(anthropic);
                 h.set_response_header("content-length", Some(&b.len().to_string()));
                 h.set_response_body(body_size, &b);
                 Action::Continue
