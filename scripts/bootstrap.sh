@@ -12,6 +12,9 @@
 # and promtool). The venv also gets kubernetes-validate (the Kubernetes JSON
 # schemas, bundled) for `make k8s-check`.
 #   .tools/wasm.env which Rust Wasm target and toolchain to build the filter with
+#   .tools/agents/  the coding-agent CLIs (npm, pinned): Claude Code and Codex,
+#                   real clients of the /v1/messages and /v1/responses front doors
+#                   (TG_AGENTS_DIR overrides the directory)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,6 +23,8 @@ cd "$ROOT"
 FORTIO_VERSION="v1.66.5"
 KUSTOMIZE_VERSION="v5.7.1"
 KUBERNETES_VALIDATE_VERSION="1.37.0"
+CLAUDE_CODE_VERSION="2.1.197"
+CODEX_VERSION="0.169.0"
 VENV="$ROOT/.venv"
 TOOLS="$ROOT/.tools"
 CHECK_ONLY=0
@@ -142,6 +147,23 @@ else
     } > "$TOOLS/wasm.env"
   fi
   say "wasm target: $(grep WASM_TARGET= "$TOOLS/wasm.env" | cut -d= -f2)"
+fi
+
+# --- Agent CLIs (npm, pinned) into .tools/agents ----------------------------
+# Each package ships its own Linux binary as an npm dependency. Skipped (the
+# agent tests then skip, saying why) when npm is absent.
+AGENTS="${TG_AGENTS_DIR:-$TOOLS/agents}"
+if [[ -x "$AGENTS/node_modules/.bin/claude" && -x "$AGENTS/node_modules/.bin/codex" ]]; then
+  say "agent CLIs: claude $(cd "$AGENTS" && npm ls --depth=0 2>/dev/null | grep -o 'claude-code@[^ ]*' | cut -d@ -f2), codex in $AGENTS"
+elif [[ $CHECK_ONLY == 1 ]]; then
+  say "agent CLIs: not installed"
+elif command -v npm >/dev/null; then
+  say "npm install claude-code@$CLAUDE_CODE_VERSION codex@$CODEX_VERSION into $AGENTS"
+  mkdir -p "$AGENTS"
+  npm install --no-audit --no-fund --prefix "$AGENTS" \
+    "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" "@openai/codex@$CODEX_VERSION" >/dev/null
+else
+  say "npm not found: agent CLI tests will skip"
 fi
 
 say "done"

@@ -193,6 +193,9 @@ impl Flow {
         let path = full_path.split('?').next().unwrap_or("");
         let allowed = h.request_header(MODELS);
         self.anthropic = tollgate_wire::is_messages_path(path);
+        if self.anthropic {
+            h.set_property(property::API, b"anthropic");
+        }
         if path == "/v1/models" || path.starts_with("/v1/models/") {
             if method != "GET" {
                 return self.reply(h, &ApiError::method_not_allowed(&method, path));

@@ -197,6 +197,10 @@ pub mod property {
     pub const INPUT_TOKENS: &str = "tollgate.input_tokens";
     pub const OUTPUT_TOKENS: &str = "tollgate.output_tokens";
     pub const CACHED_TOKENS: &str = "tollgate.cached_tokens";
+    /// `anthropic` on the Messages routes: Envoy's own replies for them
+    /// (`local_reply_config`) are Anthropic-shaped after `:path` was
+    /// rewritten for the provider.
+    pub const API: &str = "tollgate.api";
 }
 
 #[cfg(test)]
