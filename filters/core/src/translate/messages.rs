@@ -786,10 +786,39 @@ pub fn to_chat(body: &Value, provider: &str) -> Result<ChatRequest, ApiError> {
                     return Err(ApiError::unsupported_param("top_k", provider));
                 }
             }
-            // Anthropic-side settings with no effect on a translated answer.
-            "service_tier" | "container" | "context_management" | "mcp_servers" => {
+            "output_format" => match (v.get("type").and_then(Value::as_str), v.get("schema")) {
+                (Some("json_schema"), Some(schema)) => {
+                    out.insert(
+                        "response_format".into(),
+                        json!({"type": "json_schema",
+                               "json_schema": {"name": "output", "schema": schema}}),
+                    );
+                }
+                _ if v.is_null() => {}
+                _ => {
+                    return Err(bad(
+                        "output_format",
+                        "Invalid value for 'output_format': expected {\"type\": \"json_schema\", \"schema\": …}",
+                    ))
+                }
+            },
+            // Anthropic-side settings with no counterpart elsewhere (Claude
+            // Code sends context_management and output_config): dropped
+            // and named in the response header.
+            "service_tier" => {}
+            "container" | "mcp_servers" | "inference_geo" => {
                 if !v.is_null() {
-                    note(&mut dropped, "context");
+                    return Err(ApiError::unsupported_param(k, provider));
+                }
+            }
+            "context_management" => {
+                if !v.is_null() {
+                    note(&mut dropped, "context_management");
+                }
+            }
+            "output_config" => {
+                if !v.is_null() {
+                    note(&mut dropped, "output_config");
                 }
             }
             other => {
