@@ -17,7 +17,9 @@ use tollgate_core::config::{Kind, Runtime};
 use tollgate_core::flow::Flow;
 use tollgate_core::host::fake::FakeHost;
 use tollgate_core::keys::XorShift;
-use tollgate_core::translate::{for_kind, parse_client_body, Endpoint, RequestCtx, ResponseCtx};
+use tollgate_core::translate::{
+    for_kind, for_route, messages, parse_client_body, Endpoint, Front, RequestCtx, ResponseCtx,
+};
 
 fn seeds_requests() -> Vec<Value> {
     vec![
@@ -319,6 +321,12 @@ fn fuzz_responses_and_streams_never_panic() {
         }
         let _ = t.response(&ctx, &body);
         let _ = t.error(400 + (r.next_u32() % 200) as u16, &body);
+        let front = if r.next_u32() % 2 == 0 {
+            Front::Messages
+        } else {
+            Front::CountTokens
+        };
+        let _ = for_route(kind, front).response(&ctx, &body);
         // Streams: mutate and feed at random splits.
         let mut s = match kind {
             Kind::Anthropic => ANTHROPIC_STREAM.as_bytes().to_vec(),
@@ -344,6 +352,19 @@ fn fuzz_responses_and_streams_never_panic() {
             std::str::from_utf8(&out).is_ok(),
             "translated stream must stay UTF-8"
         );
+        // The same bytes through the Messages front door's stream.
+        let mut st = for_route(kind, Front::Messages).stream(&ctx);
+        let mut out = Vec::new();
+        for part in s.chunks(1 + r.next_u32() as usize % 64) {
+            st.feed(part, &mut out);
+        }
+        st.finish(&mut out);
+        let _ = (st.usage(), st.first_token_seen());
+        if kind != Kind::Anthropic {
+            // Translated (the passthrough sends the provider's bytes as
+            // they are).
+            assert!(std::str::from_utf8(&out).is_ok(), "Messages stream must stay UTF-8");
+        }
     }
 }
 
@@ -392,5 +413,74 @@ fn fuzz_configs_never_panic() {
             mutate_bytes(&mut bytes, &mut r);
         }
         let _ = Runtime::from_json(&bytes, &common::env);
+    }
+}
+
+fn seeds_messages() -> Vec<Value> {
+    vec![
+        json!({"model": "claude-haiku-4-5", "max_tokens": 50, "stream": true,
+               "system": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral"}}],
+               "messages": [{"role": "user", "content": "hi"}, {"role": "system", "content": "be brief"}]}),
+        json!({"model": "openai/gpt-4o-mini", "max_tokens": 50, "stop_sequences": ["x"], "temperature": 0.5,
+               "tools": [{"name": "f", "description": "d", "input_schema": {"type": "object"}}],
+               "tool_choice": {"type": "tool", "name": "f", "disable_parallel_tool_use": true},
+               "thinking": {"type": "enabled", "budget_tokens": 1024}, "metadata": {"user_id": "u"},
+               "messages": [
+                 {"role": "user", "content": [{"type": "text", "text": "a"},
+                   {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]},
+                 {"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "signature": "s"},
+                   {"type": "tool_use", "id": "t1", "name": "f", "input": {"a": 1}}]},
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "is_error": true,
+                   "content": [{"type": "text", "text": "r"}]}]}]}),
+        json!({"model": "fast", "max_tokens": 5, "output_format": {"type": "json_schema", "schema": {"type": "object"}},
+               "messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "https://x/y.png"}}]}]}),
+    ]
+}
+
+#[test]
+fn fuzz_messages_requests_never_panic() {
+    let rt = Arc::new(common::runtime());
+    let mut r = XorShift::new(seed() ^ 0x3e55);
+    let seeds = seeds_messages();
+    for _ in 0..iters() {
+        let mut v = seeds[r.next_u32() as usize % seeds.len()].clone();
+        for _ in 0..=(r.next_u32() % 3) {
+            mutate_json(&mut v, &mut r);
+        }
+        let _ = messages::to_chat(&v, "p");
+        let _ = messages::estimate_input_tokens(&v, "p");
+        let mut bytes = serde_json::to_vec(&v).unwrap_or_default();
+        if r.next_u32() % 4 == 0 {
+            mutate_bytes(&mut bytes, &mut r);
+        }
+        for path in ["/v1/messages", "/v1/messages/count_tokens"] {
+            let mut h = FakeHost {
+                req_headers: vec![
+                    (":method".into(), "POST".into()),
+                    (":path".into(), path.into()),
+                    ("x-tollgate-models".into(), "*".into()),
+                    ("anthropic-version".into(), "2023-06-01".into()),
+                ],
+                req_body: bytes.clone(),
+                ..FakeHost::default()
+            };
+            let mut f = Flow::new(Arc::clone(&rt));
+            f.on_request_headers(&mut h, false);
+            f.on_request_body(&mut h, bytes.len(), true);
+            if let Some((status, _, body)) = &h.local_reply {
+                assert!(
+                    (200..500).contains(status) || *status == 503,
+                    "status {status} for {}",
+                    String::from_utf8_lossy(&bytes)
+                );
+                let e: Value = serde_json::from_slice(body).unwrap();
+                if *status == 200 {
+                    assert!(e["input_tokens"].as_u64().is_some_and(|n| n > 0), "{e}");
+                } else {
+                    assert_eq!(e["type"], "error", "{e}");
+                    assert!(e["error"]["message"].is_string(), "{e}");
+                }
+            }
+        }
     }
 }

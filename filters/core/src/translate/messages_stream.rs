@@ -258,7 +258,6 @@ impl StreamTranslator for MessagesStream {
 /// The Anthropic passthrough's stream: the bytes go out untouched; the
 /// events are read for usage (`message_start`, then `message_delta`'s
 /// cumulative counts) and the first token.
-#[derive(Default)]
 pub(crate) struct AnthropicUsageStream {
     parser: SseParser,
     usage: Option<Usage>,
@@ -267,6 +266,21 @@ pub(crate) struct AnthropicUsageStream {
     ended: bool,
     /// The parser gave up (an over-long line): bytes still pass.
     broken: bool,
+    /// The last byte passed on ended a line.
+    at_line_start: bool,
+}
+
+impl Default for AnthropicUsageStream {
+    fn default() -> Self {
+        AnthropicUsageStream {
+            parser: SseParser::default(),
+            usage: None,
+            first_token: false,
+            ended: false,
+            broken: false,
+            at_line_start: true,
+        }
+    }
 }
 
 impl AnthropicUsageStream {
@@ -309,6 +323,9 @@ impl AnthropicUsageStream {
 impl StreamTranslator for AnthropicUsageStream {
     fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
         out.extend_from_slice(chunk);
+        if let Some(last) = chunk.last() {
+            self.at_line_start = matches!(last, b'\n' | b'\r');
+        }
         if self.broken {
             return;
         }
@@ -325,6 +342,12 @@ impl StreamTranslator for AnthropicUsageStream {
             self.parser = parser;
         }
         if !self.ended {
+            // End the cut line and event first, so the error is an event of
+            // its own.
+            if !self.at_line_start {
+                out.push(b'\n');
+            }
+            out.push(b'\n');
             push_error(out, "api_error", "The provider's stream ended early");
             self.ended = true;
         }
