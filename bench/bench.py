@@ -15,6 +15,8 @@ Scenarios (each on a fresh stack, all in one session so they compare fairly):
     authz-null   Envoy + ext_authz against authz-null (allows all)  authz's floor
     full         the whole gateway (OpenAI→Anthropic), non-streaming
     full-stream  the whole gateway, streaming
+    messages     Anthropic Messages in → Anthropic passthrough (bare model name)
+    messages-openai  Anthropic Messages in → OpenAI, translated both ways
     floor        Envoy + authz-null + null Wasm (waits for the body) full's floor
     envoy-512k, full-512k, full-512k-anthropic
                  512 KB request bodies at a low fixed rate: plain Envoy, the
@@ -160,8 +162,14 @@ class Scenario:
     # Request body padded to this size (bytes, JSON included), sent at the
     # plan's large-body rate instead of its rates and steps.
     body_bytes: int = 0
+    # The client API: "openai" (/v1/chat/completions) or "messages"
+    # (Anthropic's /v1/messages).
+    api: str = "openai"
 
     def payload(self) -> str:
+        if self.api == "messages":
+            return json.dumps(dict(CHAT_OPENAI, model=self.model, max_tokens=256,
+                                   **({"stream": True} if self.stream else {})))
         body = dict(CHAT_OPENAI, model=self.model)
         if self.stream:
             body["stream"] = True
@@ -176,6 +184,7 @@ class Scenario:
 def scenarios(mock_key: str) -> list[Scenario]:
     base = load_envoy()
     auth = {"authorization": f"Bearer {DEMO_KEY}"}
+    anthropic_auth = {"x-api-key": DEMO_KEY, "anthropic-version": "2023-06-01"}
     plain = without_clusters(fixed_route_to_mock(without_filters(base, "envoy.filters.http.ext_authz",
                                                                  "envoy.filters.http.wasm"), mock_key),
                              "tollgate_authz", "tollgate_authz_http")
@@ -211,6 +220,10 @@ def scenarios(mock_key: str) -> list[Scenario]:
                  base, "anthropic/claude-sonnet-4-5", headers=auth, floor="floor"),
         Scenario("full-stream", "whole gateway, OpenAI→Anthropic, streaming", gateway,
                  base, "anthropic/claude-sonnet-4-5", stream=True, headers=auth, floor="floor"),
+        Scenario("messages", "whole gateway, Anthropic Messages in → Anthropic passthrough (bare model name)",
+                 gateway, base, "claude-sonnet-4-5", headers=anthropic_auth, floor="floor", api="messages"),
+        Scenario("messages-openai", "whole gateway, Anthropic Messages in → OpenAI (translated both ways)",
+                 gateway, base, "openai/gpt-4o-mini", headers=anthropic_auth, floor="floor", api="messages"),
         Scenario("floor", "Envoy + ext_authz against authz-null + null Wasm filter (waits for the body)",
                  null_gateway, with_null_wasm(null_route, "read_body"), "gpt-4o-mini", headers=auth,
                  authz_null=True),
@@ -352,6 +365,7 @@ PLANS = {
 def run_load(stack: Stack, sc: Scenario, qps: float, seconds: float, conns: int, out: Path,
              offset_ms: float = 0) -> dict:
     url = (f"{stack.mock_url}/v1/chat/completions" if sc.envoy is None
+           else f"{stack.base_url}/messages" if sc.api == "messages"
            else f"{stack.base_url}/chat/completions")
     pids = {n: p.pid for n, p in stack.procs.items()}
     counters = authz_counters(stack)
