@@ -22,27 +22,17 @@ const TWINS: [(&str, &str); 6] = [
 
 /// The decision for a request on the Messages routes; `now_ms` is the wall
 /// clock (Unix ms) the reset times are counted from.
-pub fn for_messages(decision: Decision, now_ms: u64) -> Decision {
-    match decision {
-        Decision::Allow {
-            tenant,
-            key_id,
-            models,
-            rate_headers,
-            reserved,
-        } => Decision::Allow {
-            tenant,
-            key_id,
-            models,
-            rate_headers: with_twins(rate_headers, now_ms),
-            reserved,
-        },
+pub fn for_messages(mut decision: Decision, now_ms: u64) -> Decision {
+    match &mut decision {
+        Decision::Allow { rate_headers, .. } => {
+            *rate_headers = with_twins(std::mem::take(rate_headers), now_ms);
+        }
         Decision::Deny {
             status,
             body,
             headers,
         } => {
-            let message = serde_json::from_str::<serde_json::Value>(&body)
+            let message = serde_json::from_str::<serde_json::Value>(body)
                 .ok()
                 .and_then(|v| {
                     v.get("error")
@@ -50,18 +40,14 @@ pub fn for_messages(decision: Decision, now_ms: u64) -> Decision {
                         .and_then(|m| m.as_str())
                         .map(str::to_string)
                 })
-                .unwrap_or(body);
-            Decision::Deny {
-                status,
-                body: String::from_utf8_lossy(&tollgate_wire::anthropic_error_body(
-                    status, &message,
-                ))
-                .into_owned(),
-                headers: with_twins(headers, now_ms),
-            }
+                .unwrap_or_else(|| body.clone());
+            *body = String::from_utf8_lossy(&tollgate_wire::anthropic_error_body(*status, &message))
+                .into_owned();
+            *headers = with_twins(std::mem::take(headers), now_ms);
         }
-        other => other,
+        Decision::Unavailable(_) => {}
     }
+    decision
 }
 
 /// The headers with each `x-ratelimit-*` one's Anthropic twin added.

@@ -205,29 +205,37 @@ fn fuzz_requests_never_panic() {
         }
         // And the whole flow.
         for path in ["/v1/chat/completions", "/v1/embeddings"] {
-            let mut h = FakeHost {
-                req_headers: vec![
-                    (":method".into(), "POST".into()),
-                    (":path".into(), path.into()),
-                    ("x-tollgate-models".into(), "*".into()),
-                ],
-                req_body: bytes.clone(),
-                ..FakeHost::default()
-            };
-            let mut f = Flow::new(Arc::clone(&rt));
-            f.on_request_headers(&mut h, false);
-            f.on_request_body(&mut h, bytes.len(), true);
-            if let Some((status, _, body)) = &h.local_reply {
-                assert!(
-                    (200..500).contains(status) || *status == 503,
-                    "status {status} for {}",
-                    String::from_utf8_lossy(&bytes)
-                );
-                let e: Value = serde_json::from_slice(body).unwrap();
+            if let Some((_, e)) = flow_reply(&rt, path, &bytes) {
                 assert!(e.get("error").is_some() || e.get("object").is_some());
             }
         }
     }
+}
+
+/// A POST of `bytes` to `path` through the whole flow (any model allowed):
+/// the filter's own reply, if it answered, checked to be no 5xx other than
+/// 503, with its JSON body.
+fn flow_reply(rt: &Arc<Runtime>, path: &str, bytes: &[u8]) -> Option<(u16, Value)> {
+    let mut h = FakeHost {
+        req_headers: vec![
+            (":method".into(), "POST".into()),
+            (":path".into(), path.into()),
+            ("x-tollgate-models".into(), "*".into()),
+            ("anthropic-version".into(), "2023-06-01".into()),
+        ],
+        req_body: bytes.to_vec(),
+        ..FakeHost::default()
+    };
+    let mut f = Flow::new(Arc::clone(rt));
+    f.on_request_headers(&mut h, false);
+    f.on_request_body(&mut h, bytes.len(), true);
+    let (status, _, body) = h.local_reply?;
+    assert!(
+        (200..500).contains(&status) || status == 503,
+        "status {status} for {}",
+        String::from_utf8_lossy(bytes)
+    );
+    Some((status, serde_json::from_slice(&body).unwrap()))
 }
 
 const ANTHROPIC_STREAM: &str = include_str!("fixtures/anthropic_tool_stream.sse");
@@ -454,27 +462,8 @@ fn fuzz_messages_requests_never_panic() {
             mutate_bytes(&mut bytes, &mut r);
         }
         for path in ["/v1/messages", "/v1/messages/count_tokens"] {
-            let mut h = FakeHost {
-                req_headers: vec![
-                    (":method".into(), "POST".into()),
-                    (":path".into(), path.into()),
-                    ("x-tollgate-models".into(), "*".into()),
-                    ("anthropic-version".into(), "2023-06-01".into()),
-                ],
-                req_body: bytes.clone(),
-                ..FakeHost::default()
-            };
-            let mut f = Flow::new(Arc::clone(&rt));
-            f.on_request_headers(&mut h, false);
-            f.on_request_body(&mut h, bytes.len(), true);
-            if let Some((status, _, body)) = &h.local_reply {
-                assert!(
-                    (200..500).contains(status) || *status == 503,
-                    "status {status} for {}",
-                    String::from_utf8_lossy(&bytes)
-                );
-                let e: Value = serde_json::from_slice(body).unwrap();
-                if *status == 200 {
+            if let Some((status, e)) = flow_reply(&rt, path, &bytes) {
+                if status == 200 {
                     assert!(e["input_tokens"].as_u64().is_some_and(|n| n > 0), "{e}");
                 } else {
                     assert_eq!(e["type"], "error", "{e}");

@@ -28,12 +28,12 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::messages_stream::{AnthropicUsageStream, MessagesStream};
-use super::openai_anthropic::parse_usage;
+use super::openai_anthropic::{parse_usage, OpenAiAnthropic};
 use super::{
     for_kind, stream_flag, upstream_error, Endpoint, Front, RequestCtx, ResponseCtx,
     StreamTranslator, Translated, Translator, UpstreamRequest, Usage,
 };
-use crate::config::{Api, Key, Kind, Provider, DEFAULT_ANTHROPIC_VERSION};
+use crate::config::{Key, Kind, Provider};
 use crate::error::{echo, ApiError, SERVER};
 
 /// Response header naming the Anthropic request fields a translated request
@@ -128,19 +128,11 @@ impl Translator for AnthropicPassthrough {
         &self,
         provider: &Provider,
         key: &Key,
-        _req: &UpstreamRequest,
-        _now_ms: u64,
+        req: &UpstreamRequest,
+        now_ms: u64,
     ) -> Result<Vec<(&'static str, String)>, ApiError> {
-        Ok(vec![
-            crate::credentials::api_key("x-api-key", key),
-            (
-                "anthropic-version",
-                match &provider.api {
-                    Api::Anthropic { version } => version.clone(),
-                    _ => DEFAULT_ANTHROPIC_VERSION.to_string(),
-                },
-            ),
-        ])
+        // The same credentials and version as the OpenAI → Anthropic route.
+        OpenAiAnthropic.auth_headers(provider, key, req, now_ms)
     }
 
     fn passthrough(&self) -> bool {
@@ -194,12 +186,7 @@ impl Translator for Adapter {
     }
 
     fn request(&self, ctx: &RequestCtx<'_>, body: &Value) -> Result<UpstreamRequest, ApiError> {
-        let chat = to_chat(body, &ctx.provider.name)?;
-        let chat_ctx = RequestCtx {
-            endpoint: Endpoint::Chat,
-            ..*ctx
-        };
-        self.inner().request(&chat_ctx, &chat.body)
+        request(self.0, ctx, body).map(|(up, _)| up)
     }
 
     fn auth_headers(
