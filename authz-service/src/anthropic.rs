@@ -12,12 +12,30 @@ use crate::authz::Decision;
 
 /// OpenAI rate-limit header → its Anthropic name.
 const TWINS: [(&str, &str); 6] = [
-    ("x-ratelimit-limit-requests", "anthropic-ratelimit-requests-limit"),
-    ("x-ratelimit-remaining-requests", "anthropic-ratelimit-requests-remaining"),
-    ("x-ratelimit-reset-requests", "anthropic-ratelimit-requests-reset"),
-    ("x-ratelimit-limit-tokens", "anthropic-ratelimit-tokens-limit"),
-    ("x-ratelimit-remaining-tokens", "anthropic-ratelimit-tokens-remaining"),
-    ("x-ratelimit-reset-tokens", "anthropic-ratelimit-tokens-reset"),
+    (
+        "x-ratelimit-limit-requests",
+        "anthropic-ratelimit-requests-limit",
+    ),
+    (
+        "x-ratelimit-remaining-requests",
+        "anthropic-ratelimit-requests-remaining",
+    ),
+    (
+        "x-ratelimit-reset-requests",
+        "anthropic-ratelimit-requests-reset",
+    ),
+    (
+        "x-ratelimit-limit-tokens",
+        "anthropic-ratelimit-tokens-limit",
+    ),
+    (
+        "x-ratelimit-remaining-tokens",
+        "anthropic-ratelimit-tokens-remaining",
+    ),
+    (
+        "x-ratelimit-reset-tokens",
+        "anthropic-ratelimit-tokens-reset",
+    ),
 ];
 
 /// The decision for a request on the Messages routes; `now_ms` is the wall
@@ -41,8 +59,9 @@ pub fn for_messages(mut decision: Decision, now_ms: u64) -> Decision {
                         .map(str::to_string)
                 })
                 .unwrap_or_else(|| body.clone());
-            *body = String::from_utf8_lossy(&tollgate_wire::anthropic_error_body(*status, &message))
-                .into_owned();
+            *body =
+                String::from_utf8_lossy(&tollgate_wire::anthropic_error_body(*status, &message))
+                    .into_owned();
             *headers = with_twins(std::mem::take(headers), now_ms);
         }
         Decision::Unavailable(_) => {}
@@ -51,10 +70,7 @@ pub fn for_messages(mut decision: Decision, now_ms: u64) -> Decision {
 }
 
 /// The headers with each `x-ratelimit-*` one's Anthropic twin added.
-fn with_twins(
-    headers: Vec<(&'static str, String)>,
-    now_ms: u64,
-) -> Vec<(&'static str, String)> {
+fn with_twins(headers: Vec<(&'static str, String)>, now_ms: u64) -> Vec<(&'static str, String)> {
     let mut out = Vec::with_capacity(headers.len() * 2);
     for (name, value) in headers {
         if let Some((_, twin)) = TWINS.iter().find(|(n, _)| *n == name) {
@@ -90,7 +106,11 @@ fn duration_ms(s: &str) -> u64 {
     let mut n = 0u64;
     for c in s.chars() {
         match c {
-            '0'..='9' => n = n.saturating_mul(10).saturating_add(u64::from(c) - u64::from('0')),
+            '0'..='9' => {
+                n = n
+                    .saturating_mul(10)
+                    .saturating_add(u64::from(c) - u64::from('0'))
+            }
             'h' => (total, n) = (total.saturating_add(n.saturating_mul(3_600_000)), 0),
             'm' => (total, n) = (total.saturating_add(n.saturating_mul(60_000)), 0),
             's' => (total, n) = (total.saturating_add(n.saturating_mul(1000)), 0),
@@ -146,14 +166,23 @@ mod tests {
     fn denial_is_anthropic_shaped_with_twin_headers() {
         let d = Decision::Deny {
             status: 429,
-            body: crate::authz::error_body("Rate limit reached", "rate_limit_error", "rate_limit_exceeded"),
+            body: crate::authz::error_body(
+                "Rate limit reached",
+                "rate_limit_error",
+                "rate_limit_exceeded",
+            ),
             headers: vec![
                 ("retry-after", "3".to_string()),
                 ("x-ratelimit-remaining-requests", "0".to_string()),
                 ("x-ratelimit-reset-requests", "2s".to_string()),
             ],
         };
-        let Decision::Deny { status, body, headers } = for_messages(d, 0) else {
+        let Decision::Deny {
+            status,
+            body,
+            headers,
+        } = for_messages(d, 0)
+        else {
             panic!("still a denial");
         };
         assert_eq!(status, 429);
@@ -162,7 +191,10 @@ mod tests {
             r#"{"type":"error","error":{"type":"rate_limit_error","message":"Rate limit reached"}}"#
         );
         assert!(headers.contains(&("anthropic-ratelimit-requests-remaining", "0".to_string())));
-        assert!(headers.contains(&("anthropic-ratelimit-requests-reset", "1970-01-01T00:00:02Z".to_string())));
+        assert!(headers.contains(&(
+            "anthropic-ratelimit-requests-reset",
+            "1970-01-01T00:00:02Z".to_string()
+        )));
         assert!(headers.contains(&("x-ratelimit-reset-requests", "2s".to_string())));
         assert!(headers.contains(&("retry-after", "3".to_string())));
     }

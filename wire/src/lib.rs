@@ -306,7 +306,11 @@ mod tests {
         assert_eq!(anthropic_error_type(400), "invalid_request_error");
         assert_eq!(anthropic_error_type(502), "api_error");
         assert_eq!(anthropic_error_type(503), "overloaded_error");
-        for p in ["/v1/messages", "/v1/messages/count_tokens", "/v1/messages?beta=true"] {
+        for p in [
+            "/v1/messages",
+            "/v1/messages/count_tokens",
+            "/v1/messages?beta=true",
+        ] {
             assert!(is_messages_path(p), "{p}");
         }
         for p in ["/v1/messagesx", "/v1/chat/completions", "/v1/message"] {

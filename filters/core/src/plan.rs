@@ -242,7 +242,9 @@ pub fn plan(
         Some(names) => headers.extend(
             names
                 .iter()
-                .filter(|n| !forwarded(provider, n) && !anthropic_forwarded(provider, facts.front, n))
+                .filter(|n| {
+                    !forwarded(provider, n) && !anthropic_forwarded(provider, facts.front, n)
+                })
                 .map(|n| (Cow::Owned(n.to_ascii_lowercase()), None)),
         ),
         None => headers.extend(REMOVED.iter().map(|&name| (Cow::Borrowed(name), None))),
@@ -255,9 +257,10 @@ pub fn plan(
         set(":authority", host.clone());
     }
     let client_version = facts.front.anthropic()
-        && facts
-            .header_names
-            .is_some_and(|n| n.iter().any(|h| h.eq_ignore_ascii_case("anthropic-version")));
+        && facts.header_names.is_some_and(|n| {
+            n.iter()
+                .any(|h| h.eq_ignore_ascii_case("anthropic-version"))
+        });
     for (name, value) in tr.auth_headers(provider, key, &up, facts.now_ms)? {
         if client_version && name == "anthropic-version" && provider.kind() == Kind::Anthropic {
             // The passthrough keeps the client's API version.

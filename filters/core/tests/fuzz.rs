@@ -371,7 +371,10 @@ fn fuzz_responses_and_streams_never_panic() {
         if kind != Kind::Anthropic {
             // Translated (the passthrough sends the provider's bytes as
             // they are).
-            assert!(std::str::from_utf8(&out).is_ok(), "Messages stream must stay UTF-8");
+            assert!(
+                std::str::from_utf8(&out).is_ok(),
+                "Messages stream must stay UTF-8"
+            );
         }
     }
 }

@@ -49,8 +49,14 @@ fn openai_stream() -> Vec<u8> {
                                    "function": {"name": "get_weather", "arguments": ""}}]}),
             Value::Null,
         ),
-        chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\":"}}]}), Value::Null),
-        chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "\"Paris\"}"}}]}), Value::Null),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\":"}}]}),
+            Value::Null,
+        ),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": "\"Paris\"}"}}]}),
+            Value::Null,
+        ),
         chunk(json!({}), json!("tool_calls")),
         json!({"id": "chatcmpl-9", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o-mini",
                "choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 7, "total_tokens": 19,
@@ -85,18 +91,33 @@ fn bedrock_stream() -> Vec<u8> {
     let mut s = Vec::new();
     for (name, body) in [
         ("messageStart", r#"{"role":"assistant"}"#),
-        ("contentBlockDelta", r#"{"contentBlockIndex":0,"delta":{"text":"Looking "}}"#),
-        ("contentBlockDelta", "{\"contentBlockIndex\":0,\"delta\":{\"text\":\"it up ☀\"}}"),
+        (
+            "contentBlockDelta",
+            r#"{"contentBlockIndex":0,"delta":{"text":"Looking "}}"#,
+        ),
+        (
+            "contentBlockDelta",
+            "{\"contentBlockIndex\":0,\"delta\":{\"text\":\"it up ☀\"}}",
+        ),
         ("contentBlockStop", r#"{"contentBlockIndex":0}"#),
         (
             "contentBlockStart",
             r#"{"contentBlockIndex":1,"start":{"toolUse":{"toolUseId":"tu9","name":"get_weather"}}}"#,
         ),
-        ("contentBlockDelta", r#"{"contentBlockIndex":1,"delta":{"toolUse":{"input":"{\"city\":"}}}"#),
-        ("contentBlockDelta", r#"{"contentBlockIndex":1,"delta":{"toolUse":{"input":"\"Paris\"}"}}}"#),
+        (
+            "contentBlockDelta",
+            r#"{"contentBlockIndex":1,"delta":{"toolUse":{"input":"{\"city\":"}}}"#,
+        ),
+        (
+            "contentBlockDelta",
+            r#"{"contentBlockIndex":1,"delta":{"toolUse":{"input":"\"Paris\"}"}}}"#,
+        ),
         ("contentBlockStop", r#"{"contentBlockIndex":1}"#),
         ("messageStop", r#"{"stopReason":"tool_use"}"#),
-        ("metadata", r#"{"usage":{"inputTokens":12,"outputTokens":7,"totalTokens":19}}"#),
+        (
+            "metadata",
+            r#"{"usage":{"inputTokens":12,"outputTokens":7,"totalTokens":19}}"#,
+        ),
     ] {
         s.extend(event(name, body.as_bytes()));
     }
@@ -155,7 +176,11 @@ fn read_events(out: &[u8]) -> Said {
                     b["name"].as_str().unwrap_or("").to_string(),
                 ));
                 if b["type"] == "tool_use" {
-                    said.tools.push((b["id"].as_str().unwrap().into(), b["name"].as_str().unwrap().into(), Value::Null));
+                    said.tools.push((
+                        b["id"].as_str().unwrap().into(),
+                        b["name"].as_str().unwrap().into(),
+                        Value::Null,
+                    ));
                 }
             }
             "content_block_delta" => {

@@ -381,7 +381,10 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
                 }
                 _ => {
                     return (
-                        bad(ctx, &format!("messages.{i}.content: a system message holds text only")),
+                        bad(
+                            ctx,
+                            &format!("messages.{i}.content: a system message holds text only"),
+                        ),
                         m,
                     )
                 }

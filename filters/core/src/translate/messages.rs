@@ -227,7 +227,10 @@ impl Translator for Adapter {
             include_usage: true,
             ..ctx.clone()
         };
-        Box::new(MessagesStream::new(self.inner().stream(&inner_ctx), &ctx.model))
+        Box::new(MessagesStream::new(
+            self.inner().stream(&inner_ctx),
+            &ctx.model,
+        ))
     }
 }
 
@@ -372,7 +375,11 @@ fn note(dropped: &mut Vec<&'static str>, what: &'static str) {
 }
 
 /// Text of a `system` value (a string or text blocks).
-fn system_text(v: &Value, param: &str, dropped: &mut Vec<&'static str>) -> Result<String, ApiError> {
+fn system_text(
+    v: &Value,
+    param: &str,
+    dropped: &mut Vec<&'static str>,
+) -> Result<String, ApiError> {
     match v {
         Value::String(s) => Ok(s.clone()),
         Value::Array(blocks) => {
@@ -488,7 +495,11 @@ fn convert_message(
     if role == "system" {
         // A mid-conversation system message (per-turn control): an OpenAI
         // system message at the same place.
-        let text = system_text(m.get("content").unwrap_or(&Value::Null), &format!("{param}.content"), dropped)?;
+        let text = system_text(
+            m.get("content").unwrap_or(&Value::Null),
+            &format!("{param}.content"),
+            dropped,
+        )?;
         out.push(json!({"role": "system", "content": text}));
         return Ok(());
     }
@@ -530,7 +541,9 @@ fn convert_message(
                 let (Some(id), Some(name)) = (id, name) else {
                     return Err(bad(
                         &bp,
-                        format!("Invalid value for '{bp}': tool_use needs a string 'id' and 'name'"),
+                        format!(
+                            "Invalid value for '{bp}': tool_use needs a string 'id' and 'name'"
+                        ),
                     ));
                 };
                 let input = b.get("input").cloned().unwrap_or_else(|| json!({}));
@@ -557,13 +570,11 @@ fn convert_message(
                 note(dropped, "thinking");
             }
             Some(other) => {
+                let what = format!("A '{}' block in a {role} message", echo(other));
                 return Err(ApiError {
-                    message: format!(
-                        "A '{}' block in a {role} message is not supported by provider '{provider}'",
-                        echo(other)
-                    ),
+                    message: format!("{what} is not supported by provider '{provider}'"),
                     ..ApiError::unsupported_param(&format!("{bp}.type"), provider)
-                })
+                });
             }
             None => {
                 return Err(bad(
@@ -587,7 +598,11 @@ fn convert_message(
         a.insert("role".into(), json!("assistant"));
         a.insert(
             "content".into(),
-            if text.is_empty() { Value::Null } else { Value::String(text) },
+            if text.is_empty() {
+                Value::Null
+            } else {
+                Value::String(text)
+            },
         );
         if !calls.is_empty() {
             a.insert("tool_calls".into(), Value::Array(calls));
@@ -601,7 +616,11 @@ fn convert_message(
 
 /// Anthropic `tools` → OpenAI `tools` (client tools only: Anthropic's
 /// server tools run on Anthropic's side and have no OpenAI counterpart).
-fn convert_tools(v: &Value, provider: &str, dropped: &mut Vec<&'static str>) -> Result<Value, ApiError> {
+fn convert_tools(
+    v: &Value,
+    provider: &str,
+    dropped: &mut Vec<&'static str>,
+) -> Result<Value, ApiError> {
     let Value::Array(tools) = v else {
         return Err(bad("tools", "Invalid type for 'tools': expected an array"));
     };
@@ -695,12 +714,20 @@ pub fn to_chat(body: &Value, provider: &str) -> Result<ChatRequest, ApiError> {
             }
         }
         Some(Value::Array(_)) => {
-            return Err(bad("messages", "'messages' must contain at least one message"))
+            return Err(bad(
+                "messages",
+                "'messages' must contain at least one message",
+            ))
         }
         None | Some(Value::Null) => {
             return Err(bad("messages", "Missing required parameter: 'messages'"))
         }
-        Some(_) => return Err(bad("messages", "Invalid type for 'messages': expected an array")),
+        Some(_) => {
+            return Err(bad(
+                "messages",
+                "Invalid type for 'messages': expected an array",
+            ))
+        }
     }
     for (k, v) in obj {
         match k.as_str() {
@@ -814,7 +841,10 @@ pub fn to_chat(body: &Value, provider: &str) -> Result<ChatRequest, ApiError> {
         }
     }
     if !out.contains_key("max_tokens") {
-        return Err(bad("max_tokens", "Missing required parameter: 'max_tokens'"));
+        return Err(bad(
+            "max_tokens",
+            "Missing required parameter: 'max_tokens'",
+        ));
     }
     if out.contains_key("tool_choice") && !out.contains_key("tools") {
         // Anthropic accepts a choice without tools; OpenAI does not.
@@ -908,15 +938,27 @@ mod tests {
         assert_eq!(b["tool_choice"], "required");
         assert_eq!(b["parallel_tool_calls"], false);
         assert_eq!(b["user"], "u1");
-        assert_eq!(b["tools"][0]["function"]["parameters"]["properties"]["city"]["type"], "string");
+        assert_eq!(
+            b["tools"][0]["function"]["parameters"]["properties"]["city"]["type"],
+            "string"
+        );
         let m = b["messages"].as_array().unwrap();
         assert_eq!(m[0], json!({"role": "system", "content": "be brief"}));
         assert_eq!(m[2]["content"], "Let me check.");
-        assert_eq!(m[2]["tool_calls"][0]["function"]["arguments"], r#"{"city":"Paris"}"#);
+        assert_eq!(
+            m[2]["tool_calls"][0]["function"]["arguments"],
+            r#"{"city":"Paris"}"#
+        );
         // The tool result comes right after the call, before the user's text.
-        assert_eq!(m[3], json!({"role": "tool", "tool_call_id": "toolu_1", "content": "sunny"}));
+        assert_eq!(
+            m[3],
+            json!({"role": "tool", "tool_call_id": "toolu_1", "content": "sunny"})
+        );
         assert_eq!(m[4]["content"][0]["text"], "thanks");
-        assert_eq!(m[5], json!({"role": "system", "content": "now answer in French"}));
+        assert_eq!(
+            m[5],
+            json!({"role": "system", "content": "now answer in French"})
+        );
         assert_eq!(c.dropped, vec!["cache_control", "thinking"]);
     }
 
@@ -925,20 +967,38 @@ mod tests {
         let param = |b: Value| to_chat(&b, "openai").unwrap_err().param.unwrap_or_default();
         let msgs = json!([{"role": "user", "content": "hi"}]);
         assert_eq!(param(json!({"model": "m", "messages": msgs})), "max_tokens");
-        assert_eq!(param(json!({"model": "m", "max_tokens": 0, "messages": msgs})), "max_tokens");
-        assert_eq!(param(json!({"model": "m", "max_tokens": 5, "messages": []})), "messages");
-        assert_eq!(param(json!({"model": "m", "max_tokens": 5, "messages": msgs, "top_k": 3})), "top_k");
-        assert_eq!(param(json!({"model": "m", "max_tokens": 5, "messages": msgs, "bogus": 1})), "bogus");
         assert_eq!(
-            param(json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "document"}]}]})),
+            param(json!({"model": "m", "max_tokens": 0, "messages": msgs})),
+            "max_tokens"
+        );
+        assert_eq!(
+            param(json!({"model": "m", "max_tokens": 5, "messages": []})),
+            "messages"
+        );
+        assert_eq!(
+            param(json!({"model": "m", "max_tokens": 5, "messages": msgs, "top_k": 3})),
+            "top_k"
+        );
+        assert_eq!(
+            param(json!({"model": "m", "max_tokens": 5, "messages": msgs, "bogus": 1})),
+            "bogus"
+        );
+        assert_eq!(
+            param(
+                json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "document"}]}]})
+            ),
             "messages[0].content[0].type"
         );
         assert_eq!(
-            param(json!({"model": "m", "max_tokens": 5, "messages": msgs, "tools": [{"type": "web_search_20250305", "name": "web_search"}]})),
+            param(
+                json!({"model": "m", "max_tokens": 5, "messages": msgs, "tools": [{"type": "web_search_20250305", "name": "web_search"}]})
+            ),
             "tools[0].type"
         );
         assert_eq!(
-            param(json!({"model": "m", "max_tokens": 5, "messages": [{"role": "bot", "content": "x"}]})),
+            param(
+                json!({"model": "m", "max_tokens": 5, "messages": [{"role": "bot", "content": "x"}]})
+            ),
             "messages[0].role"
         );
     }
@@ -949,12 +1009,19 @@ mod tests {
             "message": {"role": "assistant", "content": "ok", "tool_calls": [
                 {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{\"a\":1}"}}]},
             "finish_reason": "tool_calls"}]});
-        let u = Usage { prompt_tokens: 10, completion_tokens: 3, cached_tokens: 4 };
+        let u = Usage {
+            prompt_tokens: 10,
+            completion_tokens: 3,
+            cached_tokens: 4,
+        };
         let m = to_message(&v, "fallback", u);
         assert_eq!(m["id"], "msg_chatcmpl-1");
         assert_eq!(m["type"], "message");
         assert_eq!(m["content"][0], json!({"type": "text", "text": "ok"}));
-        assert_eq!(m["content"][1], json!({"type": "tool_use", "id": "call_1", "name": "f", "input": {"a": 1}}));
+        assert_eq!(
+            m["content"][1],
+            json!({"type": "tool_use", "id": "call_1", "name": "f", "input": {"a": 1}})
+        );
         assert_eq!(m["stop_reason"], "tool_use");
         assert_eq!(m["usage"]["input_tokens"], 6);
         assert_eq!(m["usage"]["cache_read_input_tokens"], 4);

@@ -71,7 +71,11 @@ impl MessagesStream {
             return;
         }
         self.started = true;
-        let model = if model.is_empty() { self.model.as_str() } else { model };
+        let model = if model.is_empty() {
+            self.model.as_str()
+        } else {
+            model
+        };
         push_event(
             out,
             "message_start",
