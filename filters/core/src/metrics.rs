@@ -197,9 +197,9 @@ pub mod property {
     pub const INPUT_TOKENS: &str = "tollgate.input_tokens";
     pub const OUTPUT_TOKENS: &str = "tollgate.output_tokens";
     pub const CACHED_TOKENS: &str = "tollgate.cached_tokens";
-    /// `anthropic` on the Messages routes: Envoy's own replies for them
-    /// (`local_reply_config`) are Anthropic-shaped after `:path` was
-    /// rewritten for the provider.
+    /// `anthropic`, set only on the Messages routes: once the request is
+    /// routed (`:path` rewritten for the provider), Envoy's own replies
+    /// (`local_reply_config`) read it to choose Anthropic's error shape.
     pub const API: &str = "tollgate.api";
 }
 
