@@ -113,6 +113,10 @@ def test_passthrough_keeps_the_body_and_forwards_anthropic_headers(stack, client
     last = mock_last(stack)
     assert last["path"] == "/v1/messages"
     assert last["body"] == {"model": "claude-sonnet-5-5", "max_tokens": 50, "messages": HI}
+    headers = {k.lower(): v for k, v in (last["headers"].items() if isinstance(last["headers"], dict)
+                                         else last["headers"])}
+    assert headers["anthropic-beta"] == "interleaved-thinking-2025-05-14"
+    assert headers["anthropic-version"] == "2023-06-01"
 
 
 def test_provider_prefixed_and_alias_names_reach_anthropic_with_the_upstream_name(stack, client):
