@@ -14,7 +14,7 @@
 #   .tools/wasm.env which Rust Wasm target and toolchain to build the filter with
 #   .tools/agents/  the coding-agent CLIs (npm, pinned): Claude Code and Codex,
 #                   real clients of the /v1/messages and /v1/responses front doors
-#                   (TG_AGENTS_DIR overrides the directory)
+#                   (TG_AGENTS_PREFIX overrides the directory)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -152,7 +152,7 @@ fi
 # --- Agent CLIs (npm, pinned) into .tools/agents ----------------------------
 # Each package ships its own Linux binary as an npm dependency. Skipped (the
 # agent tests then skip, saying why) when npm is absent.
-AGENTS="${TG_AGENTS_DIR:-$TOOLS/agents}"
+AGENTS="${TG_AGENTS_PREFIX:-$TOOLS/agents}"
 if [[ -x "$AGENTS/node_modules/.bin/claude" && -x "$AGENTS/node_modules/.bin/codex" ]]; then
   say "agent CLIs: claude $(cd "$AGENTS" && npm ls --depth=0 2>/dev/null | grep -o 'claude-code@[^ ]*' | cut -d@ -f2), codex in $AGENTS"
 elif [[ $CHECK_ONLY == 1 ]]; then

@@ -1,6 +1,6 @@
 """Claude Code (the npm package, installed by scripts/bootstrap.sh into
-.tools/agents) completes a prompt through the gateway against the default
-config: `claude -p` with ANTHROPIC_BASE_URL at the gateway, the demo virtual
+.tools/agents, TG_AGENTS_PREFIX moves it) completes a prompt through the
+gateway against the default config: `claude -p` with ANTHROPIC_BASE_URL at the gateway, the demo virtual
 key as its API key, telemetry and non-essential traffic off, no `--model`,
 so it picks its own default model by bare name (2.1.197: claude-opus-4-8,
 64,000 max_tokens, with its betas and a mid-conversation system message);
@@ -24,12 +24,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def claude_binary() -> Path:
-    agents = Path(os.environ.get("TG_AGENTS_DIR", ROOT / ".tools" / "agents"))
+    agents = Path(os.environ.get("TG_AGENTS_PREFIX", ROOT / ".tools" / "agents"))
     binary = agents / "node_modules" / ".bin" / "claude"
     if not binary.exists():
         if shutil.which("npm") is None:
             pytest.skip("npm is not installed, so scripts/bootstrap.sh cannot install Claude Code")
-        subprocess.run(["bash", str(ROOT / "scripts" / "bootstrap.sh")], check=True, timeout=900,
+        subprocess.run(["bash", str(ROOT / "scripts" / "bootstrap.sh"), "--agents"], check=True, timeout=900,
                        stdout=subprocess.DEVNULL)
     if not binary.exists():
         pytest.skip(f"Claude Code did not install into {agents} (no registry access?)")
