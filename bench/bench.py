@@ -19,6 +19,8 @@ Scenarios (each on a fresh stack, all in one session so they compare fairly):
                  Anthropic through chat (POST /v1/responses), non-streaming
     responses-openai
                  the whole gateway, Responses API passed through to OpenAI
+    messages     Anthropic Messages in → Anthropic passthrough (bare model name)
+    messages-openai  Anthropic Messages in → OpenAI, translated both ways
     floor        Envoy + authz-null + null Wasm (waits for the body) full's floor
     envoy-512k, full-512k, full-512k-anthropic
                  512 KB request bodies at a low fixed rate: plain Envoy, the
@@ -167,12 +169,16 @@ class Scenario:
     # Request body padded to this size (bytes, JSON included), sent at the
     # plan's large-body rate instead of its rates and steps.
     body_bytes: int = 0
-    # The gateway's API path under /v1 (the mock's own for `direct`).
+    # The gateway's API path under /v1 (the mock's own for `direct`):
+    # chat/completions, responses (OpenAI Responses) or messages (Anthropic).
     api: str = "chat/completions"
 
     def payload(self) -> str:
         if self.api == "responses":
             return json.dumps(dict(RESPONSES, model=self.model, stream=self.stream))
+        if self.api == "messages":
+            return json.dumps(dict(CHAT_OPENAI, model=self.model, max_tokens=256,
+                                   **({"stream": True} if self.stream else {})))
         body = dict(CHAT_OPENAI, model=self.model)
         if self.stream:
             body["stream"] = True
@@ -187,6 +193,7 @@ class Scenario:
 def scenarios(mock_key: str) -> list[Scenario]:
     base = load_envoy()
     auth = {"authorization": f"Bearer {DEMO_KEY}"}
+    anthropic_auth = {"x-api-key": DEMO_KEY, "anthropic-version": "2023-06-01"}
     plain = without_clusters(fixed_route_to_mock(without_filters(base, "envoy.filters.http.ext_authz",
                                                                  "envoy.filters.http.wasm"), mock_key),
                              "tollgate_authz", "tollgate_authz_http")
@@ -227,6 +234,10 @@ def scenarios(mock_key: str) -> list[Scenario]:
                  api="responses"),
         Scenario("responses-openai", "whole gateway, Responses API passed through to OpenAI, non-streaming",
                  gateway, base, "openai/gpt-4o-mini", headers=auth, floor="floor", api="responses"),
+        Scenario("messages", "whole gateway, Anthropic Messages in → Anthropic passthrough (bare model name)",
+                 gateway, base, "claude-sonnet-4-5", headers=anthropic_auth, floor="floor", api="messages"),
+        Scenario("messages-openai", "whole gateway, Anthropic Messages in → OpenAI (translated both ways)",
+                 gateway, base, "openai/gpt-4o-mini", headers=anthropic_auth, floor="floor", api="messages"),
         Scenario("floor", "Envoy + ext_authz against authz-null + null Wasm filter (waits for the body)",
                  null_gateway, with_null_wasm(null_route, "read_body"), "gpt-4o-mini", headers=auth,
                  authz_null=True),

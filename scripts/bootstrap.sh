@@ -15,6 +15,9 @@
 # and promtool). The venv also gets kubernetes-validate (the Kubernetes JSON
 # schemas, bundled) for `make k8s-check`.
 #   .tools/wasm.env which Rust Wasm target and toolchain to build the filter with
+#   .tools/agents/  the coding-agent CLIs (npm, pinned): Claude Code and Codex,
+#                   real clients of the /v1/messages and /v1/responses front doors
+#                   (TG_AGENTS_PREFIX overrides the directory)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -113,6 +113,10 @@ struct RawConfig {
     /// report per answer.
     #[serde(default = "default_usage_flush")]
     usage_flush_ms: u64,
+    /// The Messages routes: provider of bare model names (neither an alias
+    /// nor `provider/model`); default the first `anthropic` provider.
+    #[serde(default)]
+    bare_model_provider: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -318,6 +322,8 @@ pub struct Runtime {
     pub cooldown_ms: u64,
     pub max_body_bytes: u64,
     pub usage: Option<UsageTarget>,
+    /// Provider of bare model names on the Messages routes.
+    bare_provider: Option<usize>,
 }
 
 /// A resolved model: which provider, which upstream model name.
@@ -686,6 +692,21 @@ impl Runtime {
                     flush_ms: raw.usage_flush_ms,
                 })
             },
+            bare_provider: None,
+        };
+        rt.bare_provider = match &raw.bare_model_provider {
+            Some(name) => match rt.by_name.get(name) {
+                Some(i) => Some(*i),
+                None => {
+                    return err(format!(
+                        "bare_model_provider: '{name}' is not a configured provider"
+                    ))
+                }
+            },
+            None => rt
+                .providers
+                .iter()
+                .position(|p| p.kind() == Kind::Anthropic),
         };
         for (alias, target) in raw.aliases {
             if alias.is_empty() || alias.contains('/') {
@@ -732,6 +753,20 @@ impl Runtime {
             });
         }
         self.resolve_canonical(name)
+    }
+
+    /// A bare model name (`claude-sonnet-4-5`) as a model of the
+    /// `bare_model_provider` (Messages routes).
+    pub fn resolve_bare(&self, name: &str) -> Option<Resolved> {
+        let prov = self.providers.get(self.bare_provider?)?;
+        if name.contains('/') || !prov.models.contains_key(name) {
+            return None;
+        }
+        Some(Resolved {
+            provider: self.bare_provider?,
+            model: name.to_string(),
+            canonical: format!("{}/{}", prov.name, name),
+        })
     }
 
     pub fn provider(&self, idx: usize) -> Option<&Provider> {

@@ -30,8 +30,9 @@ use crate::error::{clip, ApiError, ECHO_MAX_CHARS, SERVER};
 use crate::host::{Host, Level, MetricKind};
 use crate::metrics::{self, property, ErrorClass, Metrics, Series};
 use crate::plan::{plan, provider_request_id_header, RequestFacts, Route};
+use crate::translate::messages::DROPPED_HEADER;
 use crate::translate::{
-    map_error_status, merge_embeddings, responses, Endpoint, StreamTranslator, Usage,
+    for_route, map_error_status, merge_embeddings, Endpoint, Front, StreamTranslator, Usage,
 };
 use crate::usage::{report_body, Report, UsageBatch};
 
@@ -74,6 +75,7 @@ enum Phase {
 /// What the request headers said, kept until the body is complete.
 struct Pending {
     endpoint: Endpoint,
+    front: Front,
     tenant: Option<String>,
     key_id: Option<String>,
     /// `x-tollgate-reserved`: tokens authz-service reserved for this request.
@@ -138,6 +140,9 @@ pub struct Flow {
     batch: Option<Rc<RefCell<UsageBatch>>>,
     /// The worker's metric ids.
     metrics: Rc<RefCell<Metrics>>,
+    /// The request came in on the Anthropic Messages routes: errors are
+    /// written in Anthropic's shape.
+    anthropic: bool,
 }
 
 impl Flow {
@@ -148,6 +153,7 @@ impl Flow {
             logged: false,
             batch: None,
             metrics: Rc::default(),
+            anthropic: false,
         }
     }
 
@@ -170,7 +176,7 @@ impl Flow {
         if let Some(s) = &retry_after {
             headers.push(("retry-after", s));
         }
-        h.send_local_reply(e.status, &headers, &e.body());
+        h.send_local_reply(e.status, &headers, &e.body_for(self.anthropic));
         h.metric(
             MetricKind::Counter,
             &format!("tollgate.rejected.{}", e.code.as_deref().unwrap_or("error")),
@@ -185,6 +191,10 @@ impl Flow {
         let full_path = h.request_header(":path").unwrap_or_default();
         let path = full_path.split('?').next().unwrap_or("");
         let allowed = h.request_header(MODELS);
+        self.anthropic = tollgate_wire::is_messages_path(path);
+        if self.anthropic {
+            h.set_property(property::API, b"anthropic");
+        }
         if path == "/v1/models" || path.starts_with("/v1/models/") {
             if method != "GET" {
                 return self.reply(h, &ApiError::method_not_allowed(&method, path));
@@ -195,7 +205,12 @@ impl Flow {
                 .map(|id| percent_decode_str(id).decode_utf8_lossy().into_owned());
             return self.models_reply(h, allowed.as_deref().unwrap_or(""), one.as_deref());
         }
-        let Some(endpoint) = Endpoint::from_path(path) else {
+        let front = Front::messages_path(path).unwrap_or_default();
+        let endpoint = match front {
+            Front::OpenAi => Endpoint::from_path(path),
+            Front::Messages | Front::CountTokens => Some(Endpoint::Chat),
+        };
+        let Some(endpoint) = endpoint else {
             return self.reply(h, &ApiError::unknown_url(&method, path));
         };
         if method != "POST" {
@@ -225,6 +240,7 @@ impl Flow {
         }
         self.phase = Phase::AwaitBody(Box::new(Pending {
             endpoint,
+            front,
             tenant: h.request_header(TENANT),
             key_id: h.request_header(KEY_ID),
             reserved: h.request_header(RESERVED).and_then(|v| v.parse().ok()),
@@ -332,6 +348,7 @@ impl Flow {
         let header_names = h.request_header_names();
         let facts = RequestFacts {
             endpoint: pending.endpoint,
+            front: pending.front,
             body,
             header_names: header_names.as_deref(),
             allowed: pending.allowed.as_deref().unwrap_or(""),
@@ -363,6 +380,17 @@ impl Flow {
         };
         if !planned.calls.is_empty() {
             return self.fan_out(h, routed, planned.calls);
+        }
+        if let Some(body) = planned.local {
+            // Answered without a provider call: no tokens used, so the
+            // usage report (0) refunds the reservation.
+            self.count_request(h, &mut routed);
+            routed.usage = Some(Usage::default());
+            routed.fanned_out = true;
+            routed.upstream_status = 200;
+            expose_usage(h, &mut routed);
+            h.send_local_reply(200, &[("content-type", "application/json")], &body);
+            return Ok(Phase::Routed(Box::new(routed)));
         }
         let mut ok = true;
         for (name, value) in &planned.headers {
@@ -486,7 +514,7 @@ impl Flow {
         let Some(provider) = rt.provider(routed.route.provider) else {
             return;
         };
-        let tr = responses::translator(provider, routed.route.endpoint);
+        let tr = for_route(provider, routed.route.endpoint, routed.route.front);
         let now = h.now_ms();
         if let Some(s) = &routed.series {
             let ms = now.saturating_sub(routed.route.sent_ms);
@@ -592,8 +620,11 @@ impl Flow {
                 cooldown::start(h, &provider.name, &key.id, status, now, rt.cooldown_ms);
             }
         }
+        if !r.route.dropped.is_empty() {
+            h.set_response_header(DROPPED_HEADER, Some(&r.route.dropped));
+        }
         let ctype = h.response_header("content-type").unwrap_or_default();
-        let tr = responses::translator(provider, r.route.endpoint);
+        let tr = for_route(provider, r.route.endpoint, r.route.front);
         if status >= 400 {
             let (mapped, _, _) = map_error_status(status);
             h.set_response_header(":status", Some(&mapped.to_string()));
@@ -648,7 +679,8 @@ impl Flow {
         let Some(provider) = rt.provider(r.route.provider) else {
             return Action::Continue;
         };
-        let tr = responses::translator(provider, r.route.endpoint);
+        let tr = for_route(provider, r.route.endpoint, r.route.front);
+        let anthropic = r.route.front.anthropic();
         let created = h.now_ms() / 1000;
         match &mut r.resp {
             RespMode::None => Action::Continue,
@@ -686,7 +718,7 @@ impl Flow {
                     }
                     Err(e) => {
                         h.set_response_header(":status", Some(&e.status.to_string()));
-                        Some(e.body())
+                        Some(e.body_for(anthropic))
                     }
                 };
                 if let Some(b) = out {
@@ -713,7 +745,7 @@ impl Flow {
                         cooldown::start(h, &provider.name, &key.id, status, now, rt.cooldown_ms);
                     }
                 }
-                let b = e.body();
+                let b = e.body_for(anthropic);
                 h.set_response_header("content-length", Some(&b.len().to_string()));
                 h.set_response_body(body_size, &b);
                 Action::Continue

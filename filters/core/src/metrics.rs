@@ -197,6 +197,10 @@ pub mod property {
     pub const INPUT_TOKENS: &str = "tollgate.input_tokens";
     pub const OUTPUT_TOKENS: &str = "tollgate.output_tokens";
     pub const CACHED_TOKENS: &str = "tollgate.cached_tokens";
+    /// `anthropic`, set only on the Messages routes: once the request is
+    /// routed (`:path` rewritten for the provider), Envoy's own replies
+    /// (`local_reply_config`) read it to choose Anthropic's error shape.
+    pub const API: &str = "tollgate.api";
 }
 
 #[cfg(test)]

@@ -14,13 +14,16 @@ use tollgate_wire::models_allowed;
 use crate::config::{Key, Kind, ModelCfg, Provider, Runtime};
 use crate::error::{echo, ApiError, INVALID_REQUEST, SERVER};
 use crate::translate::{
-    parse_client_body, responses, Endpoint, RequestCtx, ResponseCtx, Translator, UpstreamRequest,
+    for_route, messages, parse_client_body, Endpoint, Front, RequestCtx, ResponseCtx, Translator,
+    UpstreamRequest,
 };
 
 /// What the planner knows about a request.
 #[derive(Debug, Clone, Copy)]
 pub struct RequestFacts<'a> {
     pub endpoint: Endpoint,
+    /// The client API (OpenAI routes, or the Anthropic Messages routes).
+    pub front: Front,
     pub body: &'a [u8],
     /// The names of the client's request headers (`None` when the host
     /// could not list them: then [`REMOVED`] are removed).
@@ -51,6 +54,11 @@ pub struct Route {
     pub upstream_model: String,
     pub endpoint: Endpoint,
     pub sent_ms: u64,
+    /// The client API: which translator and error shape the response uses.
+    pub front: Front,
+    /// Messages routes: the Anthropic request fields the provider did not
+    /// get (the response header `x-tollgate-dropped`), "" for none.
+    pub dropped: String,
 }
 
 impl Route {
@@ -79,6 +87,9 @@ pub struct Plan {
     /// A fan-out: instead of forwarding the request, make these calls to
     /// the provider's cluster and answer with their merged answers.
     pub calls: Vec<Call>,
+    /// Answered by the gateway without a provider call (count_tokens of a
+    /// non-Anthropic model): the 200 JSON body.
+    pub local: Option<Vec<u8>>,
 }
 
 /// One call of a fan-out.
@@ -150,6 +161,11 @@ pub fn plan(
     let (value, model) = parse_client_body(facts.body)?;
     let resolved = rt
         .resolve(&model)
+        .or_else(|| match facts.front {
+            Front::OpenAi => None,
+            // Claude Code and the Anthropic SDK name bare models.
+            Front::Messages | Front::CountTokens => rt.resolve_bare(&model),
+        })
         .ok_or_else(|| ApiError::model_not_found(&model))?;
     if !models_allowed(facts.allowed, &[&model, &resolved.canonical]) {
         return Err(ApiError::model_not_allowed(&model));
@@ -179,14 +195,42 @@ pub fn plan(
         .models
         .get(&resolved.model)
         .ok_or_else(|| ApiError::model_not_found(&model))?;
-    let tr = responses::translator(provider, facts.endpoint);
+    let tr = for_route(provider, facts.endpoint, facts.front);
     let ctx = RequestCtx {
         provider,
         model: &resolved.model,
         model_cfg,
         endpoint: facts.endpoint,
     };
-    let up = tr.request(&ctx, &value)?;
+    let mut dropped = Vec::new();
+    let mut local = None;
+    let mut up = match facts.front {
+        Front::OpenAi => tr.request(&ctx, &value)?,
+        Front::Messages => {
+            let (up, d) = messages::request(provider.kind(), &ctx, &value)?;
+            dropped = d;
+            up
+        }
+        Front::CountTokens if provider.kind() == Kind::Anthropic => tr.request(&ctx, &value)?,
+        Front::CountTokens => {
+            let (_, body) = messages::estimate_input_tokens(&value, &provider.name)?;
+            local = Some(body);
+            UpstreamRequest {
+                path: String::new(),
+                body: Vec::new(),
+                stream: false,
+                include_usage: false,
+                json_mode: false,
+                prompt_estimate: 0,
+                embed_base64: false,
+                fan_out: Vec::new(),
+            }
+        }
+    };
+    if up.body.is_empty() && local.is_none() {
+        // A passthrough that keeps the client's bytes.
+        up.body = facts.body.to_vec();
+    }
     let key_idx = choose_key(provider, model_cfg, facts.random, cooling)?;
     let key = provider
         .keys
@@ -198,7 +242,9 @@ pub fn plan(
         Some(names) => headers.extend(
             names
                 .iter()
-                .filter(|n| !forwarded(provider, n))
+                .filter(|n| {
+                    !forwarded(provider, n) && !anthropic_forwarded(provider, facts.front, n)
+                })
                 .map(|n| (Cow::Owned(n.to_ascii_lowercase()), None)),
         ),
         None => headers.extend(REMOVED.iter().map(|&name| (Cow::Borrowed(name), None))),
@@ -210,7 +256,16 @@ pub fn plan(
     if let Some(host) = &provider.host {
         set(":authority", host.clone());
     }
+    let client_version = facts.front.anthropic()
+        && facts.header_names.is_some_and(|n| {
+            n.iter()
+                .any(|h| h.eq_ignore_ascii_case("anthropic-version"))
+        });
     for (name, value) in tr.auth_headers(provider, key, &up, facts.now_ms)? {
+        if client_version && name == "anthropic-version" && provider.kind() == Kind::Anthropic {
+            // The passthrough keeps the client's API version.
+            continue;
+        }
         set(name, value);
     }
     set("content-type", "application/json".into());
@@ -229,10 +284,13 @@ pub fn plan(
             upstream_model: resolved.model,
             endpoint: facts.endpoint,
             sent_ms: facts.now_ms,
+            front: facts.front,
+            dropped: dropped.join(","),
         },
         headers,
         body: up.body,
         calls,
+        local,
     })
 }
 
@@ -247,6 +305,15 @@ fn forwarded(provider: &Provider, name: &str) -> bool {
             .forward_headers
             .iter()
             .any(|f| name.eq_ignore_ascii_case(f))
+}
+
+/// The Messages routes' passthrough forwards the client's
+/// `anthropic-version` and `anthropic-beta` to Anthropic providers.
+fn anthropic_forwarded(provider: &Provider, front: Front, name: &str) -> bool {
+    front.anthropic()
+        && provider.kind() == Kind::Anthropic
+        && (name.eq_ignore_ascii_case("anthropic-version")
+            || name.eq_ignore_ascii_case("anthropic-beta"))
 }
 
 /// The calls of a fan-out (none unless the translator asked for one): the
@@ -354,6 +421,7 @@ mod tests {
     fn facts<'a>(body: &'a [u8], allowed: &'a str) -> RequestFacts<'a> {
         RequestFacts {
             endpoint: Endpoint::Chat,
+            front: Front::OpenAi,
             body,
             header_names: None,
             allowed,

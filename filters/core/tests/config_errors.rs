@@ -58,7 +58,8 @@ fn invalid_configs_exact_messages() {
     let cases: Vec<(String, String)> = vec![
         ("{".into(), "EOF while parsing an object at line 1 column 1".into()),
         (r#"{"providers": {}}"#.into(), "providers: at least one provider is required".into()),
-        (r#"{"provider": {}}"#.into(), "provider: unknown field `provider`, expected one of `providers`, `aliases`, `key_cooldown_seconds`, `max_body_bytes`, `usage_cluster`, `usage_path`, `usage_timeout_ms`, `usage_flush_ms` at line 1 column 11".into()),
+        (r#"{"provider": {}}"#.into(), "provider: unknown field `provider`, expected one of `providers`, `aliases`, `key_cooldown_seconds`, `max_body_bytes`, `usage_cluster`, `usage_path`, `usage_timeout_ms`, `usage_flush_ms`, `bare_model_provider` at line 1 column 11".into()),
+        (r#"{"providers": {"p": {"kind": "openai", "cluster": "c", "models": ["m"], "keys": [{"id": "k", "value": "v"}]}}, "bare_model_provider": "nope"}"#.into(), "bare_model_provider: 'nope' is not a configured provider".into()),
         (one(&format!(r#"{{"kind":"vertex","cluster":"c","models":["m"],"keys":{key}}}"#)),
             "providers.p.kind: unknown variant `vertex`, expected one of `openai`, `anthropic`, `azure`, `gemini`, `bedrock` at line 1 column 36".into()),
         (one(&format!(r#"{{"kind":"bedrock","cluster":"c","models":["m"],"keys":{key}}}"#)), "providers.p.region: required for kind bedrock".into()),

@@ -18,7 +18,8 @@ use tollgate_core::flow::Flow;
 use tollgate_core::host::fake::FakeHost;
 use tollgate_core::keys::XorShift;
 use tollgate_core::translate::{
-    for_kind, parse_client_body, Endpoint, RequestCtx, ResponseCtx, StreamTranslator, Translator,
+    for_kind, messages, parse_client_body, Endpoint, Front, RequestCtx, ResponseCtx,
+    StreamTranslator, Translator,
 };
 
 fn seeds_requests() -> Vec<Value> {
@@ -223,13 +224,16 @@ fn mutated_request(seeds: &[Value], r: &mut XorShift) -> (Value, Vec<u8>) {
     (v, bytes)
 }
 
-/// A request through the filter's request side: its local reply, if any.
+/// A POST of `bytes` to `path` through the filter's request side (any model
+/// allowed): the filter's own reply, if it answered, checked to be no 5xx
+/// other than 503, with its JSON body.
 fn through_flow(rt: &Arc<Runtime>, path: &str, bytes: &[u8]) -> Option<(u16, Value)> {
     let mut h = FakeHost {
         req_headers: vec![
             (":method".into(), "POST".into()),
             (":path".into(), path.into()),
             ("x-tollgate-models".into(), "*".into()),
+            ("anthropic-version".into(), "2023-06-01".into()),
         ],
         req_body: bytes.to_vec(),
         ..FakeHost::default()
@@ -238,6 +242,11 @@ fn through_flow(rt: &Arc<Runtime>, path: &str, bytes: &[u8]) -> Option<(u16, Val
     f.on_request_headers(&mut h, false);
     f.on_request_body(&mut h, bytes.len(), true);
     let (status, _, body) = h.local_reply?;
+    assert!(
+        (200..500).contains(&status) || status == 503,
+        "status {status} for {}",
+        String::from_utf8_lossy(bytes)
+    );
     Some((status, serde_json::from_slice(&body).unwrap()))
 }
 
@@ -356,6 +365,12 @@ fn fuzz_responses_and_streams_never_panic() {
         }
         let _ = t.response(&ctx, &body);
         let _ = t.error(400 + (r.next_u32() % 200) as u16, &body);
+        let front = if r.next_u32() % 2 == 0 {
+            Front::Messages
+        } else {
+            Front::CountTokens
+        };
+        let _ = messages::translator(kind, front).response(&ctx, &body);
         // Streams: mutate and feed at random splits.
         let mut s = match kind {
             Kind::Anthropic => ANTHROPIC_STREAM.as_bytes().to_vec(),
@@ -369,6 +384,22 @@ fn fuzz_responses_and_streams_never_panic() {
             std::str::from_utf8(&out).is_ok(),
             "translated stream must stay UTF-8"
         );
+        // The same bytes through the Messages front door's stream.
+        let mut st = messages::translator(kind, Front::Messages).stream(&ctx);
+        let mut out = Vec::new();
+        for part in s.chunks(1 + r.next_u32() as usize % 64) {
+            st.feed(part, &mut out);
+        }
+        st.finish(&mut out);
+        let _ = (st.usage(), st.first_token_seen());
+        if kind != Kind::Anthropic {
+            // Translated (the passthrough sends the provider's bytes as
+            // they are).
+            assert!(
+                std::str::from_utf8(&out).is_ok(),
+                "Messages stream must stay UTF-8"
+            );
+        }
     }
 }
 
@@ -484,5 +515,48 @@ fn fuzz_responses_front_door_never_panics() {
             "{last}"
         );
         let _ = t.response(&ctx, &s);
+    }
+}
+
+fn seeds_messages() -> Vec<Value> {
+    vec![
+        json!({"model": "claude-haiku-4-5", "max_tokens": 50, "stream": true,
+               "system": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral"}}],
+               "messages": [{"role": "user", "content": "hi"}, {"role": "system", "content": "be brief"}]}),
+        json!({"model": "openai/gpt-4o-mini", "max_tokens": 50, "stop_sequences": ["x"], "temperature": 0.5,
+               "tools": [{"name": "f", "description": "d", "input_schema": {"type": "object"}}],
+               "tool_choice": {"type": "tool", "name": "f", "disable_parallel_tool_use": true},
+               "thinking": {"type": "enabled", "budget_tokens": 1024}, "metadata": {"user_id": "u"},
+               "messages": [
+                 {"role": "user", "content": [{"type": "text", "text": "a"},
+                   {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]},
+                 {"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "signature": "s"},
+                   {"type": "tool_use", "id": "t1", "name": "f", "input": {"a": 1}}]},
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "is_error": true,
+                   "content": [{"type": "text", "text": "r"}]}]}]}),
+        json!({"model": "fast", "max_tokens": 5, "output_format": {"type": "json_schema", "schema": {"type": "object"}},
+               "messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "https://x/y.png"}}]}]}),
+    ]
+}
+
+#[test]
+fn fuzz_messages_requests_never_panic() {
+    let rt = Arc::new(common::runtime());
+    let mut r = XorShift::new(seed() ^ 0x3e55);
+    let seeds = seeds_messages();
+    for _ in 0..iters() {
+        let (v, bytes) = mutated_request(&seeds, &mut r);
+        let _ = messages::to_chat(&v, "p");
+        let _ = messages::estimate_input_tokens(&v, "p");
+        for path in ["/v1/messages", "/v1/messages/count_tokens"] {
+            if let Some((status, e)) = through_flow(&rt, path, &bytes) {
+                if status == 200 {
+                    assert!(e["input_tokens"].as_u64().is_some_and(|n| n > 0), "{e}");
+                } else {
+                    assert_eq!(e["type"], "error", "{e}");
+                    assert!(e["error"]["message"].is_string(), "{e}");
+                }
+            }
+        }
     }
 }

@@ -9,6 +9,8 @@
 
 pub mod chat_ir;
 mod chunk;
+pub mod messages;
+mod messages_stream;
 pub mod openai_anthropic;
 pub mod openai_azure;
 pub mod openai_bedrock;
@@ -54,6 +56,47 @@ impl Endpoint {
             "/v1/responses" => Some(Endpoint::Responses),
             _ => None,
         }
+    }
+}
+
+/// The client API a request came in on. The OpenAI routes are
+/// [`Endpoint`]s; the Anthropic Messages front door ([`messages`]) reads an
+/// Anthropic body, becomes an OpenAI chat request for the translators of
+/// every non-Anthropic provider, and answers in Anthropic's shapes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Front {
+    #[default]
+    OpenAi,
+    /// `POST /v1/messages`.
+    Messages,
+    /// `POST /v1/messages/count_tokens`.
+    CountTokens,
+}
+
+impl Front {
+    /// The front door of a path (query string removed), or `None` when it
+    /// is not one of the Messages routes.
+    pub fn messages_path(path: &str) -> Option<Front> {
+        match path {
+            "/v1/messages" => Some(Front::Messages),
+            "/v1/messages/count_tokens" => Some(Front::CountTokens),
+            _ => None,
+        }
+    }
+
+    /// Errors are written in Anthropic's shape.
+    pub fn anthropic(self) -> bool {
+        self != Front::OpenAi
+    }
+}
+
+/// The translator of a provider kind for a front door: [`for_kind`] on the
+/// OpenAI routes; on the Messages routes the Anthropic passthrough, or the
+/// Messages adapter around the kind's OpenAI translator.
+pub fn for_route(provider: &Provider, endpoint: Endpoint, front: Front) -> &'static dyn Translator {
+    match front {
+        Front::OpenAi => responses::translator(provider, endpoint),
+        Front::Messages | Front::CountTokens => messages::translator(provider.kind(), front),
     }
 }
 
