@@ -16,7 +16,7 @@ Scenarios (each on a fresh stack, all in one session so they compare fairly):
     full         the whole gateway (OpenAI→Anthropic), non-streaming
     full-stream  the whole gateway, streaming
     floor        Envoy + authz-null + null Wasm (waits for the body) full's floor
-    envoy-512k, full-512k, full-512k-anthropic
+    envoy-512k, full-512k, full-512k-anthropic, floor-512k
                  512 KB request bodies at a low fixed rate: plain Envoy, the
                  gateway passing OpenAI through, the gateway translating
 
@@ -220,6 +220,9 @@ def scenarios(mock_key: str) -> list[Scenario]:
                  "openai/gpt-4o-mini", headers=auth, baseline="envoy-512k", body_bytes=LARGE_BODY_BYTES),
         Scenario("full-512k-anthropic", "whole gateway, OpenAI→Anthropic, 512 KB request", gateway, base,
                  "anthropic/claude-sonnet-4-5", headers=auth, baseline="envoy-512k", body_bytes=LARGE_BODY_BYTES),
+        Scenario("floor-512k", "floor (null ext_authz + null Wasm reading the body), 512 KB request",
+                 null_gateway, with_null_wasm(null_route, "read_body"), "gpt-4o-mini", headers=auth,
+                 authz_null=True, baseline="envoy-512k", body_bytes=LARGE_BODY_BYTES),
     ]
 
 

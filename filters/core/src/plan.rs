@@ -8,11 +8,14 @@
 
 use std::borrow::Cow;
 
+use serde_json::Value;
+
 use tollgate_wire::header::{CLUSTER, KEY_ID, MODEL, MODELS, RESERVED, TENANT};
 use tollgate_wire::models_allowed;
 
 use crate::config::{Key, Kind, ModelCfg, Provider, Runtime};
 use crate::error::{echo, ApiError, INVALID_REQUEST, SERVER};
+use crate::scan::{leading_model, TopLevel};
 use crate::translate::{
     for_kind, parse_client_body, Endpoint, RequestCtx, ResponseCtx, Translator, UpstreamRequest,
 };
@@ -75,10 +78,23 @@ pub struct Plan {
     pub route: Route,
     /// Request header changes in order: `Some` sets, `None` removes.
     pub headers: Vec<(Cow<'static, str>, Option<String>)>,
+    /// Replaces the first [`Plan::body_replaces`] bytes of the client's
+    /// body (all of them unless the translator edits in place; 0 with an
+    /// empty `body`: the body goes on untouched).
     pub body: Vec<u8>,
+    pub body_replaces: usize,
     /// A fan-out: instead of forwarding the request, make these calls to
     /// the provider's cluster and answer with their merged answers.
     pub calls: Vec<Call>,
+}
+
+impl Plan {
+    /// The body the provider gets, from the client's.
+    pub fn upstream_body(&self, client: &[u8]) -> Vec<u8> {
+        let mut out = self.body.clone();
+        out.extend_from_slice(client.get(self.body_replaces..).unwrap_or_default());
+        out
+    }
 }
 
 /// One call of a fan-out.
@@ -147,7 +163,11 @@ pub fn plan(
             "Request body is required",
         ));
     }
-    let (value, model) = parse_client_body(facts.body)?;
+    let parsed = Parsed::read(rt, facts.body)?;
+    let model = match &parsed {
+        Parsed::Top(top) => top.model()?,
+        Parsed::Document(_, model) => model.clone(),
+    };
     let resolved = rt
         .resolve(&model)
         .ok_or_else(|| ApiError::model_not_found(&model))?;
@@ -186,7 +206,14 @@ pub fn plan(
         model_cfg,
         endpoint: facts.endpoint,
     };
-    let up = tr.request(&ctx, &value)?;
+    let (up, body_replaces) = match &parsed {
+        Parsed::Top(top) => match tr.request_in_place(&ctx, top) {
+            Some(r) => r?,
+            None => (tr.request(&ctx, &top.value()?)?, facts.body.len()),
+        },
+        Parsed::Document(value, _) => (tr.request(&ctx, value)?, facts.body.len()),
+    };
+    let body_len = facts.body.len() - body_replaces.min(facts.body.len()) + up.body.len();
     let key_idx = choose_key(provider, model_cfg, facts.random, cooling)?;
     let key = provider
         .keys
@@ -214,7 +241,7 @@ pub fn plan(
         set(name, value);
     }
     set("content-type", "application/json".into());
-    set("content-length", up.body.len().to_string());
+    set("content-length", body_len.to_string());
     let calls = fan_out_calls(tr, provider, key, &up, facts.now_ms)?;
     Ok(Plan {
         route: Route {
@@ -232,8 +259,35 @@ pub fn plan(
         },
         headers,
         body: up.body,
+        body_replaces,
         calls,
     })
+}
+
+/// The client's body, read once: as a document for translators, or only
+/// its top level for the passthrough, which edits it in place.
+enum Parsed<'a> {
+    Top(TopLevel<'a>),
+    /// The body and its `model`.
+    Document(Value, String),
+}
+
+impl<'a> Parsed<'a> {
+    /// A body that names its model first (a plain string) is read as its
+    /// provider's translator needs it: built when it is translated, scanned
+    /// when it passes through. Any other body is scanned first (the model
+    /// may come last), and built afterwards only if it is translated.
+    fn read(rt: &Runtime, body: &'a [u8]) -> Result<Parsed<'a>, ApiError> {
+        let translated = leading_model(body)
+            .and_then(|m| rt.resolve(m))
+            .and_then(|r| rt.provider(r.provider))
+            .is_some_and(|p| !for_kind(p.kind()).passthrough());
+        if translated {
+            let (value, model) = parse_client_body(body)?;
+            return Ok(Parsed::Document(value, model));
+        }
+        TopLevel::parse(body).map(Parsed::Top)
+    }
 }
 
 /// Does a client header travel to this provider? Pseudo-headers (`:path`…)
@@ -391,12 +445,16 @@ mod tests {
         ] {
             assert_eq!(header(&p, removed), Some(None), "{removed}");
         }
+        let sent = p.upstream_body(CHAT);
         assert_eq!(
             header(&p, "content-length"),
-            Some(Some(p.body.len().to_string().as_str()))
+            Some(Some(sent.len().to_string().as_str()))
         );
-        let body: serde_json::Value = serde_json::from_slice(&p.body).unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&sent).unwrap();
         assert_eq!(body["model"], "gpt-4o");
+        // Edited in place: only the prefix up to the model is replaced.
+        assert_eq!(p.body, br#"{"model":"gpt-4o""#);
+        assert_eq!(p.body_replaces, br#"{"model":"openai/gpt-4o""#.len());
         assert_eq!(
             (p.route.canonical.as_str(), p.route.key, p.route.stream),
             ("openai/gpt-4o", 0, false)
