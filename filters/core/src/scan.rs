@@ -271,40 +271,24 @@ impl<'a> Scanner<'a> {
     fn top(&mut self) -> Result<(Fields<'a>, Messages), &'static str> {
         let mut fields: Fields<'a> = Vec::with_capacity(16);
         let mut messages = Messages::Absent;
-        self.eat(b'{', "expected '{'")?;
         self.ws();
-        if self.peek() == Some(b'}') {
-            self.at += 1;
-            return Ok((fields, messages));
-        }
-        loop {
-            self.ws();
-            let key = self.key()?;
-            self.eat(b':', "expected ':'")?;
-            self.ws();
-            let start = self.at;
+        self.object(|sc, key| {
             if fields.iter().any(|(k, _)| *k == key)
                 || (key == "messages" && messages != Messages::Absent)
             {
-                self.twice = Some(echo(&key).into_owned());
+                sc.twice = Some(echo(&key).into_owned());
                 return Err("a top-level key is given twice");
             }
             if key == "messages" {
-                messages = self.messages()?;
+                messages = sc.messages()?;
             } else {
-                self.value(1)?;
-                fields.push((key, start..self.at));
+                let start = sc.at;
+                sc.value(1)?;
+                fields.push((key, start..sc.at));
             }
-            self.ws();
-            match self.peek() {
-                Some(b',') => self.at += 1,
-                Some(b'}') => {
-                    self.at += 1;
-                    return Ok((fields, messages));
-                }
-                _ => return Err("expected ',' or '}'"),
-            }
-        }
+            Ok(())
+        })?;
+        Ok((fields, messages))
     }
 
     /// `messages`, noting its shape.
@@ -315,63 +299,88 @@ impl<'a> Scanner<'a> {
                 _ => Messages::NotArray,
             });
         }
-        self.at += 1;
-        let (mut n, mut bad) = (0, None);
-        self.ws();
-        if self.peek() == Some(b']') {
-            self.at += 1;
-            return Ok(Messages::Empty);
-        }
-        loop {
-            self.ws();
-            let has_role = if self.peek() == Some(b'{') {
-                self.message()?
+        let mut bad = None;
+        let n = self.array(|sc, i| {
+            // Does the message's (last) `role` hold a string?
+            let mut role = false;
+            if sc.peek() == Some(b'{') {
+                sc.object(|sc, key| {
+                    let kind = sc.value(3)?;
+                    if key == "role" {
+                        role = kind == Kind::Str;
+                    }
+                    Ok(())
+                })?;
             } else {
-                self.value(2)?;
-                false
-            };
-            if !has_role && bad.is_none() {
-                bad = Some(n);
+                sc.value(2)?;
             }
-            n += 1;
-            self.ws();
-            match self.peek() {
-                Some(b',') => self.at += 1,
-                Some(b']') => {
-                    self.at += 1;
-                    return Ok(bad.map_or(Messages::Ok, Messages::BadRole));
-                }
-                _ => return Err("expected ',' or ']'"),
+            if !role && bad.is_none() {
+                bad = Some(i);
             }
-        }
+            Ok(())
+        })?;
+        Ok(match (n, bad) {
+            (0, _) => Messages::Empty,
+            (_, Some(i)) => Messages::BadRole(i),
+            (_, None) => Messages::Ok,
+        })
     }
 
-    /// One message object: does its (last) `role` hold a string?
-    fn message(&mut self) -> Result<bool, &'static str> {
-        self.at += 1;
-        let mut role = false;
+    /// An object from its `{`: `field` reads each value (the scanner is
+    /// on it) after its key.
+    fn object(
+        &mut self,
+        mut field: impl FnMut(&mut Self, Cow<'a, str>) -> Result<(), &'static str>,
+    ) -> Result<(), &'static str> {
+        self.eat(b'{', "expected '{'")?;
         self.ws();
         if self.peek() == Some(b'}') {
             self.at += 1;
-            return Ok(false);
+            return Ok(());
         }
         loop {
             self.ws();
             let key = self.key()?;
             self.eat(b':', "expected ':'")?;
             self.ws();
-            let kind = self.value(3)?;
-            if key == "role" {
-                role = kind == Kind::Str;
-            }
+            field(self, key)?;
             self.ws();
             match self.peek() {
                 Some(b',') => self.at += 1,
                 Some(b'}') => {
                     self.at += 1;
-                    return Ok(role);
+                    return Ok(());
                 }
                 _ => return Err("expected ',' or '}'"),
+            }
+        }
+    }
+
+    /// An array from its `[`: `element` reads each element (by index, the
+    /// scanner on it). Returns how many there were.
+    fn array(
+        &mut self,
+        mut element: impl FnMut(&mut Self, usize) -> Result<(), &'static str>,
+    ) -> Result<usize, &'static str> {
+        self.eat(b'[', "expected '['")?;
+        self.ws();
+        if self.peek() == Some(b']') {
+            self.at += 1;
+            return Ok(0);
+        }
+        let mut n = 0;
+        loop {
+            self.ws();
+            element(self, n)?;
+            n += 1;
+            self.ws();
+            match self.peek() {
+                Some(b',') => self.at += 1,
+                Some(b']') => {
+                    self.at += 1;
+                    return Ok(n);
+                }
+                _ => return Err("expected ',' or ']'"),
             }
         }
     }
@@ -402,52 +411,12 @@ impl<'a> Scanner<'a> {
         self.ws();
         match self.peek() {
             Some(b'"') => self.string().map(|_| Kind::Str),
-            Some(b'{') => {
-                self.at += 1;
-                self.ws();
-                if self.peek() == Some(b'}') {
-                    self.at += 1;
-                    return Ok(Kind::Object);
-                }
-                loop {
-                    self.ws();
-                    if self.peek() != Some(b'"') {
-                        return Err("expected a string key");
-                    }
-                    self.string()?;
-                    self.eat(b':', "expected ':'")?;
-                    self.value(depth + 1)?;
-                    self.ws();
-                    match self.peek() {
-                        Some(b',') => self.at += 1,
-                        Some(b'}') => {
-                            self.at += 1;
-                            return Ok(Kind::Object);
-                        }
-                        _ => return Err("expected ',' or '}'"),
-                    }
-                }
-            }
-            Some(b'[') => {
-                self.at += 1;
-                self.ws();
-                if self.peek() == Some(b']') {
-                    self.at += 1;
-                    return Ok(Kind::Array);
-                }
-                loop {
-                    self.value(depth + 1)?;
-                    self.ws();
-                    match self.peek() {
-                        Some(b',') => self.at += 1,
-                        Some(b']') => {
-                            self.at += 1;
-                            return Ok(Kind::Array);
-                        }
-                        _ => return Err("expected ',' or ']'"),
-                    }
-                }
-            }
+            Some(b'{') => self
+                .object(|sc, _| sc.value(depth + 1).map(drop))
+                .map(|()| Kind::Object),
+            Some(b'[') => self
+                .array(|sc, _| sc.value(depth + 1).map(drop))
+                .map(|_| Kind::Array),
             Some(b't') => self.literal(b"true", Kind::Scalar),
             Some(b'f') => self.literal(b"false", Kind::Scalar),
             Some(b'n') => self.literal(b"null", Kind::Null),

@@ -27,7 +27,8 @@ impl Translator for OpenAiOpenAi {
 
     fn request(&self, ctx: &RequestCtx<'_>, body: &Value) -> Result<UpstreamRequest, ApiError> {
         let (bytes, suffix, stream, include_usage) = prepare(ctx, body)?;
-        Ok(upstream(ctx, bytes, suffix, stream, include_usage))
+        let path = format!("{}{}", ctx.provider.base_path, suffix);
+        Ok(upstream(path, bytes, stream, include_usage))
     }
 
     fn request_in_place(
@@ -37,7 +38,8 @@ impl Translator for OpenAiOpenAi {
     ) -> Option<Result<(UpstreamRequest, usize), ApiError>> {
         Some(
             prepare_in_place(ctx, top).map(|(prefix, replaced, suffix, stream, usage)| {
-                (upstream(ctx, prefix, suffix, stream, usage), replaced)
+                let path = format!("{}{}", ctx.provider.base_path, suffix);
+                (upstream(path, prefix, stream, usage), replaced)
             }),
         )
     }
@@ -69,15 +71,15 @@ impl Translator for OpenAiOpenAi {
     }
 }
 
-fn upstream(
-    ctx: &RequestCtx<'_>,
+/// The upstream request of a passthrough (shared with Azure).
+pub(crate) fn upstream(
+    path: String,
     body: Vec<u8>,
-    suffix: &str,
     stream: bool,
     include_usage: bool,
 ) -> UpstreamRequest {
     UpstreamRequest {
-        path: format!("{}{}", ctx.provider.base_path, suffix),
+        path,
         body,
         stream,
         include_usage,
