@@ -81,7 +81,8 @@ impl<'a> TopLevel<'a> {
         })
     }
 
-    /// The raw text of a top-level value.
+    /// The raw text of a top-level value (`messages` is not kept: only its
+    /// shape, [`TopLevel::messages`]).
     pub fn get(&self, key: &str) -> Option<&'a str> {
         self.span(key).and_then(|r| self.body.get(r))
     }
