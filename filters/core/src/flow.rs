@@ -83,9 +83,9 @@ struct Pending {
     /// `x-tollgate-model`, the client's declaration that authz-service used
     /// for per-model admission: must name the body's model.
     declared_model: Option<String>,
-    /// The request's header names, read with the headers (`None`: ask the
-    /// host when planning).
-    header_names: Option<Vec<String>>,
+    /// The request's headers, read with the headers callback (`None`: the
+    /// host refused; ask it for the names when planning).
+    headers: Option<Vec<(String, String)>>,
 }
 
 /// A request on its way to (or back from) a provider.
@@ -202,7 +202,7 @@ impl Flow {
             reserved: header(RESERVED).and_then(|v| v.parse().ok()),
             allowed: None,
             declared_model: header(MODEL),
-            header_names: all.map(|all| all.into_iter().map(|(name, _)| name).collect()),
+            headers: all,
         };
         let path = full_path.split('?').next().unwrap_or("");
         if path == "/v1/models" || path.starts_with("/v1/models/") {
@@ -346,8 +346,8 @@ impl Flow {
     ) -> Result<Phase, ApiError> {
         let now = h.now_ms();
         let random = h.random_u32();
-        let header_names = match pending.header_names {
-            Some(names) => Some(names),
+        let header_names = match &pending.headers {
+            Some(all) => Some(all.iter().map(|(name, _)| name.clone()).collect()),
             None => h.request_header_names(),
         };
         let facts = RequestFacts {
@@ -384,9 +384,28 @@ impl Flow {
         if !planned.calls.is_empty() {
             return self.fan_out(h, routed, planned.calls);
         }
-        let mut ok = true;
-        for (name, value) in &planned.headers {
-            ok &= h.set_request_header(name.as_ref(), value.as_deref());
+        // The whole header map in one call where the host can (the plan's
+        // removals and sets applied to the headers read), else one call a
+        // change.
+        let mut ok = match pending.headers {
+            Some(mut all) => {
+                for (name, value) in &planned.headers {
+                    all.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+                    if let Some(v) = value {
+                        all.push((name.to_string(), v.clone()));
+                    }
+                }
+                let pairs: Vec<(&str, &str)> =
+                    all.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+                h.set_request_headers(&pairs)
+            }
+            None => false,
+        };
+        if !ok {
+            ok = true;
+            for (name, value) in &planned.headers {
+                ok &= h.set_request_header(name.as_ref(), value.as_deref());
+            }
         }
         if planned.body_replaces > 0 || !planned.body.is_empty() {
             ok &= h.set_request_body(planned.body_replaces, &planned.body);

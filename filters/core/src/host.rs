@@ -34,6 +34,12 @@ pub trait Host {
     }
     /// Set (Some) or remove (None). Returns false when the host refused.
     fn set_request_header(&mut self, name: &str, value: Option<&str>) -> bool;
+    /// Replace every request header with these (one host call where the
+    /// host has it). Returns false when the host refused or cannot: then
+    /// nothing changed.
+    fn set_request_headers(&mut self, _headers: &[(&str, &str)]) -> bool {
+        false
+    }
     /// The buffered request body (`size` bytes from 0).
     fn request_body(&self, size: usize) -> Option<Vec<u8>>;
     /// Replaces the body's first `size` bytes with `body` (the rest stays).
@@ -183,6 +189,14 @@ pub mod fake {
         fn request_headers(&self) -> Option<Vec<(String, String)>> {
             self.note("request_headers");
             Some(self.req_headers.clone())
+        }
+        fn set_request_headers(&mut self, headers: &[(&str, &str)]) -> bool {
+            self.note("set_request_headers");
+            self.req_headers = headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            true
         }
         fn response_header(&self, name: &str) -> Option<String> {
             self.note("response_header");

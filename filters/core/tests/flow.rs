@@ -1045,5 +1045,5 @@ fn host_calls_per_request() {
         host_calls("smart", false, "application/json", ANTHROPIC_ANSWER),
     ];
     // OpenAI passthrough, OpenAI stream, OpenAI→Anthropic.
-    assert_eq!(calls, [(21, 15), (21, 18), (22, 17)]);
+    assert_eq!(calls, [(13, 15), (13, 18), (13, 17)]);
 }

@@ -41,6 +41,11 @@ extern "C" {
         return_map_data: *mut *mut u8,
         return_map_size: *mut usize,
     ) -> Status;
+    fn proxy_set_header_map_pairs(
+        map_type: MapType,
+        map_data: *const u8,
+        map_size: usize,
+    ) -> Status;
     fn proxy_replace_header_map_value(
         map_type: MapType,
         key_data: *const u8,
@@ -262,6 +267,14 @@ impl Host for WasmHost {
     }
     fn request_headers(&self) -> Option<Vec<(String, String)>> {
         header_pairs(MapType::HttpRequestHeaders)
+    }
+    fn set_request_headers(&mut self, headers: &[(&str, &str)]) -> bool {
+        let map = serialize_map(headers);
+        // SAFETY: pointer and length of a live buffer.
+        unsafe {
+            proxy_set_header_map_pairs(MapType::HttpRequestHeaders, map.as_ptr(), map.len())
+                == Status::Ok
+        }
     }
     fn response_headers(&self) -> Option<Vec<(String, String)>> {
         header_pairs(MapType::HttpResponseHeaders)
