@@ -8,6 +8,8 @@
 Scenarios (each on a fresh stack, all in one session so they compare fairly):
     direct       fortio → mock-llm                                  no proxy at all
     envoy        fortio → Envoy, plain router → mock-llm            the proxy baseline
+    envoy-nolog  envoy without the access log
+    envoy-h1     envoy with HTTP/1.1 to the provider (envoy.yaml: HTTP/2)
     wasm         Envoy + Wasm filter (OpenAI→Anthropic, key choice)
     wasm-null    Envoy + null Wasm filter that waits for the body   wasm's floor
     wasm-pass    Envoy + null Wasm filter that does nothing at all
@@ -22,7 +24,7 @@ Scenarios (each on a fresh stack, all in one session so they compare fairly):
     messages     Anthropic Messages in → Anthropic passthrough (bare model name)
     messages-openai  Anthropic Messages in → OpenAI, translated both ways
     floor        Envoy + authz-null + null Wasm (waits for the body) full's floor
-    envoy-512k, full-512k, full-512k-anthropic
+    envoy-512k, full-512k, full-512k-anthropic, floor-512k
                  512 KB request bodies at a low fixed rate: plain Envoy, the
                  gateway passing OpenAI through, the gateway translating
 
@@ -103,6 +105,12 @@ def fixed_route_to_mock(cfg: dict, mock_key: str) -> dict:
 def without_clusters(cfg: dict, *names: str) -> dict:
     cfg = copy.deepcopy(cfg)
     cfg["static_resources"]["clusters"] = [c for c in cfg["static_resources"]["clusters"] if c["name"] not in names]
+    return cfg
+
+
+def without_access_log(cfg: dict) -> dict:
+    cfg = copy.deepcopy(cfg)
+    _hcm(cfg).pop("access_log", None)
     return cfg
 
 
@@ -212,6 +220,10 @@ def scenarios(mock_key: str) -> list[Scenario]:
         Scenario("direct", "fortio → mock-llm (OpenAI API), no Envoy", ("mock",), None, "gpt-4o-mini",
                  headers={"authorization": f"Bearer {mock_key}"}),
         Scenario("envoy", "Envoy plain router → mock-llm", ("mock", "envoy"), plain, "gpt-4o-mini"),
+        Scenario("envoy-nolog", "Envoy plain router → mock-llm, no access log", ("mock", "envoy"),
+                 without_access_log(plain), "gpt-4o-mini"),
+        Scenario("envoy-h1", "Envoy plain router → mock-llm over HTTP/1.1", ("mock", "envoy"),
+                 provider_protocol(plain, "h1"), "gpt-4o-mini"),
         Scenario("wasm", "Envoy + Wasm filter, OpenAI→Anthropic translation and key choice",
                  gateway, without_filters(base, *no_authz), "anthropic/claude-sonnet-4-5",
                  headers=authz_set, floor="wasm-null"),
@@ -247,6 +259,9 @@ def scenarios(mock_key: str) -> list[Scenario]:
                  "openai/gpt-4o-mini", headers=auth, baseline="envoy-512k", body_bytes=LARGE_BODY_BYTES),
         Scenario("full-512k-anthropic", "whole gateway, OpenAI→Anthropic, 512 KB request", gateway, base,
                  "anthropic/claude-sonnet-4-5", headers=auth, baseline="envoy-512k", body_bytes=LARGE_BODY_BYTES),
+        Scenario("floor-512k", "floor (null ext_authz + null Wasm reading the body), 512 KB request",
+                 null_gateway, with_null_wasm(null_route, "read_body"), "gpt-4o-mini", headers=auth,
+                 authz_null=True, baseline="envoy-512k", body_bytes=LARGE_BODY_BYTES),
     ]
 
 

@@ -11,6 +11,7 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use serde_json::json;
 use tollgate_core::config::{Kind, Runtime};
 use tollgate_core::keys::{KeyPool, XorShift};
+use tollgate_core::plan::{plan, RequestFacts};
 use tollgate_core::translate::{for_kind, parse_client_body, Endpoint, RequestCtx, ResponseCtx};
 
 const CONFIG: &str = r#"{"providers": {
@@ -128,6 +129,39 @@ fn benches(c: &mut Criterion) {
                     0
                 };
                 black_box((up.body.len(), auth))
+            })
+        });
+    }
+    g.finish();
+
+    // --- 512 KB requests through the planner (what the filter runs on the
+    // body): the OpenAI passthrough edits in place, OpenAI→Anthropic
+    // translates. A coding agent's turn: text with newlines and quotes.
+    let filler = "fn main() {\n    println!(\"hello, {}\", name); // the filler line\n}\n";
+    let text = filler.repeat(512 * 1024 / filler.len());
+    let mut g = c.benchmark_group("plan_512KB");
+    for (name, model) in [
+        ("openai_passthrough", "openai/gpt-4o-mini"),
+        ("openai_to_anthropic", "smart"),
+    ] {
+        let body = serde_json::to_vec(
+            &json!({"model": model, "messages": [{"role": "user", "content": text}]}),
+        )
+        .unwrap_or_default();
+        g.throughput(Throughput::Bytes(body.len() as u64));
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let facts = RequestFacts {
+                    endpoint: Endpoint::Chat,
+                    body: black_box(&body),
+                    header_names: None,
+                    allowed: "*",
+                    declared_model: None,
+                    now_ms: 1_763_812_800_000,
+                    random: 0,
+                };
+                let p = plan(&rt, &facts, &|_| 0).unwrap_or_else(|e| panic!("{e:?}"));
+                black_box((p.body.len(), p.body_replaces))
             })
         });
     }

@@ -85,6 +85,9 @@ struct Pending {
     /// `x-tollgate-model`, the client's declaration that authz-service used
     /// for per-model admission: must name the body's model.
     declared_model: Option<String>,
+    /// The request's headers, read with the headers callback (`None`: the
+    /// host refused; ask it for the names when planning).
+    headers: Option<Vec<(String, String)>>,
 }
 
 /// A request on its way to (or back from) a provider.
@@ -187,10 +190,28 @@ impl Flow {
     }
 
     pub fn on_request_headers(&mut self, h: &mut dyn Host, end_of_stream: bool) -> Action {
-        let method = h.request_header(":method").unwrap_or_default();
-        let full_path = h.request_header(":path").unwrap_or_default();
+        // Every header in one host call (one call per name if the host
+        // refuses); their names are kept for the plan's removals.
+        let all = h.request_headers();
+        let header = |name: &str| match &all {
+            Some(all) => find_header(all, name),
+            None => h.request_header(name),
+        };
+        let method = header(":method").unwrap_or_default();
+        let full_path = header(":path").unwrap_or_default();
+        let allowed = header(MODELS);
+        let content_length = header("content-length");
+        let pending = Pending {
+            endpoint: Endpoint::Chat,
+            front: Front::OpenAi,
+            tenant: header(TENANT),
+            key_id: header(KEY_ID),
+            reserved: header(RESERVED).and_then(|v| v.parse().ok()),
+            allowed: None,
+            declared_model: header(MODEL),
+            headers: all,
+        };
         let path = full_path.split('?').next().unwrap_or("");
-        let allowed = h.request_header(MODELS);
         self.anthropic = tollgate_wire::is_messages_path(path);
         if self.anthropic {
             h.set_property(property::API, b"anthropic");
@@ -216,7 +237,7 @@ impl Flow {
         if method != "POST" {
             return self.reply(h, &ApiError::method_not_allowed(&method, path));
         }
-        if let Some(cl) = h.request_header("content-length") {
+        if let Some(cl) = content_length {
             if let Ok(n) = cl.trim().parse::<u64>() {
                 if n > self.rt.max_body_bytes {
                     if end_of_stream {
@@ -241,11 +262,8 @@ impl Flow {
         self.phase = Phase::AwaitBody(Box::new(Pending {
             endpoint,
             front,
-            tenant: h.request_header(TENANT),
-            key_id: h.request_header(KEY_ID),
-            reserved: h.request_header(RESERVED).and_then(|v| v.parse().ok()),
             allowed,
-            declared_model: h.request_header(MODEL),
+            ..pending
         }));
         Action::Pause
     }
@@ -345,7 +363,10 @@ impl Flow {
     ) -> Result<Phase, ApiError> {
         let now = h.now_ms();
         let random = h.random_u32();
-        let header_names = h.request_header_names();
+        let header_names = match &pending.headers {
+            Some(all) => Some(all.iter().map(|(name, _)| name.clone()).collect()),
+            None => h.request_header_names(),
+        };
         let facts = RequestFacts {
             endpoint: pending.endpoint,
             front: pending.front,
@@ -392,11 +413,32 @@ impl Flow {
             h.send_local_reply(200, &[("content-type", "application/json")], &body);
             return Ok(Phase::Routed(Box::new(routed)));
         }
-        let mut ok = true;
-        for (name, value) in &planned.headers {
-            ok &= h.set_request_header(name.as_ref(), value.as_deref());
+        // The whole header map in one call where the host can (the plan's
+        // removals and sets applied to the headers read), else one call a
+        // change.
+        let mut ok = match pending.headers {
+            Some(mut all) => {
+                for (name, value) in &planned.headers {
+                    all.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+                    if let Some(v) = value {
+                        all.push((name.to_string(), v.clone()));
+                    }
+                }
+                let pairs: Vec<(&str, &str)> =
+                    all.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+                h.set_request_headers(&pairs)
+            }
+            None => false,
+        };
+        if !ok {
+            ok = true;
+            for (name, value) in &planned.headers {
+                ok &= h.set_request_header(name.as_ref(), value.as_deref());
+            }
         }
-        ok &= h.set_request_body(body.len(), &planned.body);
+        if planned.body_replaces > 0 || !planned.body.is_empty() {
+            ok &= h.set_request_body(planned.body_replaces, &planned.body);
+        }
         if !ok {
             h.log(Level::Error, "tollgate: the host refused a request rewrite");
             return Err(ApiError::new(
@@ -587,10 +629,16 @@ impl Flow {
         let Some(provider) = rt.provider(r.route.provider) else {
             return Action::Continue;
         };
-        let status: u16 = h
-            .response_header(":status")
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
+        // Every header in one host call (one call per name if the host
+        // refuses).
+        let all = h.response_headers();
+        let header = |name: &str| match &all {
+            Some(all) => find_header(all, name),
+            None => h.response_header(name),
+        };
+        let status: u16 = header(":status").and_then(|s| s.parse().ok()).unwrap_or(0);
+        let provider_request_id = provider_request_id_header(provider.kind()).and_then(header);
+        let ctype = header("content-type").unwrap_or_default();
         let now = h.now_ms();
         if !h.response_from_upstream() {
             // Envoy's own reply (connect failure, timeout, overflow…): its
@@ -601,15 +649,19 @@ impl Flow {
         }
         r.upstream_status = status;
         h.set_response_header(PROVIDER, Some(&provider.name));
-        if let Some(id) =
-            provider_request_id_header(provider.kind()).and_then(|n| h.response_header(n))
-        {
+        if let Some(id) = provider_request_id {
             h.set_response_header(PROVIDER_REQUEST_ID, Some(&clip(&id, ECHO_MAX_CHARS)));
         }
         // The provider's rate-limit headers describe the gateway's provider
-        // key, not the client's virtual key (authz-service sets those).
+        // key, not the client's virtual key (authz-service sets those):
+        // removed where present (each removal is a host call).
         for name in PROVIDER_RATELIMIT_HEADERS {
-            h.set_response_header(name, None);
+            if all
+                .as_ref()
+                .is_none_or(|all| find_header(all, name).is_some())
+            {
+                h.set_response_header(name, None);
+            }
         }
         if let Some(s) = &r.series {
             let ms = now.saturating_sub(r.route.sent_ms);
@@ -623,7 +675,6 @@ impl Flow {
         if !r.route.dropped.is_empty() {
             h.set_response_header(DROPPED_HEADER, Some(&r.route.dropped));
         }
-        let ctype = h.response_header("content-type").unwrap_or_default();
         let tr = for_route(provider, r.route.endpoint, r.route.front);
         if status >= 400 {
             let (mapped, _, _) = map_error_status(status);
@@ -681,7 +732,6 @@ impl Flow {
         };
         let tr = for_route(provider, r.route.endpoint, r.route.front);
         let anthropic = r.route.front.anthropic();
-        let created = h.now_ms() / 1000;
         match &mut r.resp {
             RespMode::None => Action::Continue,
             RespMode::Stream(t) => {
@@ -711,6 +761,7 @@ impl Flow {
                     return Action::Pause;
                 }
                 let body = h.response_body(body_size).unwrap_or_default();
+                let created = h.now_ms() / 1000;
                 let out = match tr.response(&r.route.response_ctx(false, created), &body) {
                     Ok(t) => {
                         r.usage = t.usage;
@@ -834,6 +885,13 @@ impl Flow {
             );
         }
     }
+}
+
+/// A header's value from a host's list (names are lower case there).
+fn find_header(all: &[(String, String)], name: &str) -> Option<String> {
+    all.iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.clone())
 }
 
 /// Sets the request's token usage as filter state, once it is known, for

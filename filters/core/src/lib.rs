@@ -29,7 +29,7 @@
 //! (weighted choice), [`codec`] (SSE and AWS event-stream readers),
 //! [`credentials`] (API-key headers, SigV4), [`translate`] (one
 //! `<from>_<to>` module per provider family), [`plan`] (the pure route
-//! planner), [`flow`] (the per-request state machine, in phases),
+//! planner), [`scan`] (a body's top level read without building it), [`flow`] (the per-request state machine, in phases),
 //! [`cooldown`] (provider keys skipped after refusals), [`usage`] (usage reports and their batches), [`host`] (the one
 //! host boundary).
 
@@ -48,5 +48,6 @@ pub mod host;
 pub mod keys;
 pub mod metrics;
 pub mod plan;
+pub mod scan;
 pub mod translate;
 pub mod usage;

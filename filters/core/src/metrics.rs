@@ -110,6 +110,10 @@ impl Series {
 
 /// Adds `value` to a counter, or records it in a histogram.
 pub fn record(h: &mut dyn Host, kind: MetricKind, id: Option<u32>, value: u64) {
+    // Adding 0 to a counter changes nothing: no host call.
+    if kind == MetricKind::Counter && value == 0 {
+        return;
+    }
     if let Some(id) = id {
         h.record_metric(kind, id, value);
     }

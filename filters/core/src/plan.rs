@@ -8,11 +8,14 @@
 
 use std::borrow::Cow;
 
+use serde_json::Value;
+
 use tollgate_wire::header::{CLUSTER, KEY_ID, MODEL, MODELS, RESERVED, TENANT};
 use tollgate_wire::models_allowed;
 
 use crate::config::{Key, Kind, ModelCfg, Provider, Runtime};
 use crate::error::{echo, ApiError, INVALID_REQUEST, SERVER};
+use crate::scan::{leading_model, TopLevel};
 use crate::translate::{
     for_route, messages, parse_client_body, Endpoint, Front, RequestCtx, ResponseCtx, Translator,
     UpstreamRequest,
@@ -83,13 +86,26 @@ pub struct Plan {
     pub route: Route,
     /// Request header changes in order: `Some` sets, `None` removes.
     pub headers: Vec<(Cow<'static, str>, Option<String>)>,
+    /// Replaces the first [`Plan::body_replaces`] bytes of the client's
+    /// body (all of them unless the translator edits in place; 0 with an
+    /// empty `body`: the body goes on untouched).
     pub body: Vec<u8>,
+    pub body_replaces: usize,
     /// A fan-out: instead of forwarding the request, make these calls to
     /// the provider's cluster and answer with their merged answers.
     pub calls: Vec<Call>,
     /// Answered by the gateway without a provider call (count_tokens of a
     /// non-Anthropic model): the 200 JSON body.
     pub local: Option<Vec<u8>>,
+}
+
+impl Plan {
+    /// The body the provider gets, from the client's.
+    pub fn upstream_body(&self, client: &[u8]) -> Vec<u8> {
+        let mut out = self.body.clone();
+        out.extend_from_slice(client.get(self.body_replaces..).unwrap_or_default());
+        out
+    }
 }
 
 /// One call of a fan-out.
@@ -158,15 +174,12 @@ pub fn plan(
             "Request body is required",
         ));
     }
-    let (value, model) = parse_client_body(facts.body)?;
-    let resolved = rt
-        .resolve(&model)
-        .or_else(|| match facts.front {
-            Front::OpenAi => None,
-            // Claude Code and the Anthropic SDK name bare models.
-            Front::Messages | Front::CountTokens => rt.resolve_bare(&model),
-        })
-        .ok_or_else(|| ApiError::model_not_found(&model))?;
+    let parsed = Parsed::read(rt, facts)?;
+    let model = match &parsed {
+        Parsed::Top(top) => top.model()?,
+        Parsed::Document(_, model) => model.clone(),
+    };
+    let resolved = resolve(rt, facts.front, &model).ok_or_else(|| ApiError::model_not_found(&model))?;
     if !models_allowed(facts.allowed, &[&model, &resolved.canonical]) {
         return Err(ApiError::model_not_allowed(&model));
     }
@@ -204,33 +217,52 @@ pub fn plan(
     };
     let mut dropped = Vec::new();
     let mut local = None;
-    let mut up = match facts.front {
-        Front::OpenAi => tr.request(&ctx, &value)?,
-        Front::Messages => {
-            let (up, d) = messages::request(provider.kind(), &ctx, &value)?;
-            dropped = d;
-            up
-        }
-        Front::CountTokens if provider.kind() == Kind::Anthropic => tr.request(&ctx, &value)?,
-        Front::CountTokens => {
-            let (_, body) = messages::estimate_input_tokens(&value, &provider.name)?;
-            local = Some(body);
-            UpstreamRequest {
-                path: String::new(),
-                body: Vec::new(),
-                stream: false,
-                include_usage: false,
-                json_mode: false,
-                prompt_estimate: 0,
-                embed_base64: false,
-                fan_out: Vec::new(),
-            }
+    let (up, mut body_replaces) = match (facts.front, &parsed) {
+        (Front::OpenAi, Parsed::Top(top)) => match tr.request_in_place(&ctx, top) {
+            Some(r) => r?,
+            None => (tr.request(&ctx, &top.value()?)?, facts.body.len()),
+        },
+        (Front::OpenAi, Parsed::Document(value, _)) => (tr.request(&ctx, value)?, facts.body.len()),
+        (front, parsed) => {
+            let built;
+            let value = match parsed {
+                Parsed::Top(top) => {
+                    built = top.value()?;
+                    &built
+                }
+                Parsed::Document(value, _) => value,
+            };
+            let up = match front {
+                Front::Messages => {
+                    let (up, d) = messages::request(provider.kind(), &ctx, value)?;
+                    dropped = d;
+                    up
+                }
+                Front::CountTokens if provider.kind() != Kind::Anthropic => {
+                    let (_, body) = messages::estimate_input_tokens(value, &provider.name)?;
+                    local = Some(body);
+                    UpstreamRequest {
+                        path: String::new(),
+                        body: Vec::new(),
+                        stream: false,
+                        include_usage: false,
+                        json_mode: false,
+                        prompt_estimate: 0,
+                        embed_base64: false,
+                        fan_out: Vec::new(),
+                    }
+                }
+                _ => tr.request(&ctx, value)?,
+            };
+            (up, facts.body.len())
         }
     };
     if up.body.is_empty() && local.is_none() {
-        // A passthrough that keeps the client's bytes.
-        up.body = facts.body.to_vec();
+        // A passthrough that keeps the client's bytes: the body is not
+        // rewritten at all.
+        body_replaces = 0;
     }
+    let body_len = facts.body.len() - body_replaces.min(facts.body.len()) + up.body.len();
     let key_idx = choose_key(provider, model_cfg, facts.random, cooling)?;
     let key = provider
         .keys
@@ -269,7 +301,7 @@ pub fn plan(
         set(name, value);
     }
     set("content-type", "application/json".into());
-    set("content-length", up.body.len().to_string());
+    set("content-length", body_len.to_string());
     let calls = fan_out_calls(tr, provider, key, &up, facts.now_ms)?;
     Ok(Plan {
         route: Route {
@@ -289,8 +321,46 @@ pub fn plan(
         },
         headers,
         body: up.body,
+        body_replaces,
         calls,
         local,
+    })
+}
+
+/// The client's body, read once: as a document for translators, or only
+/// its top level for the passthrough, which edits it in place.
+enum Parsed<'a> {
+    Top(TopLevel<'a>),
+    /// The body and its `model`.
+    Document(Value, String),
+}
+
+impl<'a> Parsed<'a> {
+    /// A body that names its model first (a plain string) is read as its
+    /// provider's translator needs it: built when it is translated, scanned
+    /// when it passes through. Any other body is scanned first (the model
+    /// may come last), and built afterwards only if it is translated.
+    fn read(rt: &Runtime, facts: &RequestFacts<'a>) -> Result<Parsed<'a>, ApiError> {
+        let body = facts.body;
+        let translated = leading_model(body)
+            .and_then(|m| resolve(rt, facts.front, m))
+            .and_then(|r| rt.provider(r.provider))
+            .is_some_and(|p| !for_route(p, facts.endpoint, facts.front).passthrough());
+        if translated {
+            let (value, model) = parse_client_body(body)?;
+            return Ok(Parsed::Document(value, model));
+        }
+        TopLevel::parse(body).map(Parsed::Top)
+    }
+}
+
+/// A model name as the client gave it: `provider/model` or an alias, and on
+/// the Messages front door a bare name too (Claude Code and the Anthropic
+/// SDK name bare models).
+fn resolve(rt: &Runtime, front: Front, model: &str) -> Option<crate::config::Resolved> {
+    rt.resolve(model).or_else(|| match front {
+        Front::OpenAi => None,
+        Front::Messages | Front::CountTokens => rt.resolve_bare(model),
     })
 }
 
@@ -459,12 +529,16 @@ mod tests {
         ] {
             assert_eq!(header(&p, removed), Some(None), "{removed}");
         }
+        let sent = p.upstream_body(CHAT);
         assert_eq!(
             header(&p, "content-length"),
-            Some(Some(p.body.len().to_string().as_str()))
+            Some(Some(sent.len().to_string().as_str()))
         );
-        let body: serde_json::Value = serde_json::from_slice(&p.body).unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&sent).unwrap();
         assert_eq!(body["model"], "gpt-4o");
+        // Edited in place: only the prefix up to the model is replaced.
+        assert_eq!(p.body, br#"{"model":"gpt-4o""#);
+        assert_eq!(p.body_replaces, br#"{"model":"openai/gpt-4o""#.len());
         assert_eq!(
             (p.route.canonical.as_str(), p.route.key, p.route.stream),
             ("openai/gpt-4o", 0, false)

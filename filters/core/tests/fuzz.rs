@@ -560,3 +560,145 @@ fn fuzz_messages_requests_never_panic() {
         }
     }
 }
+
+/// Bytes that stress the scanner: escapes, control characters, numbers,
+/// literals, nesting, a second key.
+fn mutate_json_text(b: &mut Vec<u8>, r: &mut XorShift) {
+    let i = r.next_u32() as usize % (b.len() + 1);
+    let junk: &[u8] = [
+        &b"\\"[..],
+        b"\\u00",
+        b"\\ud800",
+        b"\"",
+        b"\x01",
+        b"\t",
+        b"-0.5e+3",
+        b"01",
+        b"1.",
+        b"tru",
+        b"null",
+        b",",
+        b":",
+        b"[[[[",
+        b"}",
+        b"\"model\":\"x\",",
+        b"\"messages\":[],",
+        b"\xc3\xa9",
+    ][r.next_u32() as usize % 18];
+    b.splice(i..i, junk.iter().copied());
+}
+
+/// The scanner against serde_json as the oracle: it accepts exactly the
+/// JSON objects serde_json accepts (less those giving a top-level key
+/// twice), and every top-level value it locates is the one serde_json reads.
+/// Through the planner, an OpenAI passthrough body edited in place is the
+/// client's body with only the model (and the stream's usage option)
+/// changed.
+#[test]
+fn fuzz_scanner_agrees_with_serde_json() {
+    use tollgate_core::plan::{plan, RequestFacts};
+    use tollgate_core::scan::{Messages, TopLevel};
+    let rt = common::runtime();
+    let mut r = XorShift::new(seed() ^ 0x5ca9);
+    let seeds = seeds_requests();
+    let (mut accepted, mut refused) = (0, 0);
+    for _ in 0..iters() {
+        let mut v = seeds[r.next_u32() as usize % seeds.len()].clone();
+        if r.next_u32() % 2 == 0 {
+            mutate_json(&mut v, &mut r);
+        }
+        let mut bytes = if r.next_u32() % 2 == 0 {
+            serde_json::to_vec_pretty(&v).unwrap()
+        } else {
+            serde_json::to_vec(&v).unwrap()
+        };
+        match r.next_u32() % 4 {
+            0 => mutate_bytes(&mut bytes, &mut r),
+            1 => mutate_json_text(&mut bytes, &mut r),
+            _ => {}
+        }
+        let oracle = serde_json::from_slice::<Value>(&bytes);
+        let scanned = TopLevel::parse(&bytes);
+        let shown = String::from_utf8_lossy(&bytes);
+        match (&oracle, &scanned) {
+            (Ok(Value::Object(map)), Ok(top)) => {
+                accepted += 1;
+                for (k, want) in map {
+                    if k == "messages" {
+                        continue;
+                    }
+                    let raw = top.get(k).unwrap_or_else(|| panic!("{k} in {shown}"));
+                    let got: Value = serde_json::from_str(raw).unwrap();
+                    assert_eq!(&got, want, "{k} in {shown}");
+                }
+                let shape = match map.get("messages") {
+                    None => Messages::Absent,
+                    Some(Value::Null) => Messages::Null,
+                    Some(Value::Array(a)) if a.is_empty() => Messages::Empty,
+                    Some(Value::Array(a)) => a
+                        .iter()
+                        .position(|m| !m.get("role").is_some_and(Value::is_string))
+                        .map_or(Messages::Ok, Messages::BadRole),
+                    Some(_) => Messages::NotArray,
+                };
+                assert_eq!(top.messages(), shape, "{shown}");
+            }
+            (Ok(_), Err(e)) => {
+                refused += 1;
+                // Refused beyond serde_json: only a key given twice, a
+                // lone surrogate is accepted by both.
+                assert!(
+                    e.message.contains("given twice") || e.message.contains("JSON object"),
+                    "{} for {shown}",
+                    e.message
+                );
+            }
+            (Err(_), Ok(_)) => {
+                // serde_json refuses lone surrogates; the scanner leaves
+                // them to the provider (valid JSON text).
+                assert!(shown.contains("\\ud8"), "accepted {shown}");
+            }
+            (Err(_), Err(e)) => {
+                refused += 1;
+                assert_eq!(e.code.as_deref(), Some("invalid_json"));
+            }
+            (Ok(_), Ok(_)) => panic!("a body that is no object accepted: {shown}"),
+        }
+        // The passthrough through the planner: same document, new model.
+        let Ok(Value::Object(mut map)) = oracle else {
+            continue;
+        };
+        if !matches!(map.get("model"), Some(Value::String(s)) if rt.resolve(s).is_some_and(|m| m.canonical.starts_with("openai/")))
+        {
+            continue;
+        }
+        let facts = RequestFacts {
+            endpoint: Endpoint::Chat,
+            front: Front::OpenAi,
+            body: &bytes,
+            header_names: None,
+            allowed: "*",
+            declared_model: None,
+            now_ms: 1,
+            random: 0,
+        };
+        let Ok(p) = plan(&rt, &facts, &|_| 0) else {
+            continue;
+        };
+        let sent: Value = serde_json::from_slice(&p.upstream_body(&bytes))
+            .unwrap_or_else(|e| panic!("{e} for {shown}"));
+        map.insert("model".into(), json!(p.route.upstream_model));
+        if p.route.stream && !p.route.include_usage {
+            let so = map.entry("stream_options").or_insert(json!({}));
+            if so.is_null() {
+                *so = json!({});
+            }
+            so["include_usage"] = json!(true);
+        }
+        assert_eq!(sent, Value::Object(map), "{shown}");
+    }
+    assert!(
+        accepted > iters() / 10 && refused > iters() / 10,
+        "{accepted} / {refused}"
+    );
+}

@@ -23,6 +23,7 @@ use serde_json::{Map, Value};
 use crate::codec::sse::{Event, SseParser};
 use crate::config::{Key, Kind, ModelCfg, Provider};
 use crate::error::{ApiError, INVALID_REQUEST, RATE_LIMIT, SERVER};
+use crate::scan::TopLevel;
 
 /// Token usage of one completion, as the client sees it (OpenAI semantics:
 /// `prompt_tokens` includes cached prompt tokens).
@@ -202,6 +203,18 @@ pub trait Translator: Sync {
     /// Are successful bodies passed through untouched (only read for usage)?
     fn passthrough(&self) -> bool {
         false
+    }
+    /// The request from the body's top level ([`crate::scan`]) without
+    /// building the document: `Some` for translators that forward the
+    /// client's body with a few edits. The upstream body is then the new
+    /// prefix, replacing the first `usize` bytes of the client's body (the
+    /// rest goes on as it is). `None`: [`Translator::request`] is used.
+    fn request_in_place(
+        &self,
+        _ctx: &RequestCtx<'_>,
+        _top: &TopLevel<'_>,
+    ) -> Option<Result<(UpstreamRequest, usize), ApiError>> {
+        None
     }
     /// Successful non-streaming upstream body → OpenAI body.
     fn response(&self, ctx: &ResponseCtx, body: &[u8]) -> Result<Translated, ApiError>;
