@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import urllib.error
 import urllib.request
 
@@ -31,3 +32,12 @@ def assert_openai_error(body, code: str | None = None):
     assert isinstance(err.get("type"), str) and err["type"], body
     if code is not None:
         assert err.get("code") == code, body
+
+
+def authz_metric(stack, name: str) -> float:
+    """Sum of every series of `name` (optionally with a {label="…"} selector)
+    on the stack's authz-service /metrics."""
+    with urllib.request.urlopen(f"{stack.authz_http_url}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    values = [float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M)]
+    return sum(values)
