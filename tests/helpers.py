@@ -3,8 +3,12 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 HI = [{"role": "user", "content": "hi"}]
 
@@ -41,3 +45,38 @@ def authz_metric(stack, name: str) -> float:
         text = resp.read().decode()
     values = [float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M)]
     return sum(values)
+
+
+@contextmanager
+def load(clients: int, send):
+    """`clients` threads each call send(client, i) → (key, status, body) for
+    i = 0, 1, … until the block ends. Yields the list of answers as
+    (start, end, key, status, body), complete once the block has exited."""
+    results, lock, stop = [], threading.Lock(), threading.Event()
+
+    def run(c: int) -> None:
+        i = 0
+        while not stop.is_set():
+            t0 = time.monotonic()
+            key, status, body = send(c, i)
+            with lock:
+                results.append((t0, time.monotonic(), key, status, body))
+            i += 1
+
+    pool = ThreadPoolExecutor(clients)
+    futures = [pool.submit(run, c) for c in range(clients)]
+    try:
+        yield results
+    finally:
+        stop.set()
+        for f in futures:
+            f.result()
+        pool.shutdown()
+
+
+def sample_for(seconds: float, samples: list, read, interval: float = 0.1) -> None:
+    """Append (time, read()) to `samples` every `interval` for `seconds`."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        samples.append((time.monotonic(), read()))
+        time.sleep(interval)

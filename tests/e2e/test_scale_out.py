@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from helpers import HI, assert_openai_error, authz_metric, post
+from helpers import HI, assert_openai_error, authz_metric, load, post, sample_for
 from stack import RedisCluster, Stack, free_ports
 
 N_REQUESTS = 300          # requests_per_day of the request-limited key
@@ -175,23 +175,13 @@ def test_a_killed_master_fails_over_and_the_failure_policy_applies_only_meanwhil
 
     fail_open_before = fail_open()
 
-    results, lock = [], threading.Lock()
-    stop = threading.Event()
-
-    def client(c: int) -> None:
-        i = 0
+    def send(c: int, i: int):
         key = "tg-so-closed" if c % 2 else "tg-so-open"
-        while not stop.is_set():
-            t0 = time.monotonic()
-            status, _, answer = chat(gateways[(c + i) % 2], key)
-            with lock:
-                results.append((t0, time.monotonic(), key, status, answer))
-            i += 1
+        status, _, answer = chat(gateways[(c + i) % 2], key)
+        return key, status, answer
 
     samples = []  # (time, fail-open total) while the load runs
-    pool = ThreadPoolExecutor(8)
-    futures = [pool.submit(client, c) for c in range(8)]
-    try:
+    with load(8, send) as results:
         time.sleep(1.0)
         samples.append((time.monotonic(), fail_open()))
         t_kill = time.monotonic()
@@ -209,15 +199,7 @@ def test_a_killed_master_fails_over_and_the_failure_policy_applies_only_meanwhil
             samples.append((time.monotonic(), fail_open()))
             time.sleep(0.05)
         assert t_served is not None, "the replica never took over"
-        t_end = time.monotonic() + RECOVERY_SLACK_S + 3.0
-        while time.monotonic() < t_end:
-            samples.append((time.monotonic(), fail_open()))
-            time.sleep(0.1)
-    finally:
-        stop.set()
-        for f in futures:
-            f.result()
-        pool.shutdown()
+        sample_for(RECOVERY_SLACK_S + 3.0, samples, fail_open)
     window = (t_kill, t_served + RECOVERY_SLACK_S)
 
     # Every request got an answer: a completion, or the fail-closed 503.
