@@ -35,6 +35,9 @@ pub struct Metrics {
     /// `tollgate_authz_usage_dropped_total`: queued debits dropped (oldest
     /// first) because the queue was full.
     pub usage_dropped: IntCounter,
+    /// `tollgate_authz_denials_total{tenant, limit, period, scope}`: 429s by
+    /// the limit that refused them; every label value comes from the policy.
+    pub denials: IntCounterVec,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -119,6 +122,14 @@ impl Metrics {
             "tollgate_authz_usage_dropped_total",
             "Queued usage debits dropped, oldest first, because the queue was full",
         )?;
+        let denials = IntCounterVec::new(
+            Opts::new(
+                "tollgate_authz_denials_total",
+                "Requests refused by a rate limit (429), by tenant and the limit that refused them",
+            ),
+            &["tenant", "limit", "period", "scope"],
+        )?;
+        registry.register(Box::new(denials.clone()))?;
         registry.register(Box::new(checks.clone()))?;
         registry.register(Box::new(redis_calls.clone()))?;
         registry.register(Box::new(usage_queued.clone()))?;
@@ -147,6 +158,7 @@ impl Metrics {
             redis_calls,
             usage_queued,
             usage_dropped,
+            denials,
         })
     }
 
