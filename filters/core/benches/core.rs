@@ -12,7 +12,9 @@ use serde_json::json;
 use tollgate_core::config::{Kind, Runtime};
 use tollgate_core::keys::{KeyPool, XorShift};
 use tollgate_core::plan::{plan, RequestFacts};
-use tollgate_core::translate::{for_kind, parse_client_body, Endpoint, RequestCtx, ResponseCtx};
+use tollgate_core::translate::{
+    for_kind, parse_client_body, Endpoint, Front, RequestCtx, ResponseCtx,
+};
 
 const CONFIG: &str = r#"{"providers": {
   "openai": {"kind": "openai", "cluster": "openai", "models": ["gpt-4o-mini"],
@@ -153,6 +155,7 @@ fn benches(c: &mut Criterion) {
             b.iter(|| {
                 let facts = RequestFacts {
                     endpoint: Endpoint::Chat,
+                    front: Front::OpenAi,
                     body: black_box(&body),
                     header_names: None,
                     allowed: "*",

@@ -179,7 +179,8 @@ pub fn plan(
         Parsed::Top(top) => top.model()?,
         Parsed::Document(_, model) => model.clone(),
     };
-    let resolved = resolve(rt, facts.front, &model).ok_or_else(|| ApiError::model_not_found(&model))?;
+    let resolved =
+        resolve(rt, facts.front, &model).ok_or_else(|| ApiError::model_not_found(&model))?;
     if !models_allowed(facts.allowed, &[&model, &resolved.canonical]) {
         return Err(ApiError::model_not_allowed(&model));
     }
