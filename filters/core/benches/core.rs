@@ -1,5 +1,7 @@
 //! Criterion benches of the logic crate, driven by a scenario table with a
-//! fixed seed. Run: `cargo bench -p tollgate-core --bench core`.
+//! fixed seed. Run: `cargo bench -p tollgate-core --bench core`
+//! (`TG_BENCH_CLOCK=cpu` to measure the thread's CPU time instead of
+//! wall time, for comparisons on a loaded machine).
 //! Goals (issue 5): key selection ≤ 50 ns, 0.13 KB OpenAI→Anthropic request
 //! ≤ 5 µs, 10 KB Anthropic→OpenAI response ≤ 30 µs; stream cost per chunk.
 //! Goals (issue 6): each provider's 0.13 KB request ≤ 5 µs (Bedrock with
@@ -7,7 +9,8 @@
 
 use std::hint::black_box;
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::measurement::{Measurement, ValueFormatter, WallTime};
+use criterion::{criterion_group, Criterion, Throughput};
 use serde_json::json;
 use tollgate_core::config::{Kind, Runtime};
 use tollgate_core::keys::{KeyPool, XorShift};
@@ -42,7 +45,50 @@ const OPENAI_CHUNK: &[u8] = b"data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.com
 
 const OPENAI_USAGE_CHUNK: &[u8] = b"data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o-mini\",\"choices\":[],\"usage\":{\"prompt_tokens\":2095,\"completion_tokens\":503,\"total_tokens\":2598,\"prompt_tokens_details\":{\"cached_tokens\":0}}}\n\n";
 
-fn benches(c: &mut Criterion) {
+/// CPU time of the benchmarking thread (`TG_BENCH_CLOCK=cpu`): on a machine
+/// shared with other work, time spent preempted is not counted, so old and
+/// new builds compare on what they cost rather than on the load around them.
+struct ThreadCpuTime {
+    wall: WallTime,
+}
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+impl Measurement for ThreadCpuTime {
+    type Intermediate = u64;
+    type Value = std::time::Duration;
+    fn start(&self) -> u64 {
+        thread_cpu_ns()
+    }
+    fn end(&self, start: u64) -> std::time::Duration {
+        std::time::Duration::from_nanos(thread_cpu_ns().saturating_sub(start))
+    }
+    fn add(&self, a: &std::time::Duration, b: &std::time::Duration) -> std::time::Duration {
+        *a + *b
+    }
+    fn zero(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+    fn to_f64(&self, d: &std::time::Duration) -> f64 {
+        d.as_nanos() as f64
+    }
+    fn formatter(&self) -> &dyn ValueFormatter {
+        self.wall.formatter()
+    }
+}
+
+fn benches<M: Measurement + 'static>(c: &mut Criterion<M>) {
     let rt = Runtime::from_json(CONFIG.as_bytes(), &|_| None).unwrap_or_else(|e| panic!("{e}"));
 
     // --- key selection
@@ -345,5 +391,18 @@ fn benches(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(core, benches);
-criterion_main!(core);
+criterion_group!(wall, benches);
+criterion_group! {
+    name = cpu;
+    config = Criterion::default().with_measurement(ThreadCpuTime { wall: WallTime });
+    targets = benches
+}
+
+fn main() {
+    if std::env::var("TG_BENCH_CLOCK").as_deref() == Ok("cpu") {
+        cpu();
+    } else {
+        wall();
+    }
+    Criterion::default().configure_from_args().final_summary();
+}
