@@ -1,0 +1,158 @@
+//! A provider answer or stream event with a known field of the wrong type
+//! (a number where a string is expected, a string where a count is) gets a
+//! clear OpenAI error naming the field: never a panic, never silently lost
+//! text or uncounted tokens. Unknown fields and event types stay ignored.
+
+use serde_json::Value;
+use tollgate_core::config::Kind;
+use tollgate_core::translate::{for_kind, Endpoint, ResponseCtx, Usage};
+
+fn ctx(stream: bool) -> ResponseCtx {
+    ResponseCtx {
+        endpoint: Endpoint::Chat,
+        stream,
+        include_usage: true,
+        created: 1,
+        json_mode: false,
+        prompt_estimate: 0,
+        embed_base64: false,
+        model: "m".into(),
+    }
+}
+
+/// The 502 a non-streaming answer gets: (code, message).
+fn response_error(kind: Kind, body: &str) -> (u16, String, String) {
+    let e = for_kind(kind)
+        .response(&ctx(false), body.as_bytes())
+        .expect_err("a field of the wrong type is an error");
+    (e.status, e.code.unwrap_or_default(), e.message)
+}
+
+/// Feeds a stream at every split; returns the output (the same at every
+/// split) and the usage.
+fn stream(kind: Kind, input: &[u8]) -> (String, Option<Usage>) {
+    let mut first: Option<(String, Option<Usage>)> = None;
+    for i in 0..=input.len() {
+        let mut t = for_kind(kind).stream(&ctx(true));
+        let mut out = Vec::new();
+        let (a, b) = input.split_at(i);
+        t.feed(a, &mut out);
+        t.feed(b, &mut out);
+        t.finish(&mut out);
+        let got = (String::from_utf8(out).unwrap(), t.usage());
+        match &first {
+            None => first = Some(got),
+            Some(f) => assert_eq!(f, &got, "split {i}"),
+        }
+    }
+    first.unwrap()
+}
+
+/// The stream's last event before `[DONE]` is this OpenAI error.
+fn stream_error(out: &str) -> (String, String) {
+    let events: Vec<&str> = out.split("\n\n").filter(|e| !e.is_empty()).collect();
+    assert_eq!(events.last(), Some(&"data: [DONE]"), "{out}");
+    let e: Value = serde_json::from_str(
+        events[events.len() - 2]
+            .strip_prefix("data: ")
+            .unwrap_or_default(),
+    )
+    .unwrap();
+    (
+        e["error"]["code"].as_str().unwrap_or_default().to_string(),
+        e["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    )
+}
+
+fn contents(out: &str) -> String {
+    out.split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|v| {
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(String::from)
+        })
+        .collect()
+}
+
+#[test]
+fn anthropic_answer() {
+    let (status, code, message) = response_error(
+        Kind::Anthropic,
+        r#"{"id":"msg_1","model":"claude","content":[{"type":"text","text":5}],"stop_reason":"end_turn"}"#,
+    );
+    assert_eq!((status, code.as_str()), (502, "provider_error"));
+    assert!(
+        message.starts_with(
+            "The provider returned a malformed response (invalid type: integer `5`, expected a string"
+        ),
+        "{message}"
+    );
+    let (_, _, message) = response_error(
+        Kind::Anthropic,
+        r#"{"id":"msg_1","content":[],"usage":{"input_tokens":"12","output_tokens":3}}"#,
+    );
+    assert!(
+        message.contains("(invalid type: string \"12\", expected u64"),
+        "{message}"
+    );
+    // Unknown fields, blocks and types of fields the translator does not read are fine.
+    let ok = for_kind(Kind::Anthropic)
+        .response(
+            &ctx(false),
+            br#"{"id":"msg_1","model":"c","content":[{"type":"thinking","thinking":"x","signature":7},{"type":"text","text":"Hi","citations":null}],"stop_reason":"end_turn","stop_sequence":3,"usage":{"input_tokens":2,"output_tokens":1,"cache_creation":{"ephemeral_5m_input_tokens":0},"service_tier":"standard"}}"#,
+        )
+        .unwrap();
+    let v: Value = serde_json::from_slice(&ok.body.unwrap()).unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], "Hi");
+}
+
+const ANTHROPIC_START: &str = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"model\":\"claude\",\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\n";
+
+#[test]
+fn anthropic_stream() {
+    let input = format!(
+        "{ANTHROPIC_START}event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"Hi\"}}}}\n\n\
+event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":[\"lost\"]}}}}\n\n\
+event: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n"
+    );
+    let (out, _) = stream(Kind::Anthropic, input.as_bytes());
+    assert_eq!(contents(&out), "Hi");
+    let (code, message) = stream_error(&out);
+    assert_eq!(code, "provider_error");
+    assert!(
+        message.starts_with(
+            "Malformed stream from the provider (invalid type: sequence, expected a string"
+        ),
+        "{message}"
+    );
+    // An event type the translator does not read is skipped, whatever it holds.
+    let input = format!(
+        "{ANTHROPIC_START}event: ping\ndata: {{\"type\":\"ping\",\"index\":\"x\",\"delta\":7}}\n\n\
+event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"Hi\"}}}}\n\n\
+event: message_delta\ndata: {{\"type\":\"message_delta\",\"delta\":{{\"stop_reason\":\"end_turn\"}},\"usage\":{{\"output_tokens\":2}}}}\n\n\
+event: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n"
+    );
+    let (out, usage) = stream(Kind::Anthropic, input.as_bytes());
+    assert_eq!(contents(&out), "Hi");
+    assert!(!out.contains("\"error\""), "{out}");
+    assert_eq!(
+        usage.map(|u| (u.prompt_tokens, u.completion_tokens)),
+        Some((3, 2))
+    );
+    // A count of the wrong type is not free tokens.
+    let input = format!(
+        "{ANTHROPIC_START}event: message_delta\ndata: {{\"type\":\"message_delta\",\"delta\":{{\"stop_reason\":\"end_turn\"}},\"usage\":{{\"output_tokens\":-2}}}}\n\n\
+event: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n"
+    );
+    let (out, _) = stream(Kind::Anthropic, input.as_bytes());
+    let (_, message) = stream_error(&out);
+    assert!(
+        message.contains("(invalid value: integer `-2`, expected u64"),
+        "{message}"
+    );
+}
