@@ -156,3 +156,56 @@ event: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n"
         "{message}"
     );
 }
+
+#[test]
+fn gemini_answer() {
+    let (status, code, message) = response_error(
+        Kind::Gemini,
+        r#"{"candidates":[{"content":{"role":"model","parts":[{"text":"Hi"},{"functionCall":{"name":7,"args":{}}}]},"finishReason":"STOP"}]}"#,
+    );
+    assert_eq!((status, code.as_str()), (502, "provider_error"));
+    assert!(
+        message.starts_with(
+            "The provider's answer could not be read (invalid type: integer `7`, expected a string"
+        ),
+        "{message}"
+    );
+    let (_, _, message) = response_error(
+        Kind::Gemini,
+        r#"{"candidates":[],"usageMetadata":{"promptTokenCount":1.5}}"#,
+    );
+    assert!(
+        message.contains("(invalid type: floating point `1.5`, expected u64"),
+        "{message}"
+    );
+    let embed = ResponseCtx {
+        endpoint: Endpoint::Embeddings,
+        ..ctx(false)
+    };
+    let e = for_kind(Kind::Gemini)
+        .response(&embed, br#"{"embeddings":[{"values":[0.5,"x"]}]}"#)
+        .unwrap_err();
+    assert!(
+        e.message
+            .contains("(invalid type: string \"x\", expected f64"),
+        "{}",
+        e.message
+    );
+}
+
+#[test]
+fn gemini_stream() {
+    let input = b"data: {\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[{\"text\":\"Hi\"}]},\"index\":0}]}\r\n\r\n\
+data: {\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[{\"text\":\"!\",\"thought\":\"no\"}]},\"index\":0}]}\r\n\r\n\
+data: {\"candidates\":[{\"content\":{\"parts\":[]},\"finishReason\":\"STOP\"}],\"usageMetadata\":{\"promptTokenCount\":3,\"candidatesTokenCount\":2}}\r\n\r\n";
+    let (out, _) = stream(Kind::Gemini, input);
+    assert_eq!(contents(&out), "Hi");
+    let (code, message) = stream_error(&out);
+    assert_eq!(code, "provider_error");
+    assert!(
+        message.starts_with(
+            "Malformed stream from the provider (invalid type: string \"no\", expected a boolean"
+        ),
+        "{message}"
+    );
+}
