@@ -209,3 +209,83 @@ data: {\"candidates\":[{\"content\":{\"parts\":[]},\"finishReason\":\"STOP\"}],\
         "{message}"
     );
 }
+
+#[test]
+fn bedrock_answer() {
+    let (status, code, message) = response_error(
+        Kind::Bedrock,
+        r#"{"output":{"message":{"role":"assistant","content":[{"toolUse":{"toolUseId":["t"],"name":"f","input":{}}}]}},"stopReason":"tool_use"}"#,
+    );
+    assert_eq!((status, code.as_str()), (502, "provider_error"));
+    assert!(
+        message.starts_with(
+            "The provider's answer could not be read (invalid type: sequence, expected a string"
+        ),
+        "{message}"
+    );
+    let (_, _, message) = response_error(
+        Kind::Bedrock,
+        r#"{"output":{"message":{"content":[{"text":"Hi"}]}},"stopReason":"end_turn","usage":{"inputTokens":3,"outputTokens":"2"}}"#,
+    );
+    assert!(
+        message.contains("(invalid type: string \"2\", expected u64"),
+        "{message}"
+    );
+    let embed = ResponseCtx {
+        endpoint: Endpoint::Embeddings,
+        ..ctx(false)
+    };
+    let e = for_kind(Kind::Bedrock)
+        .response(&embed, br#"{"embedding":[0.5],"inputTextTokenCount":"3"}"#)
+        .unwrap_err();
+    assert!(
+        e.message
+            .contains("(invalid type: string \"3\", expected u64"),
+        "{}",
+        e.message
+    );
+}
+
+#[test]
+fn bedrock_stream() {
+    use tollgate_core::codec::eventstream::event;
+    let mut input = event("messageStart", br#"{"role":"assistant"}"#);
+    input.extend(event(
+        "contentBlockDelta",
+        br#"{"contentBlockIndex":0,"delta":{"text":"Hi"}}"#,
+    ));
+    input.extend(event(
+        "contentBlockDelta",
+        br#"{"contentBlockIndex":"0","delta":{"text":"!"}}"#,
+    ));
+    input.extend(event("messageStop", br#"{"stopReason":"end_turn"}"#));
+    let (out, _) = stream(Kind::Bedrock, &input);
+    assert_eq!(contents(&out), "Hi");
+    let (code, message) = stream_error(&out);
+    assert_eq!(code, "provider_error");
+    assert!(
+        message.starts_with(
+            "Malformed stream from the provider (invalid type: string \"0\", expected u64"
+        ),
+        "{message}"
+    );
+    // An event type the translator does not read is skipped, whatever it holds.
+    let mut input = event("messageStart", br#"{"role":"assistant"}"#);
+    input.extend(event("somethingNew", br#"{"delta":7,"usage":[]}"#));
+    input.extend(event(
+        "contentBlockDelta",
+        br#"{"contentBlockIndex":0,"delta":{"text":"Hi"}}"#,
+    ));
+    input.extend(event("messageStop", br#"{"stopReason":"end_turn"}"#));
+    input.extend(event(
+        "metadata",
+        br#"{"usage":{"inputTokens":3,"outputTokens":2},"metrics":{"latencyMs":5}}"#,
+    ));
+    let (out, usage) = stream(Kind::Bedrock, &input);
+    assert_eq!(contents(&out), "Hi");
+    assert!(!out.contains("\"error\""), "{out}");
+    assert_eq!(
+        usage.map(|u| (u.prompt_tokens, u.completion_tokens)),
+        Some((3, 2))
+    );
+}
