@@ -289,3 +289,37 @@ fn bedrock_stream() {
         Some((3, 2))
     );
 }
+
+/// OpenAI-shaped answers pass through untouched: a usage of the wrong type
+/// is read as no usage (as before), the answer is not replaced by an error.
+#[test]
+fn openai_usage() {
+    for kind in [Kind::Openai, Kind::Azure] {
+        let t = for_kind(kind)
+            .response(
+                &ctx(false),
+                br#"{"id":"c","choices":[{"index":0,"message":{"content":"Hi"}}],"usage":{"prompt_tokens":"5","completion_tokens":2}}"#,
+            )
+            .unwrap();
+        assert_eq!((t.body, t.usage), (None, None), "{kind:?}");
+        let t = for_kind(kind)
+            .response(
+                &ctx(false),
+                br#"{"id":"c","choices":7,"usage":{"prompt_tokens":5,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":1,"audio_tokens":null}}}"#,
+            )
+            .unwrap();
+        assert_eq!(
+            t.usage,
+            Some(Usage {
+                prompt_tokens: 5,
+                completion_tokens: 2,
+                cached_tokens: 1
+            }),
+            "{kind:?}"
+        );
+    }
+    // In a stream: the chunk goes on as it is, without usage.
+    let input = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":[2]}}\n\ndata: [DONE]\n\n";
+    let (out, usage) = stream(Kind::Openai, input.as_bytes());
+    assert_eq!((out.as_str(), usage), (input, None));
+}
