@@ -16,6 +16,7 @@ pub mod openai_azure;
 pub mod openai_bedrock;
 pub mod openai_gemini;
 pub mod openai_openai;
+mod read;
 pub mod responses;
 
 use serde_json::{Map, Value};

@@ -6,8 +6,10 @@
 
 use std::ops::Range;
 
+use serde::Deserialize;
 use serde_json::Value;
 
+use super::read;
 use super::{
     feed_sse, finish_sse, include_usage_flag, push_stream_error, stream_flag, upstream_error,
     Endpoint, RequestCtx, ResponseCtx, SseEvents, StreamTranslator, Translated, Translator,
@@ -93,9 +95,9 @@ pub(crate) fn upstream(
 /// An OpenAI-shaped answer goes to the client as it is; only its usage is
 /// read (shared with Azure).
 pub(crate) fn passthrough_response(body: &[u8]) -> Translated {
-    let usage = serde_json::from_slice::<Value>(body)
+    let usage = read::parse::<native::Answer>(body)
         .ok()
-        .and_then(|v| v.get("usage").and_then(parse_usage));
+        .and_then(|v| v.usage?.usage());
     Translated { body: None, usage }
 }
 
@@ -191,24 +193,103 @@ pub(crate) fn prepare_in_place(
     Ok((prefix, replaced, suffix, stream, include_usage))
 }
 
-/// OpenAI `usage` object → [`Usage`].
+/// OpenAI `usage` object → [`Usage`] (`None` without `prompt_tokens`, or
+/// when the object cannot be read).
 pub fn parse_usage(u: &Value) -> Option<Usage> {
-    let o = u.as_object()?;
-    let prompt = o.get("prompt_tokens")?.as_u64()?;
-    let completion = o
-        .get("completion_tokens")
-        .and_then(Value::as_u64)
-        .unwrap_or(0);
-    let cached = o
-        .get("prompt_tokens_details")
-        .and_then(|d| d.get("cached_tokens"))
-        .and_then(Value::as_u64)
-        .unwrap_or(0);
-    Some(Usage {
-        prompt_tokens: prompt,
-        completion_tokens: completion,
-        cached_tokens: cached,
-    })
+    native::Usage::deserialize(u).ok()?.usage()
+}
+
+/// What the filter reads of an OpenAI-shaped answer or stream chunk, which
+/// otherwise passes through untouched: the usage, and whether a chunk's
+/// `choices` is empty (the usage-only chunk). Every other field is skipped
+/// unparsed. Each field's name and type, here only.
+mod native {
+    use std::fmt;
+
+    use serde::de::{Deserializer, IgnoredAny, SeqAccess, Visitor};
+    use serde::Deserialize;
+
+    /// An answer or chunk.
+    #[derive(Deserialize)]
+    pub(super) struct Answer {
+        pub usage: Option<Usage>,
+        #[serde(default)]
+        pub choices: EmptyArray,
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Usage {
+        pub prompt_tokens: Option<u64>,
+        pub completion_tokens: Option<u64>,
+        pub prompt_tokens_details: Option<Details>,
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Details {
+        pub cached_tokens: Option<u64>,
+    }
+
+    impl Usage {
+        pub fn usage(&self) -> Option<super::Usage> {
+            Some(super::Usage {
+                prompt_tokens: self.prompt_tokens?,
+                completion_tokens: self.completion_tokens.unwrap_or(0),
+                cached_tokens: self
+                    .prompt_tokens_details
+                    .as_ref()
+                    .and_then(|d| d.cached_tokens)
+                    .unwrap_or(0),
+            })
+        }
+    }
+
+    /// Is the value an empty array? Any JSON is accepted, its items skipped.
+    #[derive(Default)]
+    pub(super) struct EmptyArray(pub bool);
+
+    impl<'de> Deserialize<'de> for EmptyArray {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = bool;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("any JSON value")
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
+                    let mut empty = true;
+                    while seq.next_element::<IgnoredAny>()?.is_some() {
+                        empty = false;
+                    }
+                    Ok(empty)
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<bool, A::Error> {
+                    IgnoredAny.visit_map(map).map(|_| false)
+                }
+                fn visit_bool<E>(self, _: bool) -> Result<bool, E> {
+                    Ok(false)
+                }
+                fn visit_i64<E>(self, _: i64) -> Result<bool, E> {
+                    Ok(false)
+                }
+                fn visit_u64<E>(self, _: u64) -> Result<bool, E> {
+                    Ok(false)
+                }
+                fn visit_f64<E>(self, _: f64) -> Result<bool, E> {
+                    Ok(false)
+                }
+                fn visit_str<E>(self, _: &str) -> Result<bool, E> {
+                    Ok(false)
+                }
+                fn visit_unit<E>(self) -> Result<bool, E> {
+                    Ok(false)
+                }
+                fn visit_none<E>(self) -> Result<bool, E> {
+                    Ok(false)
+                }
+            }
+            d.deserialize_any(V).map(EmptyArray)
+        }
+    }
 }
 
 /// The message of an OpenAI-style (or similar) error body.
@@ -284,14 +365,10 @@ impl SseEvents for OpenAiStream {
         };
         // Only chunks that carry usage need parsing.
         if data != "[DONE]" && data.contains("\"usage\"") {
-            if let Ok(v) = serde_json::from_str::<Value>(data) {
-                if let Some(u) = v.get("usage").and_then(parse_usage) {
+            if let Ok(v) = read::parse_str::<native::Answer>(data) {
+                if let Some(u) = v.usage.as_ref().and_then(native::Usage::usage) {
                     self.usage = Some(u);
-                    if self.strip_usage
-                        && v.get("choices")
-                            .and_then(Value::as_array)
-                            .is_some_and(|c| c.is_empty())
-                    {
+                    if self.strip_usage && v.choices.0 {
                         return;
                     }
                 }
