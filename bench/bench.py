@@ -82,10 +82,22 @@ def without_filters(cfg: dict, *names: str) -> dict:
     return cfg
 
 
+def without_attempt_filter(cfg: dict) -> dict:
+    """The provider clusters without their per-attempt Wasm filter (which
+    swaps provider keys on retries: nothing to swap without Tollgate's)."""
+    cfg = copy.deepcopy(cfg)
+    for c in cfg["static_resources"]["clusters"]:
+        for opts in c.get("typed_extension_protocol_options", {}).values():
+            filters = opts.get("http_filters", [])
+            if any(f["name"] == "envoy.filters.http.wasm" for f in filters):
+                opts.pop("http_filters")
+    return cfg
+
+
 def fixed_route_to_mock(cfg: dict, mock_key: str) -> dict:
     """Without the Wasm filter nothing picks a cluster or a provider key: route
     straight to the openai cluster and add the mock's key, as a plain proxy would."""
-    cfg = copy.deepcopy(cfg)
+    cfg = without_attempt_filter(cfg)
     route = _hcm(cfg)["route_config"]["virtual_hosts"][0]["routes"][0]
     route["route"].pop("cluster_header")
     route["route"]["cluster"] = "openai"

@@ -59,6 +59,15 @@ fn default_weight() -> u32 {
 fn default_cooldown() -> u64 {
     30
 }
+fn default_max_attempts() -> u32 {
+    3
+}
+fn default_failure_cooldown() -> u64 {
+    5
+}
+fn default_failure_threshold() -> u32 {
+    10
+}
 fn default_max_body() -> u64 {
     8 * 1024 * 1024
 }
@@ -113,6 +122,17 @@ struct RawConfig {
     /// report per answer.
     #[serde(default = "default_usage_flush")]
     usage_flush_ms: u64,
+    /// Attempts per request (the first included), each on another key of
+    /// the provider when one is available; 1 turns retries off.
+    #[serde(default = "default_max_attempts")]
+    max_attempts: u32,
+    /// Cooldown of a key after a 5xx, 408, reset or timeout that gave no
+    /// `retry-after`.
+    #[serde(default = "default_failure_cooldown")]
+    failure_cooldown_seconds: u64,
+    /// Server-side failures of a key within 10 s that start that cooldown.
+    #[serde(default = "default_failure_threshold")]
+    failure_threshold: u32,
 }
 
 #[derive(Debug, Deserialize)]
@@ -307,6 +327,12 @@ pub struct Runtime {
     /// alias → (provider index, upstream model)
     aliases: BTreeMap<String, (usize, String)>,
     pub cooldown_ms: u64,
+    /// Attempts per request, the first included ([`crate::attempt`]).
+    pub max_attempts: u32,
+    /// Cooldown after `failure_threshold` server-side failures without a
+    /// hint ([`crate::cooldown::server_failure`]).
+    pub failure_cooldown_ms: u64,
+    pub failure_threshold: u32,
     pub max_body_bytes: u64,
     pub usage: Option<UsageTarget>,
 }
@@ -368,6 +394,9 @@ impl Runtime {
         }
         if !raw.usage_path.starts_with('/') {
             return err("usage_path: must start with '/'".into());
+        }
+        if raw.max_attempts == 0 || raw.max_attempts > 10 {
+            return err("max_attempts: must be between 1 and 10".into());
         }
         if raw.usage_flush_ms > 60_000 {
             return err("usage_flush_ms: at most 60000 (a minute of unreported usage)".into());
@@ -657,6 +686,9 @@ impl Runtime {
             by_name,
             aliases: BTreeMap::new(),
             cooldown_ms: raw.key_cooldown_seconds.saturating_mul(1000),
+            max_attempts: raw.max_attempts,
+            failure_cooldown_ms: raw.failure_cooldown_seconds.saturating_mul(1000),
+            failure_threshold: raw.failure_threshold.max(1),
             max_body_bytes: raw.max_body_bytes,
             usage: if raw.usage_cluster.is_empty() {
                 None

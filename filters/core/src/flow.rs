@@ -586,10 +586,11 @@ impl Flow {
             let ms = now.saturating_sub(r.route.sent_ms);
             metrics::record(h, MetricKind::Histogram, s.upstream_latency_ms, ms);
         }
-        if status == 429 || status == 401 {
-            if let Some(key) = provider.keys.get(r.route.key) {
-                cooldown::start(h, &provider.name, &key.id, status, now, rt.cooldown_ms);
-            }
+        if matches!(status, 401 | 403 | 429) {
+            // The per-attempt filter cooled this key already when it runs
+            // (crate::attempt); cooling the same key again is harmless, and
+            // needed without it. Server-side failures are counted there only.
+            cool_final_key(h, rt, r.route.provider, r.route.key, status, now);
         }
         let ctype = h.response_header("content-type").unwrap_or_default();
         let tr = for_kind(provider.kind());
@@ -704,14 +705,16 @@ impl Flow {
                 // The body can say more than the status (Gemini answers a bad
                 // key with 400 API_KEY_INVALID): the translated error decides.
                 h.set_response_header(":status", Some(&e.status.to_string()));
-                if e.code.as_deref() == Some("provider_auth_failed") && status != 401 {
-                    // 401 already cooled the key on the headers; other
-                    // credential refusals (Bedrock 403, Gemini 400) do here.
-                    if let Some(key) = provider.keys.get(r.route.key) {
-                        let now = h.now_ms();
-                        cooldown::start(h, &provider.name, &key.id, status, now, rt.cooldown_ms);
-                    }
+                if e.code.as_deref() == Some("provider_auth_failed") && !matches!(status, 401 | 403)
+                {
+                    // 401/403 already cooled the key on the headers; other
+                    // credential refusals (Gemini 400) do here.
+                    let now = h.now_ms();
+                    cool_final_key(h, rt, r.route.provider, r.route.key, 401, now);
                 }
+                // The client learns who failed and why, never with which key.
+                let mut e = e;
+                e.message = format!("provider {}: {}", provider.name, e.message);
                 let b = e.body();
                 h.set_response_header("content-length", Some(&b.len().to_string()));
                 h.set_response_body(body_size, &b);
@@ -801,6 +804,28 @@ impl Flow {
             );
         }
     }
+}
+
+/// Cools the key of the request's last attempt (named by the credentials
+/// the request carries, else the planned key) for `status`, for the
+/// provider's `retry-after` when the response has one.
+fn cool_final_key(
+    h: &mut dyn Host,
+    rt: &Runtime,
+    provider: usize,
+    planned_key: usize,
+    status: u16,
+    now: u64,
+) {
+    let (p, k) = crate::attempt::key_in_request(rt, h).unwrap_or((provider, planned_key));
+    let Some((provider, key)) = rt.provider(p).and_then(|p| Some((p, p.keys.get(k)?))) else {
+        return;
+    };
+    let hint = {
+        let host: &dyn Host = &*h;
+        cooldown::hint_ms(&|name| host.response_header(name))
+    };
+    cooldown::after_failure(h, rt, &provider.name, &key.id, status, hint, now);
 }
 
 /// Sets the request's token usage as filter state, once it is known, for

@@ -215,6 +215,12 @@ pub fn plan(
     }
     set("content-type", "application/json".into());
     set("content-length", up.body.len().to_string());
+    // Envoy's router retries a failed attempt (each on another key, see
+    // crate::attempt) at most this many times.
+    set(
+        MAX_RETRIES,
+        retries(rt.max_attempts, model_cfg.pool.len()).to_string(),
+    );
     let calls = fan_out_calls(tr, provider, key, &up, facts.now_ms)?;
     Ok(Plan {
         route: Route {
@@ -234,6 +240,17 @@ pub fn plan(
         body: up.body,
         calls,
     })
+}
+
+/// Envoy's per-request retry limit, read by the router.
+pub const MAX_RETRIES: &str = "x-envoy-max-retries";
+
+/// Retries of one request: one per other key of the pool, within
+/// `max_attempts`; a single-key pool still gets one (a reset or a 5xx may
+/// pass on the same key).
+pub fn retries(max_attempts: u32, pool_keys: usize) -> u32 {
+    let keys = u32::try_from(pool_keys).unwrap_or(u32::MAX).max(2);
+    keys.min(max_attempts).saturating_sub(1)
 }
 
 /// Does a client header travel to this provider? Pseudo-headers (`:path`…)
@@ -506,6 +523,16 @@ mod tests {
             ..facts(CHAT, "*")
         };
         assert!(plan(&rt, &declared, &|_| 0).is_ok());
+    }
+
+    #[test]
+    fn retries_follow_the_keys_within_max_attempts() {
+        assert_eq!(retries(3, 2), 1);
+        assert_eq!(retries(3, 5), 2);
+        assert_eq!(retries(3, 1), 1);
+        assert_eq!(retries(1, 4), 0);
+        let p = plan(&rt(), &facts(CHAT, "*"), &|_| 0).unwrap();
+        assert_eq!(header(&p, MAX_RETRIES), Some(Some("1")));
     }
 
     #[test]
