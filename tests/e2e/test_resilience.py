@@ -10,6 +10,7 @@ import urllib.request
 from pathlib import Path
 
 import openai
+import pytest
 import yaml
 
 from helpers import HI, assert_openai_error, post
@@ -119,3 +120,33 @@ def test_cooldown_follows_retry_after_and_the_key_returns(make_stack, demo_key, 
     # The key is back (and refused again by the mock, so 429, not 503).
     assert third == 429, err
     assert mock_stats(s)["by_key"].get("mistral-429") == 2
+
+
+def test_alias_falls_back_to_its_next_target_while_the_first_cools(make_stack, demo_key, tmp_path):
+    """`resilient` → mistral, then openai. Mistral's only key answers 429
+    (retry-after 30): the first request gets that 429, every request after
+    it is served by openai, which says so in x-tollgate-provider and in the
+    answer's model."""
+    def edit(cfg):
+        cfg["providers"]["mistral"]["keys"] = [{"id": "mistral-429", "value": "mock-mistral-key-429"}]
+        cfg["providers"]["mistral"]["forward_headers"].append("x-mock-retry-after")
+        cfg["aliases"]["resilient"] = ["mistral/mistral-small-latest", "openai/gpt-4o-mini"]
+    s = make_stack(envoy_config=envoy_variant(tmp_path / "envoy-fallback.yaml", plugin=edit))
+    client = openai.OpenAI(base_url=s.base_url, api_key=demo_key, max_retries=0, timeout=20,
+                           default_headers={"x-mock-retry-after": "30"})
+    with pytest.raises(openai.RateLimitError) as e:
+        client.chat.completions.create(model="resilient", messages=HI)
+    assert "mistral" in e.value.body["message"]
+    for i in range(10):
+        raw = client.chat.completions.with_raw_response.create(model="resilient", messages=HI, stream=bool(i % 2))
+        assert raw.headers["x-tollgate-provider"] == "openai"
+        resp = raw.parse()
+        if i % 2:
+            models = {c.model for c in resp}
+            assert models == {"gpt-4o-mini"}, models
+        else:
+            assert resp.model == "gpt-4o-mini"
+    by_key = mock_stats(s)["by_key"]
+    # Two attempts on mistral's key (the only one, tried again), then none.
+    assert by_key.get("mistral-429") == 2, by_key
+    assert by_key.get("openai-1", 0) + by_key.get("openai-2", 0) == 10, by_key

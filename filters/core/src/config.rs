@@ -105,8 +105,10 @@ const NEVER_FORWARDED: [&str; 10] = [
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     providers: BTreeMap<String, RawProvider>,
+    /// alias → `provider/model`, or a list of them: the first serves, the
+    /// others are fallbacks in order.
     #[serde(default)]
-    aliases: BTreeMap<String, String>,
+    aliases: BTreeMap<String, RawAlias>,
     #[serde(default = "default_cooldown")]
     key_cooldown_seconds: u64,
     #[serde(default = "default_max_body")]
@@ -171,6 +173,13 @@ struct RawProvider {
     forward_headers: Vec<String>,
     models: RawModels,
     keys: Vec<RawKey>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawAlias {
+    One(String),
+    Targets(Vec<String>),
 }
 
 #[derive(Debug, Deserialize)]
@@ -326,6 +335,8 @@ pub struct Runtime {
     by_name: HashMap<String, usize>,
     /// alias → (provider index, upstream model)
     aliases: BTreeMap<String, (usize, String)>,
+    /// alias → the targets after its first, in order.
+    fallbacks: BTreeMap<String, Vec<Resolved>>,
     pub cooldown_ms: u64,
     /// Attempts per request, the first included ([`crate::attempt`]).
     pub max_attempts: u32,
@@ -685,6 +696,7 @@ impl Runtime {
             providers,
             by_name,
             aliases: BTreeMap::new(),
+            fallbacks: BTreeMap::new(),
             cooldown_ms: raw.key_cooldown_seconds.saturating_mul(1000),
             max_attempts: raw.max_attempts,
             failure_cooldown_ms: raw.failure_cooldown_seconds.saturating_mul(1000),
@@ -707,15 +719,30 @@ impl Runtime {
                     "aliases.{alias}: alias names must be non-empty and contain no '/'"
                 ));
             }
-            match rt.resolve_canonical(&target) {
-                Some(r) => {
-                    rt.aliases.insert(alias, (r.provider, r.model));
+            let targets = match target {
+                RawAlias::One(t) => vec![t],
+                RawAlias::Targets(ts) => ts,
+            };
+            let mut resolved = Vec::with_capacity(targets.len());
+            for target in &targets {
+                match rt.resolve_canonical(target) {
+                    Some(r) => resolved.push(r),
+                    None => {
+                        return err(format!(
+                            "aliases.{alias}: {target} is not a configured provider/model"
+                        ))
+                    }
                 }
-                None => {
-                    return err(format!(
-                        "aliases.{alias}: {target} is not a configured provider/model"
-                    ))
-                }
+            }
+            let mut resolved = resolved.into_iter();
+            let Some(first) = resolved.next() else {
+                return err(format!("aliases.{alias}: at least one target is required"));
+            };
+            rt.aliases
+                .insert(alias.clone(), (first.provider, first.model));
+            let rest: Vec<Resolved> = resolved.collect();
+            if !rest.is_empty() {
+                rt.fallbacks.insert(alias, rest);
             }
         }
         Ok(rt)
@@ -746,6 +773,11 @@ impl Runtime {
             });
         }
         self.resolve_canonical(name)
+    }
+
+    /// The fallbacks of an alias (empty for anything else), in order.
+    pub fn fallbacks(&self, name: &str) -> &[Resolved] {
+        self.fallbacks.get(name).map_or(&[], Vec::as_slice)
     }
 
     pub fn provider(&self, idx: usize) -> Option<&Provider> {

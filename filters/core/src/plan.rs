@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use tollgate_wire::header::{CLUSTER, KEY_ID, MODEL, MODELS, RESERVED, TENANT};
 use tollgate_wire::models_allowed;
 
-use crate::config::{Key, Kind, ModelCfg, Provider, Runtime};
+use crate::config::{Key, Kind, ModelCfg, Provider, Resolved, Runtime};
 use crate::error::{echo, ApiError, INVALID_REQUEST, SERVER};
 use crate::translate::{
     for_kind, parse_client_body, Endpoint, RequestCtx, ResponseCtx, Translator, UpstreamRequest,
@@ -172,22 +172,24 @@ pub fn plan(
             });
         }
     }
-    let provider = rt
-        .provider(resolved.provider)
-        .ok_or_else(|| ApiError::model_not_found(&model))?;
-    let model_cfg = provider
-        .models
-        .get(&resolved.model)
-        .ok_or_else(|| ApiError::model_not_found(&model))?;
-    let tr = for_kind(provider.kind());
-    let ctx = RequestCtx {
-        provider,
-        model: &resolved.model,
-        model_cfg,
-        endpoint: facts.endpoint,
-    };
-    let up = tr.request(&ctx, &value)?;
-    let key_idx = choose_key(provider, model_cfg, facts.random, cooling)?;
+    // The first target with a key not cooling serves the request; an alias
+    // may name fallbacks, tried in order only when every key of the ones
+    // before it cools (so the success path never looks at them).
+    let (resolved, provider, model_cfg, tr, up, key_idx) =
+        match target(rt, &resolved, &model, facts, &value, cooling) {
+            Ok((provider, model_cfg, tr, up, key_idx)) => {
+                (resolved, provider, model_cfg, tr, up, key_idx)
+            }
+            Err(e) if e.code.as_deref() == Some("no_provider_key_available") => rt
+                .fallbacks(&model)
+                .iter()
+                .find_map(|r| {
+                    let t = target(rt, r, &model, facts, &value, cooling).ok()?;
+                    Some((r.clone(), t.0, t.1, t.2, t.3, t.4))
+                })
+                .ok_or(e)?,
+            Err(e) => return Err(e),
+        };
     let key = provider
         .keys
         .get(key_idx)
@@ -251,6 +253,43 @@ pub const MAX_RETRIES: &str = "x-envoy-max-retries";
 pub fn retries(max_attempts: u32, pool_keys: usize) -> u32 {
     let keys = u32::try_from(pool_keys).unwrap_or(u32::MAX).max(2);
     keys.min(max_attempts).saturating_sub(1)
+}
+
+/// One target of a request: its provider, model config and translator, the
+/// request translated for it, and the key chosen.
+type Target<'r> = (
+    &'r Provider,
+    &'r ModelCfg,
+    &'static dyn Translator,
+    UpstreamRequest,
+    usize,
+);
+
+fn target<'r>(
+    rt: &'r Runtime,
+    resolved: &Resolved,
+    model: &str,
+    facts: &RequestFacts<'_>,
+    value: &serde_json::Value,
+    cooling: &dyn Fn(&str) -> u64,
+) -> Result<Target<'r>, ApiError> {
+    let provider = rt
+        .provider(resolved.provider)
+        .ok_or_else(|| ApiError::model_not_found(model))?;
+    let model_cfg = provider
+        .models
+        .get(&resolved.model)
+        .ok_or_else(|| ApiError::model_not_found(model))?;
+    let tr = for_kind(provider.kind());
+    let ctx = RequestCtx {
+        provider,
+        model: &resolved.model,
+        model_cfg,
+        endpoint: facts.endpoint,
+    };
+    let up = tr.request(&ctx, value)?;
+    let key_idx = choose_key(provider, model_cfg, facts.random, cooling)?;
+    Ok((provider, model_cfg, tr, up, key_idx))
 }
 
 /// Does a client header travel to this provider? Pseudo-headers (`:path`…)
@@ -523,6 +562,48 @@ mod tests {
             ..facts(CHAT, "*")
         };
         assert!(plan(&rt, &declared, &|_| 0).is_ok());
+    }
+
+    #[test]
+    fn an_alias_falls_back_when_every_key_of_its_target_cools() {
+        let rt = Runtime::from_json(
+            br#"{"providers":{
+              "openai":{"kind":"openai","cluster":"openai","models":["gpt-4o"],
+                "keys":[{"id":"o1","value":"sk-1"}]},
+              "anthropic":{"kind":"anthropic","cluster":"anthropic","models":["claude"],
+                "keys":[{"id":"a1","value":"sk-ant"}]},
+              "mistral":{"kind":"openai","cluster":"mistral","models":["small"],
+                "keys":[{"id":"m1","value":"sk-m"}]}},
+              "aliases":{"smart":["anthropic/claude","openai/gpt-4o","mistral/small"]}}"#,
+            &|_| None,
+        )
+        .unwrap();
+        let smart = br#"{"model":"smart","messages":[{"role":"user","content":"hi"}]}"#;
+        let served = |cooling: &dyn Fn(&str) -> u64| {
+            plan(&rt, &facts(smart, "smart"), cooling).map(|p| p.route.canonical)
+        };
+        assert_eq!(served(&|_| 0).unwrap(), "anthropic/claude");
+        assert_eq!(
+            served(&|id| u64::from(id == "a1") * 1_000).unwrap(),
+            "openai/gpt-4o"
+        );
+        assert_eq!(
+            served(&|id| u64::from(id != "m1") * 1_000).unwrap(),
+            "mistral/small"
+        );
+        let p = plan(&rt, &facts(smart, "smart"), &|id| {
+            u64::from(id == "a1") * 1_000
+        })
+        .unwrap();
+        assert_eq!(header(&p, CLUSTER), Some(Some("openai")));
+        assert_eq!(p.route.upstream_model, "gpt-4o");
+        // Every target cooling: the first target's error.
+        let e = served(&|_| 2_000).unwrap_err();
+        assert_eq!(e.code.as_deref(), Some("no_provider_key_available"));
+        assert!(e.message.contains("'anthropic'"), "{}", e.message);
+        // Only aliases fall back.
+        let direct = br#"{"model":"anthropic/claude","messages":[{"role":"user","content":"hi"}]}"#;
+        assert!(plan(&rt, &facts(direct, "*"), &|id| u64::from(id == "a1")).is_err());
     }
 
     #[test]
