@@ -30,7 +30,7 @@ use tollgate_wire::header::CLUSTER;
 use crate::config::{Kind, Provider, Runtime};
 use crate::cooldown;
 use crate::flow::Action;
-use crate::host::{Host, Level};
+use crate::host::{Host, Level, MetricKind};
 use crate::metrics::property;
 use crate::translate::{for_kind, UpstreamRequest};
 
@@ -112,6 +112,18 @@ pub fn next_key(
         .map_or(prev, |&(k, _)| k)
 }
 
+/// The `tollgate.failed_attempts.<reason>` of an attempt's status (0: no
+/// answer).
+pub fn failure_reason(status: u16) -> &'static str {
+    match status {
+        0 => "no_response",
+        429 => "rate_limited",
+        401..=403 => "refused_key",
+        408 => "timeout",
+        _ => "server_error",
+    }
+}
+
 /// One upstream attempt.
 pub struct Attempt {
     rt: Arc<Runtime>,
@@ -139,6 +151,7 @@ impl Attempt {
         if attempt_number(h) <= 1 {
             return Action::Continue;
         }
+        h.metric(MetricKind::Counter, "tollgate.retries", 1);
         let Some((p, prev)) = self.key else {
             return Action::Continue;
         };
@@ -252,6 +265,11 @@ impl Attempt {
     }
 
     fn cool(&self, h: &mut dyn Host, status: u16, hint: Option<u64>) {
+        h.metric(
+            MetricKind::Counter,
+            &format!("tollgate.failed_attempts.{}", failure_reason(status)),
+            1,
+        );
         let Some((p, k)) = self.key else {
             return;
         };
@@ -334,6 +352,8 @@ mod tests {
         first.on_response_headers(&mut h);
         first.on_done(&mut h);
         assert_eq!(cooldown::remaining_ms(&h, "o1", 1_000_000), 1_000);
+        assert_eq!(h.metrics["tollgate.failed_attempts.rate_limited"], 1);
+        assert_eq!(h.metrics["tollgate.key_cooldowns.openai"], 1);
         // Attempt 2 sees attempt 1's credentials and moves on.
         h.properties.insert(
             "upstream.request_attempt_count".into(),

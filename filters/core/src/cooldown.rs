@@ -9,7 +9,8 @@
 //! failure (408, 5xx, reset, timeout): [`duration_ms`].
 
 use crate::config::Runtime;
-use crate::host::{Host, Level};
+use crate::host::{Host, Level, MetricKind};
+use crate::plan::metric_safe;
 
 const PREFIX: &str = "tollgate.cooldown.";
 
@@ -37,6 +38,11 @@ pub fn start(
 ) {
     let until = now_ms.saturating_add(cooldown_ms);
     h.shared_set(&format!("{PREFIX}{key_id}"), until.to_string().as_bytes());
+    h.metric(
+        MetricKind::Counter,
+        &format!("tollgate.key_cooldowns.{}", metric_safe(provider)),
+        1,
+    );
     h.log(
         Level::Warn,
         &format!("tollgate: provider {provider} refused key {key_id} ({status}); cooling it down for {cooldown_ms} ms"),

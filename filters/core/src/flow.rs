@@ -405,6 +405,13 @@ impl Flow {
             &routed.route.upstream_model,
         );
         metrics::record(h, MetricKind::Counter, s.requests, 1);
+        if routed.route.fallback {
+            h.metric(
+                MetricKind::Counter,
+                &format!("tollgate.fallbacks.{}", metric_safe(&p.name)),
+                1,
+            );
+        }
         routed.series = Some(s);
         h.set_property(property::TENANT, metrics::label(tenant).as_bytes());
         h.set_property(property::KEY_ID, metrics::label(key_id).as_bytes());

@@ -51,6 +51,8 @@ pub struct Route {
     pub upstream_model: String,
     pub endpoint: Endpoint,
     pub sent_ms: u64,
+    /// Served by one of the alias's fallbacks, not its first target.
+    pub fallback: bool,
 }
 
 impl Route {
@@ -190,6 +192,7 @@ pub fn plan(
                 .ok_or(e)?,
             Err(e) => return Err(e),
         };
+    let canonical_is_fallback = rt.fallbacks(&model).contains(&resolved);
     let key = provider
         .keys
         .get(key_idx)
@@ -237,6 +240,7 @@ pub fn plan(
             upstream_model: resolved.model,
             endpoint: facts.endpoint,
             sent_ms: facts.now_ms,
+            fallback: canonical_is_fallback,
         },
         headers,
         body: up.body,
@@ -597,6 +601,13 @@ mod tests {
         .unwrap();
         assert_eq!(header(&p, CLUSTER), Some(Some("openai")));
         assert_eq!(p.route.upstream_model, "gpt-4o");
+        assert!(p.route.fallback);
+        assert!(
+            !plan(&rt, &facts(smart, "smart"), &|_| 0)
+                .unwrap()
+                .route
+                .fallback
+        );
         // Every target cooling: the first target's error.
         let e = served(&|_| 2_000).unwrap_err();
         assert_eq!(e.code.as_deref(), Some("no_provider_key_available"));
