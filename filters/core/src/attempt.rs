@@ -309,15 +309,19 @@ mod tests {
         )
     }
 
+    fn set_attempt(h: &mut FakeHost, n: u64) {
+        h.properties.insert(
+            "upstream.request_attempt_count".into(),
+            n.to_le_bytes().to_vec(),
+        );
+    }
+
     fn attempt_host(n: u64, cluster: &str, creds: &[(&str, &str)]) -> FakeHost {
         let mut h = FakeHost {
             now: 1_000_000,
             ..FakeHost::default()
         };
-        h.properties.insert(
-            "upstream.request_attempt_count".into(),
-            n.to_le_bytes().to_vec(),
-        );
+        set_attempt(&mut h, n);
         h.req_headers = vec![
             (":path".into(), "/v1/chat/completions".into()),
             (CLUSTER.into(), cluster.into()),
@@ -355,10 +359,7 @@ mod tests {
         assert_eq!(h.metrics["tollgate.failed_attempts.rate_limited"], 1);
         assert_eq!(h.metrics["tollgate.key_cooldowns.openai"], 1);
         // Attempt 2 sees attempt 1's credentials and moves on.
-        h.properties.insert(
-            "upstream.request_attempt_count".into(),
-            2u64.to_le_bytes().to_vec(),
-        );
+        set_attempt(&mut h, 2);
         let mut second = Attempt::new(Arc::clone(&rt));
         assert_eq!(second.on_request_headers(&mut h, true), Action::Continue);
         assert_eq!(
@@ -381,10 +382,7 @@ mod tests {
         a.on_done(&mut h);
         assert_eq!(cooldown::remaining_ms(&h, "a1", 1_000_000), 5_000);
         // A single-key provider retries on the same key.
-        h.properties.insert(
-            "upstream.request_attempt_count".into(),
-            2u64.to_le_bytes().to_vec(),
-        );
+        set_attempt(&mut h, 2);
         let mut b = Attempt::new(rt());
         b.on_request_headers(&mut h, true);
         assert_eq!(h.req_header("x-api-key").as_deref(), Some("ant-1"));

@@ -97,7 +97,10 @@ pub fn after_failure(
         return;
     }
     let ms = duration_ms(status, hint, rt.cooldown_ms, rt.failure_cooldown_ms);
-    start(h, provider, key_id, status, now_ms, ms);
+    if ms > 0 {
+        // `retry-after: 0`: nothing to wait for (and nothing to log).
+        start(h, provider, key_id, status, now_ms, ms);
+    }
 }
 
 /// The longest cooldown a provider's hint may ask for.
