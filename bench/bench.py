@@ -15,6 +15,8 @@ Scenarios (each on a fresh stack, all in one session so they compare fairly):
     authz-null   Envoy + ext_authz against authz-null (allows all)  authz's floor
     full         the whole gateway (OpenAI→Anthropic), non-streaming
     full-stream  the whole gateway, streaming
+    full-429     the whole gateway, 10 % of requests meet a 429 on their first
+                 key and are retried on another (the cost of a retry)
     floor        Envoy + authz-null + null Wasm (waits for the body) full's floor
     envoy-512k, full-512k, full-512k-anthropic
                  512 KB request bodies at a low fixed rate: plain Envoy, the
@@ -50,6 +52,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
+from plugin_config import plugin_config, set_plugin_config  # noqa: E402
 from stack import DEMO_KEY, Stack, free_ports, tool  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -172,6 +175,8 @@ class Scenario:
     # Request body padded to this size (bytes, JSON included), sent at the
     # plan's large-body rate instead of its rates and steps.
     body_bytes: int = 0
+    # Extra mock-llm keys by provider (config/mock-llm.yaml plus these).
+    mock_keys: dict[str, list[dict]] = field(default_factory=dict)
 
     def payload(self) -> str:
         body = dict(CHAT_OPENAI, model=self.model)
@@ -183,6 +188,23 @@ class Scenario:
             text = _FILLER * (room // (len(json.dumps(_FILLER)) - 2))
             body["messages"][0]["content"] = text + "x" * (room - (len(json.dumps(text)) - 2))
         return json.dumps(body)
+
+
+# One of two Anthropic keys answers 20 % of its calls with a 429 saying
+# `retry-after: 0` (so it never cools): 10 % of the requests are retried once,
+# on the other key, and every request succeeds.
+RETRY_KEYS = [{"id": "bench-429", "value": "mock-anthropic-key-bench-429"},
+              {"id": "anthropic-2", "value_env": "TG_KEY_ANTHROPIC_2"}]
+RETRY_MOCK_KEY = {"name": "bench-429", "key": "mock-anthropic-key-bench-429",
+                  "faults": {"seed": 3, "429": 0.2, "retry_after_s": 0}}
+
+
+def with_provider_keys(cfg: dict, provider: str, keys: list[dict]) -> dict:
+    cfg = copy.deepcopy(cfg)
+    plugin = plugin_config(cfg)
+    plugin["providers"][provider]["keys"] = keys
+    set_plugin_config(cfg, plugin)
+    return cfg
 
 
 def scenarios(mock_key: str) -> list[Scenario]:
@@ -223,6 +245,9 @@ def scenarios(mock_key: str) -> list[Scenario]:
                  base, "anthropic/claude-sonnet-4-5", headers=auth, floor="floor"),
         Scenario("full-stream", "whole gateway, OpenAI→Anthropic, streaming", gateway,
                  base, "anthropic/claude-sonnet-4-5", stream=True, headers=auth, floor="floor"),
+        Scenario("full-429", "whole gateway, OpenAI→Anthropic, 10 % of requests retried once after a 429",
+                 gateway, with_provider_keys(base, "anthropic", RETRY_KEYS), "anthropic/claude-sonnet-4-5",
+                 headers=auth, floor="full", mock_keys={"anthropic": [RETRY_MOCK_KEY]}),
         Scenario("floor", "Envoy + ext_authz against authz-null + null Wasm filter (waits for the body)",
                  null_gateway, with_null_wasm(null_route, "read_body"), "gpt-4o-mini", headers=auth,
                  authz_null=True),
@@ -424,6 +449,19 @@ class BenchStack(Stack):
         return super().command(name)
 
 
+def mock_config_with(keys: dict[str, list[dict]], run_dir: Path) -> Path | None:
+    """config/mock-llm.yaml with more keys, or None when there are none."""
+    if not keys:
+        return None
+    doc = yaml.safe_load((ROOT / "config" / "mock-llm.yaml").read_text())
+    for provider, extra in keys.items():
+        doc["providers"][provider]["keys"].extend(extra)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    out = run_dir / "mock-llm.yaml"
+    out.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return out
+
+
 def start_stack(sc: Scenario, workdir: Path, mock_config: Path | None = None,
                 envoy_concurrency: int = BENCH_ENVOY_CONCURRENCY) -> Stack:
     run_dir = workdir / "stacks" / sc.name
@@ -562,7 +600,7 @@ def main() -> int:
     failures = []
     for sc in chosen:
         print(f"bench: {sc.name}: {sc.what}", flush=True)
-        stack = start_stack(sc, out)
+        stack = start_stack(sc, out, mock_config=mock_config_with(sc.mock_keys, out / "stacks" / sc.name))
         try:
             result = {"what": sc.what, "rates": {}, "steps": {}, "max_throughput": None,
                       "baseline": sc.baseline, "floor": sc.floor, "body_bytes": sc.body_bytes or None}
