@@ -24,6 +24,18 @@ def mock_stats(s) -> dict:
         return json.load(resp)
 
 
+def envoy_stats(s) -> dict[str, int]:
+    """Envoy's counters whose names start with wasmcustom.tollgate."""
+    with urllib.request.urlopen(f"{s.admin_url}/stats?filter=^wasmcustom\\.tollgate", timeout=5) as resp:
+        lines = resp.read().decode().splitlines()
+    out = {}
+    for line in lines:
+        name, _, value = line.partition(": ")
+        if value.strip().isdigit():
+            out[name] = int(value)
+    return out
+
+
 def mock_with_key(tmp_path, provider: str, key: dict) -> Path:
     """config/mock-llm.yaml with one more key on `provider`."""
     doc = yaml.safe_load((ROOT / "config" / "mock-llm.yaml").read_text())
@@ -97,6 +109,12 @@ def test_every_key_failing_is_one_openai_error_naming_the_provider(make_stack, d
     # Each key tried once: one attempt per key.
     by_key = mock_stats(s)["by_key"]
     assert (by_key.get("openai-429"), by_key.get("openai-401")) == (1, 1), by_key
+    # Counted per tenant and per worker.
+    stats = envoy_stats(s)
+    assert stats["wasmcustom.tollgate.tenant.demo.key.demo-key.provider.openai.model.gpt-4o-mini.retries"] == 1, stats
+    assert stats["wasmcustom.tollgate.retries"] == 1, stats
+    assert stats["wasmcustom.tollgate.failed_attempts.rate_limited"] == 1, stats
+    assert stats["wasmcustom.tollgate.failed_attempts.refused_key"] == 1, stats
     # Both keys cool now: the next request is answered at once, with when to retry.
     status, headers, body = post(f"{s.base_url}/chat/completions", {"model": "openai/gpt-4o-mini", "messages": HI},
                                  auth)

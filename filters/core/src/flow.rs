@@ -406,11 +406,7 @@ impl Flow {
         );
         metrics::record(h, MetricKind::Counter, s.requests, 1);
         if routed.route.fallback {
-            h.metric(
-                MetricKind::Counter,
-                &format!("tollgate.fallbacks.{}", metric_safe(&p.name)),
-                1,
-            );
+            metrics::record(h, MetricKind::Counter, s.fallbacks, 1);
         }
         routed.series = Some(s);
         h.set_property(property::TENANT, metrics::label(tenant).as_bytes());
@@ -592,6 +588,15 @@ impl Flow {
         if let Some(s) = &r.series {
             let ms = now.saturating_sub(r.route.sent_ms);
             metrics::record(h, MetricKind::Histogram, s.upstream_latency_ms, ms);
+            // Set by the router (the virtual host's
+            // include_attempt_count_in_response).
+            let attempts: u64 = h
+                .response_header("x-envoy-attempt-count")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1);
+            if attempts > 1 {
+                metrics::record(h, MetricKind::Counter, s.retries, attempts - 1);
+            }
         }
         if matches!(status, 401 | 403 | 429) {
             // The per-attempt filter cooled this key already when it runs
