@@ -23,6 +23,8 @@ Scenarios (each on a fresh stack, all in one session so they compare fairly):
                  the whole gateway, Responses API passed through to OpenAI
     messages     Anthropic Messages in → Anthropic passthrough (bare model name)
     messages-openai  Anthropic Messages in → OpenAI, translated both ways
+    full-429     the whole gateway, 10 % of requests meet a 429 on their first
+                 key and are retried on another (the cost of a retry)
     floor        Envoy + authz-null + null Wasm (waits for the body) full's floor
     envoy-512k, full-512k, full-512k-anthropic, floor-512k
                  512 KB request bodies at a low fixed rate: plain Envoy, the
@@ -58,6 +60,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
+from plugin_config import plugin_config, set_plugin_config  # noqa: E402
 from stack import DEMO_KEY, Stack, free_ports, tool  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -90,10 +93,22 @@ def without_filters(cfg: dict, *names: str) -> dict:
     return cfg
 
 
+def without_attempt_filter(cfg: dict) -> dict:
+    """The provider clusters without their per-attempt Wasm filter (which
+    swaps provider keys on retries: nothing to swap without Tollgate's)."""
+    cfg = copy.deepcopy(cfg)
+    for c in cfg["static_resources"]["clusters"]:
+        for opts in c.get("typed_extension_protocol_options", {}).values():
+            filters = opts.get("http_filters", [])
+            if any(f["name"] == "envoy.filters.http.wasm" for f in filters):
+                opts.pop("http_filters")
+    return cfg
+
+
 def fixed_route_to_mock(cfg: dict, mock_key: str) -> dict:
     """Without the Wasm filter nothing picks a cluster or a provider key: route
     straight to the openai cluster and add the mock's key, as a plain proxy would."""
-    cfg = copy.deepcopy(cfg)
+    cfg = without_attempt_filter(cfg)
     route = _hcm(cfg)["route_config"]["virtual_hosts"][0]["routes"][0]
     route["route"].pop("cluster_header")
     route["route"]["cluster"] = "openai"
@@ -180,6 +195,8 @@ class Scenario:
     # The gateway's API path under /v1 (the mock's own for `direct`):
     # chat/completions, responses (OpenAI Responses) or messages (Anthropic).
     api: str = "chat/completions"
+    # Extra mock-llm keys by provider (config/mock-llm.yaml plus these).
+    mock_keys: dict[str, list[dict]] = field(default_factory=dict)
 
     def payload(self) -> str:
         if self.api == "responses":
@@ -196,6 +213,23 @@ class Scenario:
             text = _FILLER * (room // (len(json.dumps(_FILLER)) - 2))
             body["messages"][0]["content"] = text + "x" * (room - (len(json.dumps(text)) - 2))
         return json.dumps(body)
+
+
+# One of two Anthropic keys answers 20 % of its calls with a 429 saying
+# `retry-after: 0` (so it never cools): 10 % of the requests are retried once,
+# on the other key, and every request succeeds.
+RETRY_KEYS = [{"id": "bench-429", "value": "mock-anthropic-key-bench-429"},
+              {"id": "anthropic-2", "value_env": "TG_KEY_ANTHROPIC_2"}]
+RETRY_MOCK_KEY = {"name": "bench-429", "key": "mock-anthropic-key-bench-429",
+                  "faults": {"seed": 3, "429": 0.2, "retry_after_s": 0}}
+
+
+def with_provider_keys(cfg: dict, provider: str, keys: list[dict]) -> dict:
+    cfg = copy.deepcopy(cfg)
+    plugin = plugin_config(cfg)
+    plugin["providers"][provider]["keys"] = keys
+    set_plugin_config(cfg, plugin)
+    return cfg
 
 
 def scenarios(mock_key: str) -> list[Scenario]:
@@ -250,6 +284,9 @@ def scenarios(mock_key: str) -> list[Scenario]:
                  gateway, base, "claude-sonnet-4-5", headers=anthropic_auth, floor="floor", api="messages"),
         Scenario("messages-openai", "whole gateway, Anthropic Messages in → OpenAI (translated both ways)",
                  gateway, base, "openai/gpt-4o-mini", headers=anthropic_auth, floor="floor", api="messages"),
+        Scenario("full-429", "whole gateway, OpenAI→Anthropic, 10 % of requests retried once after a 429",
+                 gateway, with_provider_keys(base, "anthropic", RETRY_KEYS), "anthropic/claude-sonnet-4-5",
+                 headers=auth, floor="full", mock_keys={"anthropic": [RETRY_MOCK_KEY]}),
         Scenario("floor", "Envoy + ext_authz against authz-null + null Wasm filter (waits for the body)",
                  null_gateway, with_null_wasm(null_route, "read_body"), "gpt-4o-mini", headers=auth,
                  authz_null=True),
@@ -454,6 +491,19 @@ class BenchStack(Stack):
         return super().command(name)
 
 
+def mock_config_with(keys: dict[str, list[dict]], run_dir: Path) -> Path | None:
+    """config/mock-llm.yaml with more keys, or None when there are none."""
+    if not keys:
+        return None
+    doc = yaml.safe_load((ROOT / "config" / "mock-llm.yaml").read_text())
+    for provider, extra in keys.items():
+        doc["providers"][provider]["keys"].extend(extra)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    out = run_dir / "mock-llm.yaml"
+    out.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return out
+
+
 def start_stack(sc: Scenario, workdir: Path, mock_config: Path | None = None,
                 envoy_concurrency: int = BENCH_ENVOY_CONCURRENCY) -> Stack:
     run_dir = workdir / "stacks" / sc.name
@@ -592,7 +642,7 @@ def main() -> int:
     failures = []
     for sc in chosen:
         print(f"bench: {sc.name}: {sc.what}", flush=True)
-        stack = start_stack(sc, out)
+        stack = start_stack(sc, out, mock_config=mock_config_with(sc.mock_keys, out / "stacks" / sc.name))
         try:
             result = {"what": sc.what, "rates": {}, "steps": {}, "max_throughput": None,
                       "baseline": sc.baseline, "floor": sc.floor, "body_bytes": sc.body_bytes or None}

@@ -59,6 +59,15 @@ fn default_weight() -> u32 {
 fn default_cooldown() -> u64 {
     30
 }
+fn default_max_attempts() -> u32 {
+    3
+}
+fn default_failure_cooldown() -> u64 {
+    5
+}
+fn default_failure_threshold() -> u32 {
+    10
+}
 fn default_max_body() -> u64 {
     8 * 1024 * 1024
 }
@@ -96,8 +105,10 @@ const NEVER_FORWARDED: [&str; 10] = [
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     providers: BTreeMap<String, RawProvider>,
+    /// alias → `provider/model`, or a list of them: the first serves, the
+    /// others are fallbacks in order.
     #[serde(default)]
-    aliases: BTreeMap<String, String>,
+    aliases: BTreeMap<String, RawAlias>,
     #[serde(default = "default_cooldown")]
     key_cooldown_seconds: u64,
     #[serde(default = "default_max_body")]
@@ -117,6 +128,17 @@ struct RawConfig {
     /// nor `provider/model`); default the first `anthropic` provider.
     #[serde(default)]
     bare_model_provider: Option<String>,
+    /// Attempts per request (the first included), each on another key of
+    /// the provider when one is available; 1 turns retries off.
+    #[serde(default = "default_max_attempts")]
+    max_attempts: u32,
+    /// Cooldown of a key after a 5xx, 408, reset or timeout that gave no
+    /// `retry-after`.
+    #[serde(default = "default_failure_cooldown")]
+    failure_cooldown_seconds: u64,
+    /// Server-side failures of a key within 10 s that start that cooldown.
+    #[serde(default = "default_failure_threshold")]
+    failure_threshold: u32,
 }
 
 #[derive(Debug, Deserialize)]
@@ -160,6 +182,13 @@ struct RawProvider {
     forward_headers: Vec<String>,
     models: RawModels,
     keys: Vec<RawKey>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawAlias {
+    One(String),
+    Targets(Vec<String>),
 }
 
 #[derive(Debug, Deserialize)]
@@ -319,7 +348,15 @@ pub struct Runtime {
     by_name: HashMap<String, usize>,
     /// alias → (provider index, upstream model)
     aliases: BTreeMap<String, (usize, String)>,
+    /// alias → the targets after its first, in order.
+    fallbacks: BTreeMap<String, Vec<Resolved>>,
     pub cooldown_ms: u64,
+    /// Attempts per request, the first included ([`crate::attempt`]).
+    pub max_attempts: u32,
+    /// Cooldown after `failure_threshold` server-side failures without a
+    /// hint ([`crate::cooldown::server_failure`]).
+    pub failure_cooldown_ms: u64,
+    pub failure_threshold: u32,
     pub max_body_bytes: u64,
     pub usage: Option<UsageTarget>,
     /// Provider of bare model names on the Messages routes.
@@ -383,6 +420,9 @@ impl Runtime {
         }
         if !raw.usage_path.starts_with('/') {
             return err("usage_path: must start with '/'".into());
+        }
+        if raw.max_attempts == 0 || raw.max_attempts > 10 {
+            return err("max_attempts: must be between 1 and 10".into());
         }
         if raw.usage_flush_ms > 60_000 {
             return err("usage_flush_ms: at most 60000 (a minute of unreported usage)".into());
@@ -680,7 +720,11 @@ impl Runtime {
             providers,
             by_name,
             aliases: BTreeMap::new(),
+            fallbacks: BTreeMap::new(),
             cooldown_ms: raw.key_cooldown_seconds.saturating_mul(1000),
+            max_attempts: raw.max_attempts,
+            failure_cooldown_ms: raw.failure_cooldown_seconds.saturating_mul(1000),
+            failure_threshold: raw.failure_threshold.max(1),
             max_body_bytes: raw.max_body_bytes,
             usage: if raw.usage_cluster.is_empty() {
                 None
@@ -714,15 +758,30 @@ impl Runtime {
                     "aliases.{alias}: alias names must be non-empty and contain no '/'"
                 ));
             }
-            match rt.resolve_canonical(&target) {
-                Some(r) => {
-                    rt.aliases.insert(alias, (r.provider, r.model));
+            let targets = match target {
+                RawAlias::One(t) => vec![t],
+                RawAlias::Targets(ts) => ts,
+            };
+            let mut resolved = Vec::with_capacity(targets.len());
+            for target in &targets {
+                match rt.resolve_canonical(target) {
+                    Some(r) => resolved.push(r),
+                    None => {
+                        return err(format!(
+                            "aliases.{alias}: {target} is not a configured provider/model"
+                        ))
+                    }
                 }
-                None => {
-                    return err(format!(
-                        "aliases.{alias}: {target} is not a configured provider/model"
-                    ))
-                }
+            }
+            let mut resolved = resolved.into_iter();
+            let Some(first) = resolved.next() else {
+                return err(format!("aliases.{alias}: at least one target is required"));
+            };
+            rt.aliases
+                .insert(alias.clone(), (first.provider, first.model));
+            let rest: Vec<Resolved> = resolved.collect();
+            if !rest.is_empty() {
+                rt.fallbacks.insert(alias, rest);
             }
         }
         Ok(rt)
@@ -767,6 +826,11 @@ impl Runtime {
             model: name.to_string(),
             canonical: format!("{}/{}", prov.name, name),
         })
+    }
+
+    /// The fallbacks of an alias (empty for anything else), in order.
+    pub fn fallbacks(&self, name: &str) -> &[Resolved] {
+        self.fallbacks.get(name).map_or(&[], Vec::as_slice)
     }
 
     pub fn provider(&self, idx: usize) -> Option<&Provider> {

@@ -475,6 +475,9 @@ impl Flow {
             &routed.route.upstream_model,
         );
         metrics::record(h, MetricKind::Counter, s.requests, 1);
+        if routed.route.fallback {
+            metrics::record(h, MetricKind::Counter, s.fallbacks, 1);
+        }
         routed.series = Some(s);
         h.set_property(property::TENANT, metrics::label(tenant).as_bytes());
         h.set_property(property::KEY_ID, metrics::label(key_id).as_bytes());
@@ -666,11 +669,23 @@ impl Flow {
         if let Some(s) = &r.series {
             let ms = now.saturating_sub(r.route.sent_ms);
             metrics::record(h, MetricKind::Histogram, s.upstream_latency_ms, ms);
-        }
-        if status == 429 || status == 401 {
-            if let Some(key) = provider.keys.get(r.route.key) {
-                cooldown::start(h, &provider.name, &key.id, status, now, rt.cooldown_ms);
+            // Set by the router (the virtual host's
+            // include_attempt_count_in_response).
+            let attempts: u64 = match &all {
+                Some(all) => find_header(all, "x-envoy-attempt-count"),
+                None => h.response_header("x-envoy-attempt-count"),
             }
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1);
+            if attempts > 1 {
+                metrics::record(h, MetricKind::Counter, s.retries, attempts - 1);
+            }
+        }
+        if matches!(status, 401 | 403 | 429) {
+            // The per-attempt filter cooled this key already when it runs
+            // (crate::attempt); cooling the same key again is harmless, and
+            // needed without it. Server-side failures are counted there only.
+            cool_final_key(h, rt, r.route.provider, r.route.key, status, now);
         }
         if !r.route.dropped.is_empty() {
             h.set_response_header(DROPPED_HEADER, Some(&r.route.dropped));
@@ -788,14 +803,16 @@ impl Flow {
                 // The body can say more than the status (Gemini answers a bad
                 // key with 400 API_KEY_INVALID): the translated error decides.
                 h.set_response_header(":status", Some(&e.status.to_string()));
-                if e.code.as_deref() == Some("provider_auth_failed") && status != 401 {
-                    // 401 already cooled the key on the headers; other
-                    // credential refusals (Bedrock 403, Gemini 400) do here.
-                    if let Some(key) = provider.keys.get(r.route.key) {
-                        let now = h.now_ms();
-                        cooldown::start(h, &provider.name, &key.id, status, now, rt.cooldown_ms);
-                    }
+                if e.code.as_deref() == Some("provider_auth_failed") && !matches!(status, 401 | 403)
+                {
+                    // 401/403 already cooled the key on the headers; other
+                    // credential refusals (Gemini 400) do here.
+                    let now = h.now_ms();
+                    cool_final_key(h, rt, r.route.provider, r.route.key, 401, now);
                 }
+                // The client learns who failed and why, never with which key.
+                let mut e = e;
+                e.message = format!("provider {}: {}", provider.name, e.message);
                 let b = e.body_for(anthropic);
                 h.set_response_header("content-length", Some(&b.len().to_string()));
                 h.set_response_body(body_size, &b);
@@ -892,6 +909,28 @@ fn find_header(all: &[(String, String)], name: &str) -> Option<String> {
     all.iter()
         .find(|(n, _)| n.eq_ignore_ascii_case(name))
         .map(|(_, v)| v.clone())
+}
+
+/// Cools the key of the request's last attempt (named by the credentials
+/// the request carries, else the planned key) for `status`, for the
+/// provider's `retry-after` when the response has one.
+fn cool_final_key(
+    h: &mut dyn Host,
+    rt: &Runtime,
+    provider: usize,
+    planned_key: usize,
+    status: u16,
+    now: u64,
+) {
+    let (p, k) = crate::attempt::key_in_request(rt, h).unwrap_or((provider, planned_key));
+    let Some((provider, key)) = rt.provider(p).and_then(|p| Some((p, p.keys.get(k)?))) else {
+        return;
+    };
+    let hint = {
+        let host: &dyn Host = &*h;
+        cooldown::hint_ms(&|name| host.response_header(name))
+    };
+    cooldown::after_failure(h, rt, &provider.name, &key.id, status, hint, now);
 }
 
 /// Sets the request's token usage as filter state, once it is known, for

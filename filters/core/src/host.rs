@@ -88,6 +88,12 @@ pub trait Host {
     /// Set Envoy filter state `wasm.<name>` (read by the access log and the
     /// tracer). Returns false when the host refused.
     fn set_property(&mut self, name: &str, value: &[u8]) -> bool;
+    /// An Envoy property by path (`["upstream", "request_attempt_count"]`,
+    /// or `["tollgate.model"]` for filter state the filter set); `None` when
+    /// absent or refused.
+    fn property(&self, _path: &[&str]) -> Option<Vec<u8>> {
+        None
+    }
     fn log(&self, level: Level, msg: &str);
 }
 
@@ -306,6 +312,9 @@ pub mod fake {
             self.note("set_property");
             self.properties.insert(name.to_string(), value.to_vec());
             true
+        }
+        fn property(&self, path: &[&str]) -> Option<Vec<u8>> {
+            self.properties.get(&path.join(".")).cloned()
         }
         fn log(&self, _level: Level, msg: &str) {
             self.note("log");

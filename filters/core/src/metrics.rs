@@ -84,6 +84,10 @@ pub struct Series {
     pub upstream_latency_ms: Option<u32>,
     pub ttft_ms: Option<u32>,
     pub tokens_per_second: Option<u32>,
+    /// Attempts after the first (Envoy's retries on another key).
+    pub retries: Option<u32>,
+    /// Requests an alias's fallback served.
+    pub fallbacks: Option<u32>,
     errors: [Option<u32>; 5],
 }
 
@@ -99,6 +103,8 @@ impl Series {
             upstream_latency_ms: def(Histogram, "upstream_latency_ms"),
             ttft_ms: def(Histogram, "ttft_ms"),
             tokens_per_second: def(Histogram, "tokens_per_second"),
+            retries: def(Counter, "retries"),
+            fallbacks: def(Counter, "fallbacks"),
             errors: ErrorClass::ALL.map(|c| def(Counter, &format!("errors.{}", c.as_str()))),
         }
     }

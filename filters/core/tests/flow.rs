@@ -659,7 +659,8 @@ fn cooldown_after_429_and_401_is_shared_and_expires() {
     );
     let e: Value = serde_json::from_slice(&h.resp_body).unwrap();
     assert_eq!(e["error"]["code"], "rate_limit_exceeded");
-    assert_eq!(e["error"]["message"], "Rate limit reached");
+    // The provider is named, never the key.
+    assert_eq!(e["error"]["message"], "provider openai: Rate limit reached");
     assert!(h.posts.is_empty(), "no usage on errors");
     assert_eq!(
         h.metrics
@@ -751,7 +752,7 @@ fn anthropic_529_becomes_503() {
     );
     assert_eq!(h.resp_header(":status").as_deref(), Some("503"));
     let e: Value = serde_json::from_slice(&h.resp_body).unwrap();
-    assert_eq!(e["error"]["message"], "Overloaded");
+    assert_eq!(e["error"]["message"], "provider anthropic: Overloaded");
     assert_eq!(
         h.metrics["tollgate.tenant.demo.key.demo-key.provider.anthropic.model.claude-sonnet-4-5.errors.upstream_5xx"],
         1

@@ -450,6 +450,17 @@ impl Host for WasmHost {
             unsafe { proxy_set_property(name.as_ptr(), name.len(), value.as_ptr(), value.len()) };
         st == Status::Ok
     }
+    fn property(&self, path: &[&str]) -> Option<Vec<u8>> {
+        // Property path parts are NUL-separated.
+        let path = path.join("\0");
+        let mut data = null_mut();
+        let mut len = 0;
+        // SAFETY: valid path slice and out-pointers.
+        match unsafe { proxy_get_property(path.as_ptr(), path.len(), &mut data, &mut len) } {
+            Status::Ok => owned(data, len),
+            _ => None,
+        }
+    }
     fn log(&self, level: Level, msg: &str) {
         let l = match level {
             Level::Debug => LogLevel::Debug,

@@ -113,7 +113,7 @@ pub struct RequestCtx<'a> {
 }
 
 /// The translated request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UpstreamRequest {
     /// `:path` upstream.
     pub path: String,
