@@ -8,6 +8,8 @@
 Scenarios (each on a fresh stack, all in one session so they compare fairly):
     direct       fortio → mock-llm                                  no proxy at all
     envoy        fortio → Envoy, plain router → mock-llm            the proxy baseline
+    envoy-nolog  envoy without the access log
+    envoy-h1     envoy with HTTP/1.1 to the provider (envoy.yaml: HTTP/2)
     wasm         Envoy + Wasm filter (OpenAI→Anthropic, key choice)
     wasm-null    Envoy + null Wasm filter that waits for the body   wasm's floor
     wasm-pass    Envoy + null Wasm filter that does nothing at all
@@ -15,8 +17,16 @@ Scenarios (each on a fresh stack, all in one session so they compare fairly):
     authz-null   Envoy + ext_authz against authz-null (allows all)  authz's floor
     full         the whole gateway (OpenAI→Anthropic), non-streaming
     full-stream  the whole gateway, streaming
+    responses    the whole gateway, Responses API front door, translated to
+                 Anthropic through chat (POST /v1/responses), non-streaming
+    responses-openai
+                 the whole gateway, Responses API passed through to OpenAI
+    messages     Anthropic Messages in → Anthropic passthrough (bare model name)
+    messages-openai  Anthropic Messages in → OpenAI, translated both ways
+    full-429     the whole gateway, 10 % of requests meet a 429 on their first
+                 key and are retried on another (the cost of a retry)
     floor        Envoy + authz-null + null Wasm (waits for the body) full's floor
-    envoy-512k, full-512k, full-512k-anthropic
+    envoy-512k, full-512k, full-512k-anthropic, floor-512k
                  512 KB request bodies at a low fixed rate: plain Envoy, the
                  gateway passing OpenAI through, the gateway translating
 
@@ -50,6 +60,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
+from plugin_config import plugin_config, set_plugin_config  # noqa: E402
 from stack import DEMO_KEY, Stack, free_ports, tool  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -82,10 +93,22 @@ def without_filters(cfg: dict, *names: str) -> dict:
     return cfg
 
 
+def without_attempt_filter(cfg: dict) -> dict:
+    """The provider clusters without their per-attempt Wasm filter (which
+    swaps provider keys on retries: nothing to swap without Tollgate's)."""
+    cfg = copy.deepcopy(cfg)
+    for c in cfg["static_resources"]["clusters"]:
+        for opts in c.get("typed_extension_protocol_options", {}).values():
+            filters = opts.get("http_filters", [])
+            if any(f["name"] == "envoy.filters.http.wasm" for f in filters):
+                opts.pop("http_filters")
+    return cfg
+
+
 def fixed_route_to_mock(cfg: dict, mock_key: str) -> dict:
     """Without the Wasm filter nothing picks a cluster or a provider key: route
     straight to the openai cluster and add the mock's key, as a plain proxy would."""
-    cfg = copy.deepcopy(cfg)
+    cfg = without_attempt_filter(cfg)
     route = _hcm(cfg)["route_config"]["virtual_hosts"][0]["routes"][0]
     route["route"].pop("cluster_header")
     route["route"]["cluster"] = "openai"
@@ -97,6 +120,12 @@ def fixed_route_to_mock(cfg: dict, mock_key: str) -> dict:
 def without_clusters(cfg: dict, *names: str) -> dict:
     cfg = copy.deepcopy(cfg)
     cfg["static_resources"]["clusters"] = [c for c in cfg["static_resources"]["clusters"] if c["name"] not in names]
+    return cfg
+
+
+def without_access_log(cfg: dict) -> dict:
+    cfg = copy.deepcopy(cfg)
+    _hcm(cfg).pop("access_log", None)
     return cfg
 
 
@@ -137,6 +166,9 @@ def provider_protocol(cfg: dict, protocol: str) -> dict:
 
 # -- scenarios ---------------------------------------------------------------
 CHAT_OPENAI = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Say hello to the benchmark."}]}
+# The same turn as a Responses API client (Codex, the SDK's responses.create) sends it.
+RESPONSES = {"model": "gpt-4o-mini", "instructions": "Be brief.", "store": False,
+             "input": [{"role": "user", "content": [{"type": "input_text", "text": "Say hello to the benchmark."}]}]}
 LARGE_BODY_BYTES = 512 * 1024
 # A coding agent's turn: source text with newlines and quotes to escape.
 _FILLER = 'fn main() {\n    println!("hello, {}", name); // the benchmark\'s filler line\n}\n'
@@ -160,8 +192,18 @@ class Scenario:
     # Request body padded to this size (bytes, JSON included), sent at the
     # plan's large-body rate instead of its rates and steps.
     body_bytes: int = 0
+    # The gateway's API path under /v1 (the mock's own for `direct`):
+    # chat/completions, responses (OpenAI Responses) or messages (Anthropic).
+    api: str = "chat/completions"
+    # Extra mock-llm keys by provider (config/mock-llm.yaml plus these).
+    mock_keys: dict[str, list[dict]] = field(default_factory=dict)
 
     def payload(self) -> str:
+        if self.api == "responses":
+            return json.dumps(dict(RESPONSES, model=self.model, stream=self.stream))
+        if self.api == "messages":
+            return json.dumps(dict(CHAT_OPENAI, model=self.model, max_tokens=256,
+                                   **({"stream": True} if self.stream else {})))
         body = dict(CHAT_OPENAI, model=self.model)
         if self.stream:
             body["stream"] = True
@@ -173,9 +215,27 @@ class Scenario:
         return json.dumps(body)
 
 
+# One of two Anthropic keys answers 20 % of its calls with a 429 saying
+# `retry-after: 0` (so it never cools): 10 % of the requests are retried once,
+# on the other key, and every request succeeds.
+RETRY_KEYS = [{"id": "bench-429", "value": "mock-anthropic-key-bench-429"},
+              {"id": "anthropic-2", "value_env": "TG_KEY_ANTHROPIC_2"}]
+RETRY_MOCK_KEY = {"name": "bench-429", "key": "mock-anthropic-key-bench-429",
+                  "faults": {"seed": 3, "429": 0.2, "retry_after_s": 0}}
+
+
+def with_provider_keys(cfg: dict, provider: str, keys: list[dict]) -> dict:
+    cfg = copy.deepcopy(cfg)
+    plugin = plugin_config(cfg)
+    plugin["providers"][provider]["keys"] = keys
+    set_plugin_config(cfg, plugin)
+    return cfg
+
+
 def scenarios(mock_key: str) -> list[Scenario]:
     base = load_envoy()
     auth = {"authorization": f"Bearer {DEMO_KEY}"}
+    anthropic_auth = {"x-api-key": DEMO_KEY, "anthropic-version": "2023-06-01"}
     plain = without_clusters(fixed_route_to_mock(without_filters(base, "envoy.filters.http.ext_authz",
                                                                  "envoy.filters.http.wasm"), mock_key),
                              "tollgate_authz", "tollgate_authz_http")
@@ -194,6 +254,10 @@ def scenarios(mock_key: str) -> list[Scenario]:
         Scenario("direct", "fortio → mock-llm (OpenAI API), no Envoy", ("mock",), None, "gpt-4o-mini",
                  headers={"authorization": f"Bearer {mock_key}"}),
         Scenario("envoy", "Envoy plain router → mock-llm", ("mock", "envoy"), plain, "gpt-4o-mini"),
+        Scenario("envoy-nolog", "Envoy plain router → mock-llm, no access log", ("mock", "envoy"),
+                 without_access_log(plain), "gpt-4o-mini"),
+        Scenario("envoy-h1", "Envoy plain router → mock-llm over HTTP/1.1", ("mock", "envoy"),
+                 provider_protocol(plain, "h1"), "gpt-4o-mini"),
         Scenario("wasm", "Envoy + Wasm filter, OpenAI→Anthropic translation and key choice",
                  gateway, without_filters(base, *no_authz), "anthropic/claude-sonnet-4-5",
                  headers=authz_set, floor="wasm-null"),
@@ -211,6 +275,18 @@ def scenarios(mock_key: str) -> list[Scenario]:
                  base, "anthropic/claude-sonnet-4-5", headers=auth, floor="floor"),
         Scenario("full-stream", "whole gateway, OpenAI→Anthropic, streaming", gateway,
                  base, "anthropic/claude-sonnet-4-5", stream=True, headers=auth, floor="floor"),
+        Scenario("responses", "whole gateway, Responses API (/v1/responses) → Anthropic through chat, "
+                 "non-streaming", gateway, base, "anthropic/claude-sonnet-4-5", headers=auth, floor="floor",
+                 api="responses"),
+        Scenario("responses-openai", "whole gateway, Responses API passed through to OpenAI, non-streaming",
+                 gateway, base, "openai/gpt-4o-mini", headers=auth, floor="floor", api="responses"),
+        Scenario("messages", "whole gateway, Anthropic Messages in → Anthropic passthrough (bare model name)",
+                 gateway, base, "claude-sonnet-4-5", headers=anthropic_auth, floor="floor", api="messages"),
+        Scenario("messages-openai", "whole gateway, Anthropic Messages in → OpenAI (translated both ways)",
+                 gateway, base, "openai/gpt-4o-mini", headers=anthropic_auth, floor="floor", api="messages"),
+        Scenario("full-429", "whole gateway, OpenAI→Anthropic, 10 % of requests retried once after a 429",
+                 gateway, with_provider_keys(base, "anthropic", RETRY_KEYS), "anthropic/claude-sonnet-4-5",
+                 headers=auth, floor="full", mock_keys={"anthropic": [RETRY_MOCK_KEY]}),
         Scenario("floor", "Envoy + ext_authz against authz-null + null Wasm filter (waits for the body)",
                  null_gateway, with_null_wasm(null_route, "read_body"), "gpt-4o-mini", headers=auth,
                  authz_null=True),
@@ -220,6 +296,9 @@ def scenarios(mock_key: str) -> list[Scenario]:
                  "openai/gpt-4o-mini", headers=auth, baseline="envoy-512k", body_bytes=LARGE_BODY_BYTES),
         Scenario("full-512k-anthropic", "whole gateway, OpenAI→Anthropic, 512 KB request", gateway, base,
                  "anthropic/claude-sonnet-4-5", headers=auth, baseline="envoy-512k", body_bytes=LARGE_BODY_BYTES),
+        Scenario("floor-512k", "floor (null ext_authz + null Wasm reading the body), 512 KB request",
+                 null_gateway, with_null_wasm(null_route, "read_body"), "gpt-4o-mini", headers=auth,
+                 authz_null=True, baseline="envoy-512k", body_bytes=LARGE_BODY_BYTES),
     ]
 
 
@@ -352,7 +431,7 @@ PLANS = {
 def run_load(stack: Stack, sc: Scenario, qps: float, seconds: float, conns: int, out: Path,
              offset_ms: float = 0) -> dict:
     url = (f"{stack.mock_url}/v1/chat/completions" if sc.envoy is None
-           else f"{stack.base_url}/chat/completions")
+           else f"{stack.base_url}/{sc.api}")
     pids = {n: p.pid for n, p in stack.procs.items()}
     counters = authz_counters(stack)
     before = {n: cpu_seconds(pid) for n, pid in pids.items()}
@@ -410,6 +489,19 @@ class BenchStack(Stack):
                     "--grpc-listen", f"127.0.0.1:{p['TG_AUTHZ_GRPC_PORT']}",
                     "--http-listen", f"127.0.0.1:{p['TG_AUTHZ_HTTP_PORT']}"]
         return super().command(name)
+
+
+def mock_config_with(keys: dict[str, list[dict]], run_dir: Path) -> Path | None:
+    """config/mock-llm.yaml with more keys, or None when there are none."""
+    if not keys:
+        return None
+    doc = yaml.safe_load((ROOT / "config" / "mock-llm.yaml").read_text())
+    for provider, extra in keys.items():
+        doc["providers"][provider]["keys"].extend(extra)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    out = run_dir / "mock-llm.yaml"
+    out.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return out
 
 
 def start_stack(sc: Scenario, workdir: Path, mock_config: Path | None = None,
@@ -550,7 +642,7 @@ def main() -> int:
     failures = []
     for sc in chosen:
         print(f"bench: {sc.name}: {sc.what}", flush=True)
-        stack = start_stack(sc, out)
+        stack = start_stack(sc, out, mock_config=mock_config_with(sc.mock_keys, out / "stacks" / sc.name))
         try:
             result = {"what": sc.what, "rates": {}, "steps": {}, "max_throughput": None,
                       "baseline": sc.baseline, "floor": sc.floor, "body_bytes": sc.body_bytes or None}

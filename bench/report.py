@@ -142,8 +142,11 @@ def write_report(s: dict, out: Path) -> None:
              "request size (`envoy`, or `envoy-512k` for 512 KB bodies). `× floor` is its gateway sum over "
              "the same design with null parts (named in brackets): `authz` over `authz-null` (the same "
              "ext_authz hop to a server that allows everything at once), `wasm` over `wasm-null` (a Wasm "
-             "module that only waits for the body and reads it), `full` and `full-stream` over `floor` "
-             "(both null parts together): what the design costs beyond the hops the architecture requires. "
+             "module that only waits for the body and reads it), `full`, `full-stream`, `responses`, "
+             "`responses-openai`, `messages` and `messages-openai` over `floor` "
+             "(both null parts together): what the design costs beyond the hops the architecture requires; "
+             "`full-429` over `full`: what retrying 10 % of the requests once (after a 429, on another key) "
+             "costs, so (× floor - 1) × 10 is the cost of one retry in requests. "
              "`Envoy alone × envoy` compares the Envoy process only (its filters and Wasm VM included). At the "
              "low rate of the 512 KB scenarios, fixed background work (health checks, the filter's usage "
              "flush, Redis's timers) weighs on authz and Redis per request.",

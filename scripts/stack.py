@@ -233,6 +233,9 @@ class Stack:
     otlp_endpoint: str | None = None
     # Provider secrets passed to Envoy only (config/provider-keys.env).
     provider_keys: Path = PROVIDER_KEYS
+    # An external Redis or Redis Cluster for authz-service (`redis://…`,
+    # `redis+cluster://h:p,…`); leave "redis" out of `components` then.
+    redis_url: str | None = None
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     # -- addresses -----------------------------------------------------------
@@ -275,7 +278,7 @@ class Stack:
                     "--policy", str(self.policy),
                     "--grpc-listen", f"127.0.0.1:{p['TG_AUTHZ_GRPC_PORT']}",
                     "--http-listen", f"127.0.0.1:{p['TG_AUTHZ_HTTP_PORT']}",
-                    "--redis-url", f"redis://127.0.0.1:{p['TG_REDIS_PORT']}",
+                    "--redis-url", self.redis_url or f"redis://127.0.0.1:{p['TG_REDIS_PORT']}",
                     "--usage-token-file", str(write_usage_token(self.usage_token_path)), *self.authz_args]
         if name == "envoy":
             rendered = self.run_dir / "envoy.yaml"
@@ -368,6 +371,141 @@ class Stack:
 
     def dead(self) -> list[str]:
         return [n for n, p in self.procs.items() if p.poll() is not None]
+
+
+def free_cluster_port() -> int:
+    """A loopback port P such that P and P + 10000 (its cluster bus) are free."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port + 10000 < 65536 and not port_in_use(port) and not port_in_use(port + 10000):
+            return port
+    raise RuntimeError("no free port pair for a Redis Cluster node")
+
+
+def redis_cli(port: int, *args: str, timeout: float = 5.0) -> str:
+    out = subprocess.run([tool("redis-cli"), "-h", "127.0.0.1", "-p", str(port), *args],
+                         capture_output=True, text=True, timeout=timeout)
+    return out.stdout
+
+
+@dataclass
+class RedisCluster:
+    """A local Redis Cluster on loopback made with redis-cli: `masters`
+    masters with `replicas` replicas each, append-only files like the
+    single Redis, and a short `node_timeout_ms` so a killed master fails over
+    to its replica in about that long."""
+    run_dir: Path
+    masters: int = 3
+    replicas: int = 1
+    node_timeout_ms: int = 1000
+    procs: dict[int, subprocess.Popen] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        """authz-service's --redis-url for this cluster (any node is a seed)."""
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.procs)
+
+    def start(self) -> "RedisCluster":
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_dir.chmod(0o700)
+        try:
+            for _ in range(self.masters * (1 + self.replicas)):
+                self.start_node(free_cluster_port())
+            out = subprocess.run(
+                [tool("redis-cli"), "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.procs),
+                 "--cluster-replicas", str(self.replicas), "--cluster-yes"],
+                capture_output=True, text=True, timeout=60)
+            if out.returncode != 0:
+                raise RuntimeError(f"redis-cli --cluster create failed:\n{out.stdout}{out.stderr}")
+            self.wait(lambda: all(self.state(p) == "ok" and self.replicas_linked(p) for p in self.procs),
+                      30, "cluster never reported ok with every replica linked")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def start_node(self, port: int) -> None:
+        data = self.run_dir / str(port)
+        data.mkdir(exist_ok=True)
+        log = open(os.open(data / "redis.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
+        self.procs[port] = proc = subprocess.Popen(
+            [tool("redis-server"), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data),
+             "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+             "--cluster-node-timeout", str(self.node_timeout_ms),
+             # A replica takes over however long it has been cut off from its
+             # master: the test kills masters on purpose.
+             "--cluster-replica-validity-factor", "0",
+             "--save", "", "--appendonly", "yes", "--appendfsync", "everysec", "--daemonize", "no"],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+        log.close()
+        self.wait(lambda: proc.poll() is None and redis_ping(port), 10, f"redis node {port} did not start")
+
+    @staticmethod
+    def wait(cond, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if cond():
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(what)
+
+    def state(self, port: int) -> str:
+        """cluster_state as `port` reports it (ok, fail), or "" if it does not answer."""
+        m = re.search(r"cluster_state:(\w+)", redis_cli(port, "CLUSTER", "INFO", timeout=2))
+        return m.group(1) if m else ""
+
+    def nodes(self, port: int) -> list[dict]:
+        """CLUSTER NODES as seen by `port`: port, flags, master id, slots."""
+        rows = []
+        for line in redis_cli(port, "CLUSTER", "NODES", timeout=2).splitlines():
+            f = line.split()
+            if len(f) < 8:
+                continue
+            rows.append({"id": f[0], "port": int(f[1].split("@")[0].rsplit(":", 1)[1]),
+                         "flags": set(f[2].split(",")), "master": f[3], "slots": f[8:]})
+        return rows
+
+    def replicas_linked(self, port: int) -> bool:
+        rows = self.nodes(port)
+        return sum("slave" in r["flags"] for r in rows) == self.masters * self.replicas
+
+    def master_of(self, key: str, seen_from: int | None = None) -> int:
+        """Port of the master that serves `key`'s slot."""
+        seen_from = seen_from or next(iter(self.alive()))
+        slot = int(redis_cli(seen_from, "CLUSTER", "KEYSLOT", key).strip())
+        for r in self.nodes(seen_from):
+            if "master" not in r["flags"] or "fail" in r["flags"]:
+                continue
+            for rng in r["slots"]:
+                lo, _, hi = rng.partition("-")
+                if rng[0].isdigit() and int(lo) <= slot <= int(hi or lo):
+                    return r["port"]
+        raise RuntimeError(f"no live master serves slot {slot}")
+
+    def alive(self) -> list[int]:
+        return [p for p, proc in self.procs.items() if proc.poll() is None]
+
+    def kill(self, port: int) -> None:
+        """SIGKILL one node: a crash, nothing flushed on the way out."""
+        proc = self.procs[port]
+        proc.kill()
+        proc.wait()
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs.values():
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 # -- detached mode bookkeeping ------------------------------------------------

@@ -2,8 +2,13 @@
 from __future__ import annotations
 
 import json
+import re
+import threading
+import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 HI = [{"role": "user", "content": "hi"}]
 
@@ -31,3 +36,47 @@ def assert_openai_error(body, code: str | None = None):
     assert isinstance(err.get("type"), str) and err["type"], body
     if code is not None:
         assert err.get("code") == code, body
+
+
+def authz_metric(stack, name: str) -> float:
+    """Sum of every series of `name` (optionally with a {label="…"} selector)
+    on the stack's authz-service /metrics."""
+    with urllib.request.urlopen(f"{stack.authz_http_url}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    values = [float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M)]
+    return sum(values)
+
+
+@contextmanager
+def load(clients: int, send):
+    """`clients` threads each call send(client, i) → (key, status, body) for
+    i = 0, 1, … until the block ends. Yields the list of answers as
+    (start, end, key, status, body), complete once the block has exited."""
+    results, lock, stop = [], threading.Lock(), threading.Event()
+
+    def run(c: int) -> None:
+        i = 0
+        while not stop.is_set():
+            t0 = time.monotonic()
+            key, status, body = send(c, i)
+            with lock:
+                results.append((t0, time.monotonic(), key, status, body))
+            i += 1
+
+    pool = ThreadPoolExecutor(clients)
+    futures = [pool.submit(run, c) for c in range(clients)]
+    try:
+        yield results
+    finally:
+        stop.set()
+        for f in futures:
+            f.result()
+        pool.shutdown()
+
+
+def sample_for(seconds: float, samples: list, read, interval: float = 0.1) -> None:
+    """Append (time, read()) to `samples` every `interval` for `seconds`."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        samples.append((time.monotonic(), read()))
+        time.sleep(interval)

@@ -141,6 +141,16 @@ impl Scope {
     fn reserves(self) -> bool {
         matches!(self, Scope::Key | Scope::Tenant)
     }
+
+    /// The `scope` label of `tollgate_authz_denials_total`.
+    fn as_str(self) -> &'static str {
+        match self {
+            Scope::Key => "key",
+            Scope::Tenant => "tenant",
+            Scope::KeyModel => "key_model",
+            Scope::TenantModel => "tenant_model",
+        }
+    }
 }
 
 struct Planned {
@@ -607,6 +617,10 @@ impl<S: Store> Authorizer<S> {
                 "rate_limited_tokens"
             },
         );
+        self.metrics
+            .denials
+            .with_label_values(&[&key.tenant, kind, p.limit.period, p.scope.as_str()])
+            .inc();
         let mut headers = vec![("retry-after", retry_ms.div_ceil(1000).max(1).to_string())];
         headers.extend(rate_headers(planned, levels));
         Decision::Deny {

@@ -11,10 +11,16 @@
 //! eighth of what the bucket has left ([`crate::bucket::lease_grant`]).
 //!
 //! Nothing here reads a clock: callers pass `now`.
+//!
+//! Memory: one entry per active bucket, kept small because an instance may
+//! hold millions (`examples/lease_memory.rs` measures it): the bucket key as
+//! a `Box<str>`, times as 4-byte [`Tick`]s from the first `now` seen instead
+//! of 16-byte `Instant`s.
 
 use std::collections::HashMap;
+use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::bucket::BucketSpec;
@@ -56,26 +62,57 @@ impl Drop for Waiting {
     }
 }
 
+/// A time as milliseconds since the first `now` a [`Leases`] saw (plus one), wrapping
+/// every 49.7 days; never 0, so `Option<Tick>` is 4 bytes too. Two ticks
+/// compare correctly while they are less than 24.8 days apart, far more than
+/// any duration kept here (a day's refill at most).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Tick(NonZeroU32);
+
+impl Tick {
+    fn at(epoch: Instant, now: Instant) -> Tick {
+        // + 1: the epoch itself is tick 1 (0 is Option's None).
+        let ms = (now.saturating_duration_since(epoch).as_millis() as u32).wrapping_add(1);
+        Tick(NonZeroU32::new(ms).unwrap_or(NonZeroU32::MIN))
+    }
+
+    /// Time from `earlier` to `self` (zero if `earlier` is later).
+    fn since(self, earlier: Tick) -> Duration {
+        let d = self.0.get().wrapping_sub(earlier.0.get()) as i32;
+        Duration::from_millis(d.max(0) as u64)
+    }
+
+    fn after(self, d: Duration) -> Tick {
+        let ms = d.as_millis().min(i32::MAX as u128) as u32;
+        let t = self.0.get().wrapping_add(ms);
+        Tick(NonZeroU32::new(t).unwrap_or(NonZeroU32::MIN))
+    }
+
+    fn is_later_than(self, other: Tick) -> bool {
+        (self.0.get().wrapping_sub(other.0.get()) as i32) > 0
+    }
+}
+
 struct Entry {
     spec: BucketSpec,
     /// Leased units not used yet.
     units: i64,
     /// The store's level after this instance's last call (leases excluded).
     level: f64,
-    /// Units taken since `granted_at` (the demand estimate).
-    used: u64,
-    granted_at: Instant,
-    last_used: Instant,
+    /// Units taken since `granted_at` (the demand estimate), saturating.
+    used: u32,
+    granted_at: Tick,
+    last_used: Tick,
     /// Refuse from memory until then (the store refused this bucket).
-    denied_until: Option<Instant>,
+    denied_until: Option<Tick>,
     /// While the store is unreachable, refuse until then (the bucket was
     /// seen exhausted and cannot have refilled yet).
-    exhausted_until: Option<Instant>,
+    exhausted_until: Option<Tick>,
     refill: Option<Arc<Refill>>,
 }
 
 impl Entry {
-    fn new(spec: BucketSpec, now: Instant) -> Entry {
+    fn new(spec: BucketSpec, now: Tick) -> Entry {
         Entry {
             spec,
             units: 0,
@@ -92,9 +129,9 @@ impl Entry {
     /// Whether this entry covers `op` without the store. A take of 0 (a
     /// bucket that only needs to be positive) trusts the last known level
     /// for one [`HORIZON`].
-    fn covers(&self, op: &BucketOp, now: Instant) -> bool {
+    fn covers(&self, op: &BucketOp, now: Tick) -> bool {
         if op.take == 0 {
-            self.level + self.units as f64 > 0.0 && now.duration_since(self.granted_at) < HORIZON
+            self.level + self.units as f64 > 0.0 && now.since(self.granted_at) < HORIZON
         } else {
             self.units >= op.take
         }
@@ -116,7 +153,9 @@ pub enum Local {
 /// Leases of one instance, by bucket key.
 #[derive(Default)]
 pub struct Leases {
-    map: Mutex<HashMap<String, Entry>>,
+    map: Mutex<HashMap<Box<str>, Entry>>,
+    /// The first `now` passed in: what every [`Tick`] counts from.
+    epoch: OnceLock<Instant>,
     /// Units to give back to the store (from a policy reload).
     returns: Mutex<Vec<BucketOp>>,
 }
@@ -126,8 +165,12 @@ impl Leases {
         Leases::default()
     }
 
-    fn map(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
+    fn map(&self) -> MutexGuard<'_, HashMap<Box<str>, Entry>> {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn tick(&self, now: Instant) -> Tick {
+        Tick::at(*self.epoch.get_or_init(|| now), now)
     }
 
     /// Buckets currently held (entries, leased or not).
@@ -143,15 +186,16 @@ impl Leases {
     /// instance holds too little of it; admit (taking every op's `take` from
     /// the leases) if every bucket is covered; otherwise [`Local::Miss`].
     pub fn try_take(&self, ops: &[BucketOp], now: Instant) -> Local {
+        let now = self.tick(now);
         let mut map = self.map();
         let mut covered = true;
         for (index, op) in ops.iter().enumerate() {
-            match map.get(&op.key) {
+            match map.get(op.key.as_str()) {
                 Some(e) if e.spec == op.spec => {
                     if e.covers(op, now) {
                         continue;
                     }
-                    if e.denied_until.is_some_and(|t| t > now) {
+                    if e.denied_until.is_some_and(|t| t.is_later_than(now)) {
                         return Local::Denied {
                             index,
                             levels: seen(&map, ops),
@@ -167,9 +211,11 @@ impl Leases {
         }
         let mut levels = Vec::with_capacity(ops.len());
         for op in ops {
-            if let Some(e) = map.get_mut(&op.key) {
+            if let Some(e) = map.get_mut(op.key.as_str()) {
                 e.units -= op.take;
-                e.used += op.take.max(0) as u64;
+                e.used = e
+                    .used
+                    .saturating_add(op.take.clamp(0, u32::MAX as i64) as u32);
                 e.last_used = now;
                 levels.push(e.level + e.units as f64);
             }
@@ -179,9 +225,10 @@ impl Leases {
 
     /// The refill lock of a lease set (keyed by its first bucket).
     pub fn refill(&self, op: &BucketOp, now: Instant) -> Arc<Refill> {
+        let now = self.tick(now);
         let mut map = self.map();
         let e = map
-            .entry(op.key.clone())
+            .entry(op.key.as_str().into())
             .or_insert_with(|| Entry::new(op.spec, now));
         e.refill.get_or_insert_with(Default::default).clone()
     }
@@ -190,15 +237,14 @@ impl Leases {
     /// instance's demand since the last grant, and one take for every
     /// other Check waiting on the same refill.
     pub fn wants(&self, ops: &[BucketOp], refill: &Refill, now: Instant) -> Vec<u64> {
+        let now = self.tick(now);
         let map = self.map();
         let waiting = refill.waiting().saturating_sub(1);
         ops.iter()
             .map(|op| {
                 let take = op.take.max(0) as u64;
-                let by_rate = map.get(&op.key).map_or(0, |e| {
-                    let elapsed = now
-                        .duration_since(e.granted_at)
-                        .max(Duration::from_millis(1));
+                let by_rate = map.get(op.key.as_str()).map_or(0, |e| {
+                    let elapsed = now.since(e.granted_at).max(Duration::from_millis(1));
                     (e.used as f64 * HORIZON.as_secs_f64() / elapsed.as_secs_f64()).ceil() as u64
                 });
                 by_rate.max(take.saturating_mul(waiting))
@@ -210,11 +256,12 @@ impl Leases {
     /// levels the client should see (the store's level plus what this
     /// instance still holds).
     pub fn grant(&self, ops: &[BucketOp], outcome: &Outcome, now: Instant) -> Vec<f64> {
+        let now = self.tick(now);
         let mut map = self.map();
         let mut levels = Vec::with_capacity(ops.len());
         for (i, op) in ops.iter().enumerate() {
             let e = map
-                .entry(op.key.clone())
+                .entry(op.key.as_str().into())
                 .or_insert_with(|| Entry::new(op.spec, now));
             if e.spec != op.spec {
                 *e = Entry {
@@ -225,7 +272,7 @@ impl Leases {
             let granted = outcome.granted.get(i).copied().unwrap_or(0);
             e.units += granted as i64;
             e.level = outcome.levels.get(i).copied().unwrap_or(e.level);
-            e.used = op.take.max(0) as u64;
+            e.used = op.take.clamp(0, u32::MAX as i64) as u32;
             e.granted_at = now;
             e.last_used = now;
             e.denied_until = None;
@@ -240,7 +287,7 @@ impl Leases {
     pub fn observe(&self, ops: &[BucketOp], levels: &[f64]) {
         let mut map = self.map();
         for (op, level) in ops.iter().zip(levels) {
-            if let Some(e) = map.get_mut(&op.key).filter(|e| e.spec == op.spec) {
+            if let Some(e) = map.get_mut(op.key.as_str()).filter(|e| e.spec == op.spec) {
                 e.level = *level;
             }
         }
@@ -250,17 +297,18 @@ impl Leases {
     /// `retry`. Refuse it from memory for at most [`DENIAL_CACHE`], and
     /// while the store is unreachable until it can have refilled.
     pub fn deny(&self, op: &BucketOp, level: f64, retry: Duration, now: Instant) {
+        let now = self.tick(now);
         let mut map = self.map();
         let e = map
-            .entry(op.key.clone())
+            .entry(op.key.as_str().into())
             .or_insert_with(|| Entry::new(op.spec, now));
         if e.spec != op.spec {
             return;
         }
         e.level = level;
         e.last_used = now;
-        e.denied_until = Some(now + retry.min(DENIAL_CACHE));
-        e.exhausted_until = Some(now + retry);
+        e.denied_until = Some(now.after(retry.min(DENIAL_CACHE)));
+        e.exhausted_until = Some(now.after(retry));
     }
 
     /// Take back the units this instance still leases of bucket `key` (its
@@ -277,12 +325,13 @@ impl Leases {
     /// exhausted now (and not covered by a lease), with every bucket's level
     /// last seen.
     pub fn known_exhausted(&self, ops: &[BucketOp], now: Instant) -> Option<(usize, Vec<f64>)> {
+        let now = self.tick(now);
         let map = self.map();
         let i = ops.iter().position(|op| {
-            map.get(&op.key).is_some_and(|e| {
+            map.get(op.key.as_str()).is_some_and(|e| {
                 e.spec == op.spec
                     && !e.covers(op, now)
-                    && e.exhausted_until.is_some_and(|t| t > now)
+                    && e.exhausted_until.is_some_and(|t| t.is_later_than(now))
             })
         })?;
         Some((i, seen(&map, ops)))
@@ -291,11 +340,12 @@ impl Leases {
     /// Drop entries idle for [`IDLE`] (none waiting, nothing exhausted to
     /// remember) and return what they still held: one refund op each.
     pub fn sweep(&self, now: Instant) -> Vec<BucketOp> {
+        let now = self.tick(now);
         let mut out = std::mem::take(&mut *self.returns.lock().unwrap_or_else(|p| p.into_inner()));
         self.map().retain(|key, e| {
-            let idle = now.duration_since(e.last_used) >= IDLE
+            let idle = now.since(e.last_used) >= IDLE
                 && e.refill.as_ref().is_none_or(|r| Arc::strong_count(r) == 1)
-                && e.exhausted_until.is_none_or(|t| t <= now);
+                && e.exhausted_until.is_none_or(|t| !t.is_later_than(now));
             if idle && e.units > 0 {
                 out.push(refund(key, e));
             }
@@ -322,9 +372,9 @@ impl Leases {
 
 /// Levels last seen of `ops` (the store's level plus what this instance
 /// holds; full when unknown).
-fn seen(map: &HashMap<String, Entry>, ops: &[BucketOp]) -> Vec<f64> {
+fn seen(map: &HashMap<Box<str>, Entry>, ops: &[BucketOp]) -> Vec<f64> {
     ops.iter()
-        .map(|op| match map.get(&op.key) {
+        .map(|op| match map.get(op.key.as_str()) {
             Some(e) if e.spec == op.spec => e.level + e.units as f64,
             _ => op.spec.capacity as f64,
         })
@@ -438,6 +488,23 @@ mod tests {
         assert_eq!(back.len(), 1);
         assert_eq!((back[0].key.as_str(), back[0].take), ("a", -9));
         assert!(l.is_empty(), "both entries dropped");
+    }
+
+    #[test]
+    fn ticks_compare_across_their_wrap() {
+        let t0 = Instant::now();
+        assert_eq!(Tick::at(t0, t0).0.get(), 1);
+        assert_eq!(Tick::at(t0, t0 + IDLE).since(Tick::at(t0, t0)), IDLE);
+        let before_wrap = Tick(NonZeroU32::new(u32::MAX - 10).unwrap());
+        let after_wrap = before_wrap.after(Duration::from_millis(30));
+        assert_eq!(after_wrap.0.get(), 19);
+        assert!(after_wrap.is_later_than(before_wrap));
+        assert!(!before_wrap.is_later_than(after_wrap));
+        assert_eq!(after_wrap.since(before_wrap), Duration::from_millis(30));
+        assert_eq!(before_wrap.since(after_wrap), Duration::ZERO);
+        // A day ahead (the longest retry kept) still compares as later.
+        let day = before_wrap.after(Duration::from_secs(86_400));
+        assert!(day.is_later_than(after_wrap));
     }
 
     #[test]

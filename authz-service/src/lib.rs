@@ -22,6 +22,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
+pub mod anthropic;
 pub mod authz;
 pub mod bucket;
 pub mod http;

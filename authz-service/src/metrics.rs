@@ -39,6 +39,9 @@ pub struct Metrics {
     pub spend_usd: CounterVec,
     /// Checks admitted past a budget's soft cap.
     pub budget_soft_cap: IntCounterVec,
+    /// `tollgate_authz_denials_total{tenant, limit, period, scope}`: 429s by
+    /// the limit that refused them; every label value comes from the policy.
+    pub denials: IntCounterVec,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -139,6 +142,14 @@ impl Metrics {
         )?;
         registry.register(Box::new(spend_usd.clone()))?;
         registry.register(Box::new(budget_soft_cap.clone()))?;
+        let denials = IntCounterVec::new(
+            Opts::new(
+                "tollgate_authz_denials_total",
+                "Requests refused by a rate limit (429), by tenant and the limit that refused them",
+            ),
+            &["tenant", "limit", "period", "scope"],
+        )?;
+        registry.register(Box::new(denials.clone()))?;
         registry.register(Box::new(checks.clone()))?;
         registry.register(Box::new(redis_calls.clone()))?;
         registry.register(Box::new(usage_queued.clone()))?;
@@ -169,6 +180,7 @@ impl Metrics {
             usage_dropped,
             spend_usd,
             budget_soft_cap,
+            denials,
         })
     }
 

@@ -92,6 +92,16 @@ pub fn check_input(req: &CheckRequest) -> CheckInput {
     input
 }
 
+/// Is the request on the Anthropic Messages routes (answered in Anthropic's
+/// shapes, [`crate::anthropic`])?
+pub fn is_messages_request(req: &CheckRequest) -> bool {
+    req.attributes
+        .as_ref()
+        .and_then(|a| a.request.as_ref())
+        .and_then(|r| r.http.as_ref())
+        .is_some_and(|h| tollgate_wire::is_messages_path(&h.path))
+}
+
 /// Build the `CheckResponse` for a decision (`Err` = gRPC UNAVAILABLE).
 pub fn to_response(decision: Decision) -> Result<CheckResponse, tonic::Status> {
     match decision {
@@ -183,7 +193,10 @@ impl<S: Store> Authorization for AuthzService<S> {
         request: tonic::Request<CheckRequest>,
     ) -> Result<tonic::Response<CheckResponse>, tonic::Status> {
         let input = check_input(request.get_ref());
-        let decision = self.inner.check(&input).await;
+        let mut decision = self.inner.check(&input).await;
+        if is_messages_request(request.get_ref()) {
+            decision = crate::anthropic::for_messages(decision, crate::anthropic::now_ms());
+        }
         to_response(decision).map(tonic::Response::new)
     }
 }

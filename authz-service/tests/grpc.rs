@@ -295,6 +295,13 @@ async fn check_over_grpc_with_redis() {
     assert!(metrics.contains(
         r#"tollgate_authz_decisions_total{reason="rate_limited_tokens",result="denied"} 1"#
     ));
+    // Denials by the limit that refused them, labelled from the policy.
+    assert!(metrics.contains(
+        r#"tollgate_authz_denials_total{limit="requests",period="minute",scope="key",tenant="test-rpm"} 1"#
+    ), "{metrics}");
+    assert!(metrics.contains(
+        r#"tollgate_authz_denials_total{limit="tokens",period="minute",scope="key",tenant="test-tpm"} 1"#
+    ), "{metrics}");
     assert!(metrics
         .contains(r#"tollgate_authz_decisions_total{reason="missing_key",result="denied"} 1"#));
     assert!(metrics

@@ -152,7 +152,8 @@ def render(source: dict, settings: dict, variant: str) -> dict:
     if unknown:
         raise RenderError(f"{SETTINGS.relative_to(ROOT)} names providers envoy.yaml lacks: {sorted(unknown)}")
     wasm["configuration"]["value"] = json.dumps(plugin, indent=2) + "\n"
-    wasm["vm_config"]["environment_variables"] = {"host_env_keys": env_keys}
+    # In place: the providers' per-attempt filter shares this object.
+    wasm["vm_config"]["environment_variables"]["host_env_keys"] = env_keys
 
     clusters = resources["clusters"]
     for cluster in clusters:

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import http.client
 import json
-import re
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import openai
 import pytest
 
 from helpers import HI, assert_openai_error, post
+from helpers import authz_metric as metric
 
 REQUEST_HEADERS = ("x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests")
 
@@ -24,13 +23,6 @@ REQUEST_HEADERS = ("x-ratelimit-limit-requests", "x-ratelimit-remaining-requests
 def chat(stack, key: str, model: str = "openai/gpt-4o-mini", **extra_headers):
     return post(f"{stack.base_url}/chat/completions", {"model": model, "messages": HI},
                 {"authorization": f"Bearer {key}", **extra_headers})
-
-
-def metric(stack, name: str) -> float:
-    with urllib.request.urlopen(f"{stack.authz_http_url}/metrics", timeout=5) as resp:
-        text = resp.read().decode()
-    values = [float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M)]
-    return sum(values)
 
 
 def test_rpm_limit_of_5_admits_5_and_denies_the_6th(make_stack):

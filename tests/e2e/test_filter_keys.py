@@ -63,11 +63,11 @@ def test_key_cools_down_after_429_and_401(demo_key, tmp_path):
         s.stop()
     # Each failing key is used at most once, then skipped for 60 s; with two
     # Envoy workers the cooldown must be shared (proxy-wasm shared data).
+    # The attempt that met it was sent again on another key: no client saw
+    # the 429 or the 401.
     assert by_key.get("openai-429", 0) <= 1 and by_key.get("openai-401", 0) <= 1, by_key
-    assert statuses.count(429) == by_key.get("openai-429", 0)
-    assert statuses.count(502) == by_key.get("openai-401", 0)
-    assert statuses.count(200) == 40 - statuses.count(429) - statuses.count(502)
-    assert statuses[-20:] == [200] * 20
+    assert statuses == [200] * 40, statuses
+    assert by_key.get("openai-1", 0) == 40, by_key
 
 
 def test_every_key_cooling_is_503(make_stack, demo_key, tmp_path):

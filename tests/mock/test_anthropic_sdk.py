@@ -135,3 +135,18 @@ def test_count_tokens_matches_usage(mock):
     assert counted.input_tokens == created.usage.input_tokens == 7
     with pytest.raises(anthropic.NotFoundError):
         c.messages.count_tokens(model="claude-nope", messages=[{"role": "user", "content": "x"}])
+
+
+def test_mid_conversation_system_message_needs_its_beta(mock):
+    messages = [{"role": "user", "content": "hello there"},
+                {"role": "system", "content": "answer in French"}]
+    beta = {"anthropic-beta": "claude-code-20250219,mid-conversation-system-2026-04-07"}
+    m = client(mock).messages.create(model="claude-haiku-4-5", max_tokens=50, messages=messages,
+                                     extra_headers=beta)
+    assert m.content[0].text.startswith("mock response to: hello there")
+    with pytest.raises(anthropic.BadRequestError, match="system"):
+        client(mock).messages.create(model="claude-haiku-4-5", max_tokens=50, messages=messages)
+    # Never as the first message.
+    with pytest.raises(anthropic.BadRequestError, match="system"):
+        client(mock).messages.create(model="claude-haiku-4-5", max_tokens=50, messages=messages[::-1],
+                                     extra_headers=beta)

@@ -175,6 +175,63 @@ pub fn valid_model(s: &str) -> bool {
             .all(|b| b.is_ascii_graphic() && b != b',' && b != b'{' && b != b'}')
 }
 
+/// Path prefix of the Anthropic Messages front door: errors on it are in
+/// Anthropic's shape ([`anthropic_error_body`]).
+pub const MESSAGES_PATH: &str = "/v1/messages";
+
+/// Does a request path belong to the Anthropic Messages front door
+/// (`/v1/messages`, `/v1/messages/count_tokens`, any query string)?
+pub fn is_messages_path(path: &str) -> bool {
+    path.strip_prefix(MESSAGES_PATH)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/') || rest.starts_with('?'))
+}
+
+/// Anthropic's error `type` for an HTTP status.
+pub fn anthropic_error_type(status: u16) -> &'static str {
+    match status {
+        401 => "authentication_error",
+        402 => "billing_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        503 | 529 => "overloaded_error",
+        504 => "timeout_error",
+        s if s < 500 => "invalid_request_error",
+        _ => "api_error",
+    }
+}
+
+#[derive(Serialize)]
+struct AnthropicErrorBody<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    error: AnthropicErrorDetail<'a>,
+}
+
+#[derive(Serialize)]
+struct AnthropicErrorDetail<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    message: &'a str,
+}
+
+/// The Anthropic error body as bytes:
+/// `{"type":"error","error":{"type":…,"message":…}}`, the type from the
+/// status ([`anthropic_error_type`]).
+pub fn anthropic_error_body(status: u16, message: &str) -> Vec<u8> {
+    let body = AnthropicErrorBody {
+        kind: "error",
+        error: AnthropicErrorDetail {
+            kind: anthropic_error_type(status),
+            message,
+        },
+    };
+    serde_json::to_vec(&body).unwrap_or_else(|_| {
+        br#"{"type":"error","error":{"type":"api_error","message":"internal error"}}"#.to_vec()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,5 +308,27 @@ mod tests {
             b,
             br#"{"error":{"message":"m \"q\"","type":"t","param":null,"code":"c"}}"#
         );
+    }
+
+    #[test]
+    fn anthropic_error_shape_and_paths() {
+        assert_eq!(
+            anthropic_error_body(429, "slow \"down\""),
+            br#"{"type":"error","error":{"type":"rate_limit_error","message":"slow \"down\""}}"#
+        );
+        assert_eq!(anthropic_error_type(401), "authentication_error");
+        assert_eq!(anthropic_error_type(400), "invalid_request_error");
+        assert_eq!(anthropic_error_type(502), "api_error");
+        assert_eq!(anthropic_error_type(503), "overloaded_error");
+        for p in [
+            "/v1/messages",
+            "/v1/messages/count_tokens",
+            "/v1/messages?beta=true",
+        ] {
+            assert!(is_messages_path(p), "{p}");
+        }
+        for p in ["/v1/messagesx", "/v1/chat/completions", "/v1/message"] {
+            assert!(!is_messages_path(p), "{p}");
+        }
     }
 }

@@ -59,6 +59,15 @@ fn default_weight() -> u32 {
 fn default_cooldown() -> u64 {
     30
 }
+fn default_max_attempts() -> u32 {
+    3
+}
+fn default_failure_cooldown() -> u64 {
+    5
+}
+fn default_failure_threshold() -> u32 {
+    10
+}
 fn default_max_body() -> u64 {
     8 * 1024 * 1024
 }
@@ -96,8 +105,10 @@ const NEVER_FORWARDED: [&str; 10] = [
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     providers: BTreeMap<String, RawProvider>,
+    /// alias → `provider/model`, or a list of them: the first serves, the
+    /// others are fallbacks in order.
     #[serde(default)]
-    aliases: BTreeMap<String, String>,
+    aliases: BTreeMap<String, RawAlias>,
     #[serde(default = "default_cooldown")]
     key_cooldown_seconds: u64,
     #[serde(default = "default_max_body")]
@@ -113,6 +124,21 @@ struct RawConfig {
     /// report per answer.
     #[serde(default = "default_usage_flush")]
     usage_flush_ms: u64,
+    /// The Messages routes: provider of bare model names (neither an alias
+    /// nor `provider/model`); default the first `anthropic` provider.
+    #[serde(default)]
+    bare_model_provider: Option<String>,
+    /// Attempts per request (the first included), each on another key of
+    /// the provider when one is available; 1 turns retries off.
+    #[serde(default = "default_max_attempts")]
+    max_attempts: u32,
+    /// Cooldown of a key after a 5xx, 408, reset or timeout that gave no
+    /// `retry-after`.
+    #[serde(default = "default_failure_cooldown")]
+    failure_cooldown_seconds: u64,
+    /// Server-side failures of a key within 10 s that start that cooldown.
+    #[serde(default = "default_failure_threshold")]
+    failure_threshold: u32,
 }
 
 #[derive(Debug, Deserialize)]
@@ -136,6 +162,11 @@ struct RawProvider {
     /// from whatever chunk carries it).
     #[serde(default)]
     stream_usage: Option<bool>,
+    /// OpenAI kind: the server speaks the Responses API (`/responses`), so
+    /// `/v1/responses` passes through; false for chat-only compatible
+    /// servers, which get it translated to chat.
+    #[serde(default)]
+    responses_api: Option<bool>,
     /// Azure: `api-version` query parameter.
     #[serde(default)]
     api_version: Option<String>,
@@ -151,6 +182,13 @@ struct RawProvider {
     forward_headers: Vec<String>,
     models: RawModels,
     keys: Vec<RawKey>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawAlias {
+    One(String),
+    Targets(Vec<String>),
 }
 
 #[derive(Debug, Deserialize)]
@@ -236,6 +274,10 @@ pub struct Provider {
     pub keys: Vec<Key>,
     /// What only this provider's kind has.
     pub api: Api,
+    /// `/v1/responses` passes through to the provider's own Responses API
+    /// (OpenAI unless `"responses_api": false`, Azure); otherwise it is
+    /// translated through chat ([`crate::translate::responses`]).
+    pub responses_api: bool,
 }
 
 /// One variant per provider kind, each with only its own settings (defaults
@@ -306,9 +348,19 @@ pub struct Runtime {
     by_name: HashMap<String, usize>,
     /// alias → (provider index, upstream model)
     aliases: BTreeMap<String, (usize, String)>,
+    /// alias → the targets after its first, in order.
+    fallbacks: BTreeMap<String, Vec<Resolved>>,
     pub cooldown_ms: u64,
+    /// Attempts per request, the first included ([`crate::attempt`]).
+    pub max_attempts: u32,
+    /// Cooldown after `failure_threshold` server-side failures without a
+    /// hint ([`crate::cooldown::server_failure`]).
+    pub failure_cooldown_ms: u64,
+    pub failure_threshold: u32,
     pub max_body_bytes: u64,
     pub usage: Option<UsageTarget>,
+    /// Provider of bare model names on the Messages routes.
+    bare_provider: Option<usize>,
 }
 
 /// A resolved model: which provider, which upstream model name.
@@ -368,6 +420,9 @@ impl Runtime {
         }
         if !raw.usage_path.starts_with('/') {
             return err("usage_path: must start with '/'".into());
+        }
+        if raw.max_attempts == 0 || raw.max_attempts > 10 {
+            return err("max_attempts: must be between 1 and 10".into());
         }
         if raw.usage_flush_ms > 60_000 {
             return err("usage_flush_ms: at most 60000 (a minute of unreported usage)".into());
@@ -436,6 +491,9 @@ impl Runtime {
                 if p.max_tokens.is_some() {
                     return err(format!("{at}.max_tokens: only valid for kind anthropic"));
                 }
+            }
+            if p.kind != Kind::Openai && p.responses_api.is_some() {
+                return err(format!("{at}.responses_api: only valid for kind openai"));
             }
             if !matches!(p.kind, Kind::Openai | Kind::Azure) && p.stream_usage.is_some() {
                 return err(format!(
@@ -623,6 +681,11 @@ impl Runtime {
                 forward_headers.push(h);
             }
             let stream_usage = p.stream_usage.unwrap_or(true);
+            let responses_api = match p.kind {
+                Kind::Openai => p.responses_api.unwrap_or(true),
+                Kind::Azure => true,
+                _ => false,
+            };
             let api = match p.kind {
                 Kind::Openai => Api::Openai { stream_usage },
                 Kind::Anthropic => Api::Anthropic {
@@ -650,13 +713,18 @@ impl Runtime {
                 models,
                 keys,
                 api,
+                responses_api,
             });
         }
         let mut rt = Runtime {
             providers,
             by_name,
             aliases: BTreeMap::new(),
+            fallbacks: BTreeMap::new(),
             cooldown_ms: raw.key_cooldown_seconds.saturating_mul(1000),
+            max_attempts: raw.max_attempts,
+            failure_cooldown_ms: raw.failure_cooldown_seconds.saturating_mul(1000),
+            failure_threshold: raw.failure_threshold.max(1),
             max_body_bytes: raw.max_body_bytes,
             usage: if raw.usage_cluster.is_empty() {
                 None
@@ -668,6 +736,21 @@ impl Runtime {
                     flush_ms: raw.usage_flush_ms,
                 })
             },
+            bare_provider: None,
+        };
+        rt.bare_provider = match &raw.bare_model_provider {
+            Some(name) => match rt.by_name.get(name) {
+                Some(i) => Some(*i),
+                None => {
+                    return err(format!(
+                        "bare_model_provider: '{name}' is not a configured provider"
+                    ))
+                }
+            },
+            None => rt
+                .providers
+                .iter()
+                .position(|p| p.kind() == Kind::Anthropic),
         };
         for (alias, target) in raw.aliases {
             if alias.is_empty() || alias.contains('/') {
@@ -675,15 +758,30 @@ impl Runtime {
                     "aliases.{alias}: alias names must be non-empty and contain no '/'"
                 ));
             }
-            match rt.resolve_canonical(&target) {
-                Some(r) => {
-                    rt.aliases.insert(alias, (r.provider, r.model));
+            let targets = match target {
+                RawAlias::One(t) => vec![t],
+                RawAlias::Targets(ts) => ts,
+            };
+            let mut resolved = Vec::with_capacity(targets.len());
+            for target in &targets {
+                match rt.resolve_canonical(target) {
+                    Some(r) => resolved.push(r),
+                    None => {
+                        return err(format!(
+                            "aliases.{alias}: {target} is not a configured provider/model"
+                        ))
+                    }
                 }
-                None => {
-                    return err(format!(
-                        "aliases.{alias}: {target} is not a configured provider/model"
-                    ))
-                }
+            }
+            let mut resolved = resolved.into_iter();
+            let Some(first) = resolved.next() else {
+                return err(format!("aliases.{alias}: at least one target is required"));
+            };
+            rt.aliases
+                .insert(alias.clone(), (first.provider, first.model));
+            let rest: Vec<Resolved> = resolved.collect();
+            if !rest.is_empty() {
+                rt.fallbacks.insert(alias, rest);
             }
         }
         Ok(rt)
@@ -714,6 +812,25 @@ impl Runtime {
             });
         }
         self.resolve_canonical(name)
+    }
+
+    /// A bare model name (`claude-sonnet-4-5`) as a model of the
+    /// `bare_model_provider` (Messages routes).
+    pub fn resolve_bare(&self, name: &str) -> Option<Resolved> {
+        let prov = self.providers.get(self.bare_provider?)?;
+        if name.contains('/') || !prov.models.contains_key(name) {
+            return None;
+        }
+        Some(Resolved {
+            provider: self.bare_provider?,
+            model: name.to_string(),
+            canonical: format!("{}/{}", prov.name, name),
+        })
+    }
+
+    /// The fallbacks of an alias (empty for anything else), in order.
+    pub fn fallbacks(&self, name: &str) -> &[Resolved] {
+        self.fallbacks.get(name).map_or(&[], Vec::as_slice)
     }
 
     pub fn provider(&self, idx: usize) -> Option<&Provider> {

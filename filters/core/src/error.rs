@@ -158,6 +158,21 @@ impl ApiError {
             self.code.as_deref(),
         )
     }
+
+    /// The same error in Anthropic's shape (the Messages front door):
+    /// `{"type":"error","error":{"type":…,"message":…}}`.
+    pub fn anthropic_body(&self) -> Vec<u8> {
+        tollgate_wire::anthropic_error_body(self.status, &clip(&self.message, MESSAGE_MAX_CHARS))
+    }
+
+    /// The body in the shape of the client's API.
+    pub fn body_for(&self, anthropic: bool) -> Vec<u8> {
+        if anthropic {
+            self.anthropic_body()
+        } else {
+            self.body()
+        }
+    }
 }
 
 #[cfg(test)]

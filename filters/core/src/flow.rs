@@ -30,8 +30,9 @@ use crate::error::{clip, ApiError, ECHO_MAX_CHARS, SERVER};
 use crate::host::{Host, Level, MetricKind};
 use crate::metrics::{self, property, ErrorClass, Metrics, Series};
 use crate::plan::{plan, provider_request_id_header, RequestFacts, Route};
+use crate::translate::messages::DROPPED_HEADER;
 use crate::translate::{
-    for_kind, map_error_status, merge_embeddings, Endpoint, StreamTranslator, Usage,
+    for_route, map_error_status, merge_embeddings, Endpoint, Front, StreamTranslator, Usage,
 };
 use crate::usage::{report_body, Report, UsageBatch};
 
@@ -74,6 +75,7 @@ enum Phase {
 /// What the request headers said, kept until the body is complete.
 struct Pending {
     endpoint: Endpoint,
+    front: Front,
     tenant: Option<String>,
     key_id: Option<String>,
     /// `x-tollgate-reserved`: tokens authz-service reserved for this request.
@@ -83,6 +85,9 @@ struct Pending {
     /// `x-tollgate-model`, the client's declaration that authz-service used
     /// for per-model admission: must name the body's model.
     declared_model: Option<String>,
+    /// The request's headers, read with the headers callback (`None`: the
+    /// host refused; ask it for the names when planning).
+    headers: Option<Vec<(String, String)>>,
 }
 
 /// A request on its way to (or back from) a provider.
@@ -138,6 +143,9 @@ pub struct Flow {
     batch: Option<Rc<RefCell<UsageBatch>>>,
     /// The worker's metric ids.
     metrics: Rc<RefCell<Metrics>>,
+    /// The request came in on the Anthropic Messages routes: errors are
+    /// written in Anthropic's shape.
+    anthropic: bool,
 }
 
 impl Flow {
@@ -148,6 +156,7 @@ impl Flow {
             logged: false,
             batch: None,
             metrics: Rc::default(),
+            anthropic: false,
         }
     }
 
@@ -170,7 +179,7 @@ impl Flow {
         if let Some(s) = &retry_after {
             headers.push(("retry-after", s));
         }
-        h.send_local_reply(e.status, &headers, &e.body());
+        h.send_local_reply(e.status, &headers, &e.body_for(self.anthropic));
         h.metric(
             MetricKind::Counter,
             &format!("tollgate.rejected.{}", e.code.as_deref().unwrap_or("error")),
@@ -181,10 +190,32 @@ impl Flow {
     }
 
     pub fn on_request_headers(&mut self, h: &mut dyn Host, end_of_stream: bool) -> Action {
-        let method = h.request_header(":method").unwrap_or_default();
-        let full_path = h.request_header(":path").unwrap_or_default();
+        // Every header in one host call (one call per name if the host
+        // refuses); their names are kept for the plan's removals.
+        let all = h.request_headers();
+        let header = |name: &str| match &all {
+            Some(all) => find_header(all, name),
+            None => h.request_header(name),
+        };
+        let method = header(":method").unwrap_or_default();
+        let full_path = header(":path").unwrap_or_default();
+        let allowed = header(MODELS);
+        let content_length = header("content-length");
+        let pending = Pending {
+            endpoint: Endpoint::Chat,
+            front: Front::OpenAi,
+            tenant: header(TENANT),
+            key_id: header(KEY_ID),
+            reserved: header(RESERVED).and_then(|v| v.parse().ok()),
+            allowed: None,
+            declared_model: header(MODEL),
+            headers: all,
+        };
         let path = full_path.split('?').next().unwrap_or("");
-        let allowed = h.request_header(MODELS);
+        self.anthropic = tollgate_wire::is_messages_path(path);
+        if self.anthropic {
+            h.set_property(property::API, b"anthropic");
+        }
         if path == "/v1/models" || path.starts_with("/v1/models/") {
             if method != "GET" {
                 return self.reply(h, &ApiError::method_not_allowed(&method, path));
@@ -195,13 +226,18 @@ impl Flow {
                 .map(|id| percent_decode_str(id).decode_utf8_lossy().into_owned());
             return self.models_reply(h, allowed.as_deref().unwrap_or(""), one.as_deref());
         }
-        let Some(endpoint) = Endpoint::from_path(path) else {
+        let front = Front::messages_path(path).unwrap_or_default();
+        let endpoint = match front {
+            Front::OpenAi => Endpoint::from_path(path),
+            Front::Messages | Front::CountTokens => Some(Endpoint::Chat),
+        };
+        let Some(endpoint) = endpoint else {
             return self.reply(h, &ApiError::unknown_url(&method, path));
         };
         if method != "POST" {
             return self.reply(h, &ApiError::method_not_allowed(&method, path));
         }
-        if let Some(cl) = h.request_header("content-length") {
+        if let Some(cl) = content_length {
             if let Ok(n) = cl.trim().parse::<u64>() {
                 if n > self.rt.max_body_bytes {
                     if end_of_stream {
@@ -225,11 +261,9 @@ impl Flow {
         }
         self.phase = Phase::AwaitBody(Box::new(Pending {
             endpoint,
-            tenant: h.request_header(TENANT),
-            key_id: h.request_header(KEY_ID),
-            reserved: h.request_header(RESERVED).and_then(|v| v.parse().ok()),
+            front,
             allowed,
-            declared_model: h.request_header(MODEL),
+            ..pending
         }));
         Action::Pause
     }
@@ -329,9 +363,13 @@ impl Flow {
     ) -> Result<Phase, ApiError> {
         let now = h.now_ms();
         let random = h.random_u32();
-        let header_names = h.request_header_names();
+        let header_names = match &pending.headers {
+            Some(all) => Some(all.iter().map(|(name, _)| name.clone()).collect()),
+            None => h.request_header_names(),
+        };
         let facts = RequestFacts {
             endpoint: pending.endpoint,
+            front: pending.front,
             body,
             header_names: header_names.as_deref(),
             allowed: pending.allowed.as_deref().unwrap_or(""),
@@ -364,11 +402,43 @@ impl Flow {
         if !planned.calls.is_empty() {
             return self.fan_out(h, routed, planned.calls);
         }
-        let mut ok = true;
-        for (name, value) in &planned.headers {
-            ok &= h.set_request_header(name.as_ref(), value.as_deref());
+        if let Some(body) = planned.local {
+            // Answered without a provider call: no tokens used, so the
+            // usage report (0) refunds the reservation.
+            self.count_request(h, &mut routed);
+            routed.usage = Some(Usage::default());
+            routed.fanned_out = true;
+            routed.upstream_status = 200;
+            expose_usage(h, &mut routed);
+            h.send_local_reply(200, &[("content-type", "application/json")], &body);
+            return Ok(Phase::Routed(Box::new(routed)));
         }
-        ok &= h.set_request_body(body.len(), &planned.body);
+        // The whole header map in one call where the host can (the plan's
+        // removals and sets applied to the headers read), else one call a
+        // change.
+        let mut ok = match pending.headers {
+            Some(mut all) => {
+                for (name, value) in &planned.headers {
+                    all.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+                    if let Some(v) = value {
+                        all.push((name.to_string(), v.clone()));
+                    }
+                }
+                let pairs: Vec<(&str, &str)> =
+                    all.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+                h.set_request_headers(&pairs)
+            }
+            None => false,
+        };
+        if !ok {
+            ok = true;
+            for (name, value) in &planned.headers {
+                ok &= h.set_request_header(name.as_ref(), value.as_deref());
+            }
+        }
+        if planned.body_replaces > 0 || !planned.body.is_empty() {
+            ok &= h.set_request_body(planned.body_replaces, &planned.body);
+        }
         if !ok {
             h.log(Level::Error, "tollgate: the host refused a request rewrite");
             return Err(ApiError::new(
@@ -405,6 +475,9 @@ impl Flow {
             &routed.route.upstream_model,
         );
         metrics::record(h, MetricKind::Counter, s.requests, 1);
+        if routed.route.fallback {
+            metrics::record(h, MetricKind::Counter, s.fallbacks, 1);
+        }
         routed.series = Some(s);
         h.set_property(property::TENANT, metrics::label(tenant).as_bytes());
         h.set_property(property::KEY_ID, metrics::label(key_id).as_bytes());
@@ -413,6 +486,7 @@ impl Flow {
         let operation = match routed.route.endpoint {
             Endpoint::Chat => "chat",
             Endpoint::Embeddings => "embeddings",
+            Endpoint::Responses => "responses",
         };
         h.set_property(property::OPERATION, operation.as_bytes());
     }
@@ -485,7 +559,7 @@ impl Flow {
         let Some(provider) = rt.provider(routed.route.provider) else {
             return;
         };
-        let tr = for_kind(provider.kind());
+        let tr = for_route(provider, routed.route.endpoint, routed.route.front);
         let now = h.now_ms();
         if let Some(s) = &routed.series {
             let ms = now.saturating_sub(routed.route.sent_ms);
@@ -558,10 +632,16 @@ impl Flow {
         let Some(provider) = rt.provider(r.route.provider) else {
             return Action::Continue;
         };
-        let status: u16 = h
-            .response_header(":status")
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
+        // Every header in one host call (one call per name if the host
+        // refuses).
+        let all = h.response_headers();
+        let header = |name: &str| match &all {
+            Some(all) => find_header(all, name),
+            None => h.response_header(name),
+        };
+        let status: u16 = header(":status").and_then(|s| s.parse().ok()).unwrap_or(0);
+        let provider_request_id = provider_request_id_header(provider.kind()).and_then(header);
+        let ctype = header("content-type").unwrap_or_default();
         let now = h.now_ms();
         if !h.response_from_upstream() {
             // Envoy's own reply (connect failure, timeout, overflow…): its
@@ -572,27 +652,45 @@ impl Flow {
         }
         r.upstream_status = status;
         h.set_response_header(PROVIDER, Some(&provider.name));
-        if let Some(id) =
-            provider_request_id_header(provider.kind()).and_then(|n| h.response_header(n))
-        {
+        if let Some(id) = provider_request_id {
             h.set_response_header(PROVIDER_REQUEST_ID, Some(&clip(&id, ECHO_MAX_CHARS)));
         }
         // The provider's rate-limit headers describe the gateway's provider
-        // key, not the client's virtual key (authz-service sets those).
+        // key, not the client's virtual key (authz-service sets those):
+        // removed where present (each removal is a host call).
         for name in PROVIDER_RATELIMIT_HEADERS {
-            h.set_response_header(name, None);
+            if all
+                .as_ref()
+                .is_none_or(|all| find_header(all, name).is_some())
+            {
+                h.set_response_header(name, None);
+            }
         }
         if let Some(s) = &r.series {
             let ms = now.saturating_sub(r.route.sent_ms);
             metrics::record(h, MetricKind::Histogram, s.upstream_latency_ms, ms);
-        }
-        if status == 429 || status == 401 {
-            if let Some(key) = provider.keys.get(r.route.key) {
-                cooldown::start(h, &provider.name, &key.id, status, now, rt.cooldown_ms);
+            // Set by the router (the virtual host's
+            // include_attempt_count_in_response).
+            let attempts: u64 = match &all {
+                Some(all) => find_header(all, "x-envoy-attempt-count"),
+                None => h.response_header("x-envoy-attempt-count"),
+            }
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1);
+            if attempts > 1 {
+                metrics::record(h, MetricKind::Counter, s.retries, attempts - 1);
             }
         }
-        let ctype = h.response_header("content-type").unwrap_or_default();
-        let tr = for_kind(provider.kind());
+        if matches!(status, 401 | 403 | 429) {
+            // The per-attempt filter cooled this key already when it runs
+            // (crate::attempt); cooling the same key again is harmless, and
+            // needed without it. Server-side failures are counted there only.
+            cool_final_key(h, rt, r.route.provider, r.route.key, status, now);
+        }
+        if !r.route.dropped.is_empty() {
+            h.set_response_header(DROPPED_HEADER, Some(&r.route.dropped));
+        }
+        let tr = for_route(provider, r.route.endpoint, r.route.front);
         if status >= 400 {
             let (mapped, _, _) = map_error_status(status);
             h.set_response_header(":status", Some(&mapped.to_string()));
@@ -647,8 +745,8 @@ impl Flow {
         let Some(provider) = rt.provider(r.route.provider) else {
             return Action::Continue;
         };
-        let tr = for_kind(provider.kind());
-        let created = h.now_ms() / 1000;
+        let tr = for_route(provider, r.route.endpoint, r.route.front);
+        let anthropic = r.route.front.anthropic();
         match &mut r.resp {
             RespMode::None => Action::Continue,
             RespMode::Stream(t) => {
@@ -678,6 +776,7 @@ impl Flow {
                     return Action::Pause;
                 }
                 let body = h.response_body(body_size).unwrap_or_default();
+                let created = h.now_ms() / 1000;
                 let out = match tr.response(&r.route.response_ctx(false, created), &body) {
                     Ok(t) => {
                         r.usage = t.usage;
@@ -685,7 +784,7 @@ impl Flow {
                     }
                     Err(e) => {
                         h.set_response_header(":status", Some(&e.status.to_string()));
-                        Some(e.body())
+                        Some(e.body_for(anthropic))
                     }
                 };
                 if let Some(b) = out {
@@ -704,15 +803,17 @@ impl Flow {
                 // The body can say more than the status (Gemini answers a bad
                 // key with 400 API_KEY_INVALID): the translated error decides.
                 h.set_response_header(":status", Some(&e.status.to_string()));
-                if e.code.as_deref() == Some("provider_auth_failed") && status != 401 {
-                    // 401 already cooled the key on the headers; other
-                    // credential refusals (Bedrock 403, Gemini 400) do here.
-                    if let Some(key) = provider.keys.get(r.route.key) {
-                        let now = h.now_ms();
-                        cooldown::start(h, &provider.name, &key.id, status, now, rt.cooldown_ms);
-                    }
+                if e.code.as_deref() == Some("provider_auth_failed") && !matches!(status, 401 | 403)
+                {
+                    // 401/403 already cooled the key on the headers; other
+                    // credential refusals (Gemini 400) do here.
+                    let now = h.now_ms();
+                    cool_final_key(h, rt, r.route.provider, r.route.key, 401, now);
                 }
-                let b = e.body();
+                // The client learns who failed and why, never with which key.
+                let mut e = e;
+                e.message = format!("provider {}: {}", provider.name, e.message);
+                let b = e.body_for(anthropic);
                 h.set_response_header("content-length", Some(&b.len().to_string()));
                 h.set_response_body(body_size, &b);
                 Action::Continue
@@ -803,6 +904,35 @@ impl Flow {
             );
         }
     }
+}
+
+/// A header's value from a host's list (names are lower case there).
+fn find_header(all: &[(String, String)], name: &str) -> Option<String> {
+    all.iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.clone())
+}
+
+/// Cools the key of the request's last attempt (named by the credentials
+/// the request carries, else the planned key) for `status`, for the
+/// provider's `retry-after` when the response has one.
+fn cool_final_key(
+    h: &mut dyn Host,
+    rt: &Runtime,
+    provider: usize,
+    planned_key: usize,
+    status: u16,
+    now: u64,
+) {
+    let (p, k) = crate::attempt::key_in_request(rt, h).unwrap_or((provider, planned_key));
+    let Some((provider, key)) = rt.provider(p).and_then(|p| Some((p, p.keys.get(k)?))) else {
+        return;
+    };
+    let hint = {
+        let host: &dyn Host = &*h;
+        cooldown::hint_ms(&|name| host.response_header(name))
+    };
+    cooldown::after_failure(h, rt, &provider.name, &key.id, status, hint, now);
 }
 
 /// Sets the request's token usage as filter state, once it is known, for

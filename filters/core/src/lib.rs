@@ -29,8 +29,9 @@
 //! (weighted choice), [`codec`] (SSE and AWS event-stream readers),
 //! [`credentials`] (API-key headers, SigV4), [`translate`] (one
 //! `<from>_<to>` module per provider family), [`plan`] (the pure route
-//! planner), [`flow`] (the per-request state machine, in phases),
-//! [`cooldown`] (provider keys skipped after refusals), [`usage`] (usage reports and their batches), [`host`] (the one
+//! planner), [`scan`] (a body's top level read without building it), [`flow`] (the per-request state machine, in phases),
+//! [`cooldown`] (provider keys skipped after refusals), [`attempt`]
+//! (the per-attempt key choice of retries, in an upstream filter), [`usage`] (usage reports and their batches), [`host`] (the one
 //! host boundary).
 
 #![cfg_attr(
@@ -38,6 +39,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod attempt;
 pub mod codec;
 pub mod config;
 pub mod cooldown;
@@ -48,5 +50,6 @@ pub mod host;
 pub mod keys;
 pub mod metrics;
 pub mod plan;
+pub mod scan;
 pub mod translate;
 pub mod usage;

@@ -84,6 +84,10 @@ pub struct Series {
     pub upstream_latency_ms: Option<u32>,
     pub ttft_ms: Option<u32>,
     pub tokens_per_second: Option<u32>,
+    /// Attempts after the first (Envoy's retries on another key).
+    pub retries: Option<u32>,
+    /// Requests an alias's fallback served.
+    pub fallbacks: Option<u32>,
     errors: [Option<u32>; 5],
 }
 
@@ -99,6 +103,8 @@ impl Series {
             upstream_latency_ms: def(Histogram, "upstream_latency_ms"),
             ttft_ms: def(Histogram, "ttft_ms"),
             tokens_per_second: def(Histogram, "tokens_per_second"),
+            retries: def(Counter, "retries"),
+            fallbacks: def(Counter, "fallbacks"),
             errors: ErrorClass::ALL.map(|c| def(Counter, &format!("errors.{}", c.as_str()))),
         }
     }
@@ -110,6 +116,10 @@ impl Series {
 
 /// Adds `value` to a counter, or records it in a histogram.
 pub fn record(h: &mut dyn Host, kind: MetricKind, id: Option<u32>, value: u64) {
+    // Adding 0 to a counter changes nothing: no host call.
+    if kind == MetricKind::Counter && value == 0 {
+        return;
+    }
     if let Some(id) = id {
         h.record_metric(kind, id, value);
     }
@@ -197,6 +207,10 @@ pub mod property {
     pub const INPUT_TOKENS: &str = "tollgate.input_tokens";
     pub const OUTPUT_TOKENS: &str = "tollgate.output_tokens";
     pub const CACHED_TOKENS: &str = "tollgate.cached_tokens";
+    /// `anthropic`, set only on the Messages routes: once the request is
+    /// routed (`:path` rewritten for the provider), Envoy's own replies
+    /// (`local_reply_config`) read it to choose Anthropic's error shape.
+    pub const API: &str = "tollgate.api";
 }
 
 #[cfg(test)]

@@ -8,19 +8,25 @@
 
 use std::borrow::Cow;
 
+use serde_json::Value;
+
 use tollgate_wire::header::{CLUSTER, KEY_ID, MODEL, MODELS, RESERVED, TENANT};
 use tollgate_wire::models_allowed;
 
-use crate::config::{Key, Kind, ModelCfg, Provider, Runtime};
+use crate::config::{Key, Kind, ModelCfg, Provider, Resolved, Runtime};
 use crate::error::{echo, ApiError, INVALID_REQUEST, SERVER};
+use crate::scan::{leading_model, TopLevel};
 use crate::translate::{
-    for_kind, parse_client_body, Endpoint, RequestCtx, ResponseCtx, Translator, UpstreamRequest,
+    for_route, messages, parse_client_body, Endpoint, Front, RequestCtx, ResponseCtx, Translator,
+    UpstreamRequest,
 };
 
 /// What the planner knows about a request.
 #[derive(Debug, Clone, Copy)]
 pub struct RequestFacts<'a> {
     pub endpoint: Endpoint,
+    /// The client API (OpenAI routes, or the Anthropic Messages routes).
+    pub front: Front,
     pub body: &'a [u8],
     /// The names of the client's request headers (`None` when the host
     /// could not list them: then [`REMOVED`] are removed).
@@ -51,6 +57,13 @@ pub struct Route {
     pub upstream_model: String,
     pub endpoint: Endpoint,
     pub sent_ms: u64,
+    /// The client API: which translator and error shape the response uses.
+    pub front: Front,
+    /// Messages routes: the Anthropic request fields the provider did not
+    /// get (the response header `x-tollgate-dropped`), "" for none.
+    pub dropped: String,
+    /// Served by one of the alias's fallbacks, not its first target.
+    pub fallback: bool,
 }
 
 impl Route {
@@ -75,10 +88,26 @@ pub struct Plan {
     pub route: Route,
     /// Request header changes in order: `Some` sets, `None` removes.
     pub headers: Vec<(Cow<'static, str>, Option<String>)>,
+    /// Replaces the first [`Plan::body_replaces`] bytes of the client's
+    /// body (all of them unless the translator edits in place; 0 with an
+    /// empty `body`: the body goes on untouched).
     pub body: Vec<u8>,
+    pub body_replaces: usize,
     /// A fan-out: instead of forwarding the request, make these calls to
     /// the provider's cluster and answer with their merged answers.
     pub calls: Vec<Call>,
+    /// Answered by the gateway without a provider call (count_tokens of a
+    /// non-Anthropic model): the 200 JSON body.
+    pub local: Option<Vec<u8>>,
+}
+
+impl Plan {
+    /// The body the provider gets, from the client's.
+    pub fn upstream_body(&self, client: &[u8]) -> Vec<u8> {
+        let mut out = self.body.clone();
+        out.extend_from_slice(client.get(self.body_replaces..).unwrap_or_default());
+        out
+    }
 }
 
 /// One call of a fan-out.
@@ -147,10 +176,13 @@ pub fn plan(
             "Request body is required",
         ));
     }
-    let (value, model) = parse_client_body(facts.body)?;
-    let resolved = rt
-        .resolve(&model)
-        .ok_or_else(|| ApiError::model_not_found(&model))?;
+    let parsed = Parsed::read(rt, facts)?;
+    let model = match &parsed {
+        Parsed::Top(top) => top.model()?,
+        Parsed::Document(_, model) => model.clone(),
+    };
+    let resolved =
+        resolve(rt, facts.front, &model).ok_or_else(|| ApiError::model_not_found(&model))?;
     if !models_allowed(facts.allowed, &[&model, &resolved.canonical]) {
         return Err(ApiError::model_not_allowed(&model));
     }
@@ -172,22 +204,35 @@ pub fn plan(
             });
         }
     }
-    let provider = rt
-        .provider(resolved.provider)
-        .ok_or_else(|| ApiError::model_not_found(&model))?;
-    let model_cfg = provider
-        .models
-        .get(&resolved.model)
-        .ok_or_else(|| ApiError::model_not_found(&model))?;
-    let tr = for_kind(provider.kind());
-    let ctx = RequestCtx {
-        provider,
-        model: &resolved.model,
-        model_cfg,
-        endpoint: facts.endpoint,
+    // The first target with a key not cooling serves the request; an alias
+    // may name fallbacks, tried in order only when every key of the ones
+    // before it cools (so the success path never looks at them).
+    let (resolved, t) = match target(rt, &resolved, &model, facts, &parsed, cooling) {
+        Ok(t) => (resolved, t),
+        Err(e) if e.code.as_deref() == Some("no_provider_key_available") => rt
+            .fallbacks(&model)
+            .iter()
+            .find_map(|r| {
+                Some((
+                    r.clone(),
+                    target(rt, r, &model, facts, &parsed, cooling).ok()?,
+                ))
+            })
+            .ok_or(e)?,
+        Err(e) => return Err(e),
     };
-    let up = tr.request(&ctx, &value)?;
-    let key_idx = choose_key(provider, model_cfg, facts.random, cooling)?;
+    let canonical_is_fallback = rt.fallbacks(&model).contains(&resolved);
+    let Target {
+        provider,
+        model_cfg,
+        tr,
+        up,
+        body_replaces,
+        dropped,
+        local,
+        key_idx,
+    } = t;
+    let body_len = facts.body.len() - body_replaces.min(facts.body.len()) + up.body.len();
     let key = provider
         .keys
         .get(key_idx)
@@ -198,7 +243,9 @@ pub fn plan(
         Some(names) => headers.extend(
             names
                 .iter()
-                .filter(|n| !forwarded(provider, n))
+                .filter(|n| {
+                    !forwarded(provider, n) && !anthropic_forwarded(provider, facts.front, n)
+                })
                 .map(|n| (Cow::Owned(n.to_ascii_lowercase()), None)),
         ),
         None => headers.extend(REMOVED.iter().map(|&name| (Cow::Borrowed(name), None))),
@@ -210,11 +257,26 @@ pub fn plan(
     if let Some(host) = &provider.host {
         set(":authority", host.clone());
     }
+    let client_version = facts.front.anthropic()
+        && facts.header_names.is_some_and(|n| {
+            n.iter()
+                .any(|h| h.eq_ignore_ascii_case("anthropic-version"))
+        });
     for (name, value) in tr.auth_headers(provider, key, &up, facts.now_ms)? {
+        if client_version && name == "anthropic-version" && provider.kind() == Kind::Anthropic {
+            // The passthrough keeps the client's API version.
+            continue;
+        }
         set(name, value);
     }
     set("content-type", "application/json".into());
-    set("content-length", up.body.len().to_string());
+    set("content-length", body_len.to_string());
+    // Envoy's router retries a failed attempt (each on another key, see
+    // crate::attempt) at most this many times.
+    set(
+        MAX_RETRIES,
+        retries(rt.max_attempts, model_cfg.pool.len()).to_string(),
+    );
     let calls = fan_out_calls(tr, provider, key, &up, facts.now_ms)?;
     Ok(Plan {
         route: Route {
@@ -229,10 +291,162 @@ pub fn plan(
             upstream_model: resolved.model,
             endpoint: facts.endpoint,
             sent_ms: facts.now_ms,
+            front: facts.front,
+            dropped: dropped.join(","),
+            fallback: canonical_is_fallback,
         },
         headers,
         body: up.body,
+        body_replaces,
         calls,
+        local,
+    })
+}
+
+/// The client's body, read once: as a document for translators, or only
+/// its top level for the passthrough, which edits it in place.
+enum Parsed<'a> {
+    Top(TopLevel<'a>),
+    /// The body and its `model`.
+    Document(Value, String),
+}
+
+impl<'a> Parsed<'a> {
+    /// A body that names its model first (a plain string) is read as its
+    /// provider's translator needs it: built when it is translated, scanned
+    /// when it passes through. Any other body is scanned first (the model
+    /// may come last), and built afterwards only if it is translated.
+    fn read(rt: &Runtime, facts: &RequestFacts<'a>) -> Result<Parsed<'a>, ApiError> {
+        let body = facts.body;
+        let translated = leading_model(body)
+            .and_then(|m| resolve(rt, facts.front, m))
+            .and_then(|r| rt.provider(r.provider))
+            .is_some_and(|p| !for_route(p, facts.endpoint, facts.front).passthrough());
+        if translated {
+            let (value, model) = parse_client_body(body)?;
+            return Ok(Parsed::Document(value, model));
+        }
+        TopLevel::parse(body).map(Parsed::Top)
+    }
+}
+
+/// A model name as the client gave it: `provider/model` or an alias, and on
+/// the Messages front door a bare name too (Claude Code and the Anthropic
+/// SDK name bare models).
+fn resolve(rt: &Runtime, front: Front, model: &str) -> Option<crate::config::Resolved> {
+    rt.resolve(model).or_else(|| match front {
+        Front::OpenAi => None,
+        Front::Messages | Front::CountTokens => rt.resolve_bare(model),
+    })
+}
+
+/// Envoy's per-request retry limit, read by the router.
+pub const MAX_RETRIES: &str = "x-envoy-max-retries";
+
+/// Retries of one request: one per other key of the pool, within
+/// `max_attempts`; a single-key pool still gets one (a reset or a 5xx may
+/// pass on the same key).
+pub fn retries(max_attempts: u32, pool_keys: usize) -> u32 {
+    let keys = u32::try_from(pool_keys).unwrap_or(u32::MAX).max(2);
+    keys.min(max_attempts).saturating_sub(1)
+}
+
+/// One target of a request: its provider, model config and translator, the
+/// request made for it (the upstream body replaces the first
+/// `body_replaces` bytes of the client's), and the key chosen.
+struct Target<'r> {
+    provider: &'r Provider,
+    model_cfg: &'r ModelCfg,
+    tr: &'static dyn Translator,
+    up: UpstreamRequest,
+    body_replaces: usize,
+    /// Messages routes: the Anthropic request fields the provider does not get.
+    dropped: Vec<&'static str>,
+    /// Answered by the gateway without a provider call (count_tokens of a
+    /// non-Anthropic model): the 200 JSON body.
+    local: Option<Vec<u8>>,
+    key_idx: usize,
+}
+
+fn target<'r>(
+    rt: &'r Runtime,
+    resolved: &Resolved,
+    model: &str,
+    facts: &RequestFacts<'_>,
+    parsed: &Parsed<'_>,
+    cooling: &dyn Fn(&str) -> u64,
+) -> Result<Target<'r>, ApiError> {
+    let provider = rt
+        .provider(resolved.provider)
+        .ok_or_else(|| ApiError::model_not_found(model))?;
+    let model_cfg = provider
+        .models
+        .get(&resolved.model)
+        .ok_or_else(|| ApiError::model_not_found(model))?;
+    let tr = for_route(provider, facts.endpoint, facts.front);
+    let ctx = RequestCtx {
+        provider,
+        model: &resolved.model,
+        model_cfg,
+        endpoint: facts.endpoint,
+    };
+    let mut dropped = Vec::new();
+    let mut local = None;
+    let (up, mut body_replaces) = match (facts.front, &parsed) {
+        (Front::OpenAi, Parsed::Top(top)) => match tr.request_in_place(&ctx, top) {
+            Some(r) => r?,
+            None => (tr.request(&ctx, &top.value()?)?, facts.body.len()),
+        },
+        (Front::OpenAi, Parsed::Document(value, _)) => (tr.request(&ctx, value)?, facts.body.len()),
+        (front, parsed) => {
+            let built;
+            let value = match parsed {
+                Parsed::Top(top) => {
+                    built = top.value()?;
+                    &built
+                }
+                Parsed::Document(value, _) => value,
+            };
+            let up = match front {
+                Front::Messages => {
+                    let (up, d) = messages::request(provider.kind(), &ctx, value)?;
+                    dropped = d;
+                    up
+                }
+                Front::CountTokens if provider.kind() != Kind::Anthropic => {
+                    let (_, body) = messages::estimate_input_tokens(value, &provider.name)?;
+                    local = Some(body);
+                    UpstreamRequest {
+                        path: String::new(),
+                        body: Vec::new(),
+                        stream: false,
+                        include_usage: false,
+                        json_mode: false,
+                        prompt_estimate: 0,
+                        embed_base64: false,
+                        fan_out: Vec::new(),
+                    }
+                }
+                _ => tr.request(&ctx, value)?,
+            };
+            (up, facts.body.len())
+        }
+    };
+    if up.body.is_empty() && local.is_none() {
+        // A passthrough that keeps the client's bytes: the body is not
+        // rewritten at all.
+        body_replaces = 0;
+    }
+    let key_idx = choose_key(provider, model_cfg, facts.random, cooling)?;
+    Ok(Target {
+        provider,
+        model_cfg,
+        tr,
+        up,
+        body_replaces,
+        dropped,
+        local,
+        key_idx,
     })
 }
 
@@ -247,6 +461,15 @@ fn forwarded(provider: &Provider, name: &str) -> bool {
             .forward_headers
             .iter()
             .any(|f| name.eq_ignore_ascii_case(f))
+}
+
+/// The Messages routes' passthrough forwards the client's
+/// `anthropic-version` and `anthropic-beta` to Anthropic providers.
+fn anthropic_forwarded(provider: &Provider, front: Front, name: &str) -> bool {
+    front.anthropic()
+        && provider.kind() == Kind::Anthropic
+        && (name.eq_ignore_ascii_case("anthropic-version")
+            || name.eq_ignore_ascii_case("anthropic-beta"))
 }
 
 /// The calls of a fan-out (none unless the translator asked for one): the
@@ -354,6 +577,7 @@ mod tests {
     fn facts<'a>(body: &'a [u8], allowed: &'a str) -> RequestFacts<'a> {
         RequestFacts {
             endpoint: Endpoint::Chat,
+            front: Front::OpenAi,
             body,
             header_names: None,
             allowed,
@@ -391,12 +615,16 @@ mod tests {
         ] {
             assert_eq!(header(&p, removed), Some(None), "{removed}");
         }
+        let sent = p.upstream_body(CHAT);
         assert_eq!(
             header(&p, "content-length"),
-            Some(Some(p.body.len().to_string().as_str()))
+            Some(Some(sent.len().to_string().as_str()))
         );
-        let body: serde_json::Value = serde_json::from_slice(&p.body).unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&sent).unwrap();
         assert_eq!(body["model"], "gpt-4o");
+        // Edited in place: only the prefix up to the model is replaced.
+        assert_eq!(p.body, br#"{"model":"gpt-4o""#);
+        assert_eq!(p.body_replaces, br#"{"model":"openai/gpt-4o""#.len());
         assert_eq!(
             (p.route.canonical.as_str(), p.route.key, p.route.stream),
             ("openai/gpt-4o", 0, false)
@@ -506,6 +734,65 @@ mod tests {
             ..facts(CHAT, "*")
         };
         assert!(plan(&rt, &declared, &|_| 0).is_ok());
+    }
+
+    #[test]
+    fn an_alias_falls_back_when_every_key_of_its_target_cools() {
+        let rt = Runtime::from_json(
+            br#"{"providers":{
+              "openai":{"kind":"openai","cluster":"openai","models":["gpt-4o"],
+                "keys":[{"id":"o1","value":"sk-1"}]},
+              "anthropic":{"kind":"anthropic","cluster":"anthropic","models":["claude"],
+                "keys":[{"id":"a1","value":"sk-ant"}]},
+              "mistral":{"kind":"openai","cluster":"mistral","models":["small"],
+                "keys":[{"id":"m1","value":"sk-m"}]}},
+              "aliases":{"smart":["anthropic/claude","openai/gpt-4o","mistral/small"]}}"#,
+            &|_| None,
+        )
+        .unwrap();
+        let smart = br#"{"model":"smart","messages":[{"role":"user","content":"hi"}]}"#;
+        let served = |cooling: &dyn Fn(&str) -> u64| {
+            plan(&rt, &facts(smart, "smart"), cooling).map(|p| p.route.canonical)
+        };
+        assert_eq!(served(&|_| 0).unwrap(), "anthropic/claude");
+        assert_eq!(
+            served(&|id| u64::from(id == "a1") * 1_000).unwrap(),
+            "openai/gpt-4o"
+        );
+        assert_eq!(
+            served(&|id| u64::from(id != "m1") * 1_000).unwrap(),
+            "mistral/small"
+        );
+        let p = plan(&rt, &facts(smart, "smart"), &|id| {
+            u64::from(id == "a1") * 1_000
+        })
+        .unwrap();
+        assert_eq!(header(&p, CLUSTER), Some(Some("openai")));
+        assert_eq!(p.route.upstream_model, "gpt-4o");
+        assert!(p.route.fallback);
+        assert!(
+            !plan(&rt, &facts(smart, "smart"), &|_| 0)
+                .unwrap()
+                .route
+                .fallback
+        );
+        // Every target cooling: the first target's error.
+        let e = served(&|_| 2_000).unwrap_err();
+        assert_eq!(e.code.as_deref(), Some("no_provider_key_available"));
+        assert!(e.message.contains("'anthropic'"), "{}", e.message);
+        // Only aliases fall back.
+        let direct = br#"{"model":"anthropic/claude","messages":[{"role":"user","content":"hi"}]}"#;
+        assert!(plan(&rt, &facts(direct, "*"), &|id| u64::from(id == "a1")).is_err());
+    }
+
+    #[test]
+    fn retries_follow_the_keys_within_max_attempts() {
+        assert_eq!(retries(3, 2), 1);
+        assert_eq!(retries(3, 5), 2);
+        assert_eq!(retries(3, 1), 1);
+        assert_eq!(retries(1, 4), 0);
+        let p = plan(&rt(), &facts(CHAT, "*"), &|_| 0).unwrap();
+        assert_eq!(header(&p, MAX_RETRIES), Some(Some("1")));
     }
 
     #[test]

@@ -58,7 +58,8 @@ fn invalid_configs_exact_messages() {
     let cases: Vec<(String, String)> = vec![
         ("{".into(), "EOF while parsing an object at line 1 column 1".into()),
         (r#"{"providers": {}}"#.into(), "providers: at least one provider is required".into()),
-        (r#"{"provider": {}}"#.into(), "provider: unknown field `provider`, expected one of `providers`, `aliases`, `key_cooldown_seconds`, `max_body_bytes`, `usage_cluster`, `usage_path`, `usage_timeout_ms`, `usage_flush_ms` at line 1 column 11".into()),
+        (r#"{"provider": {}}"#.into(), "provider: unknown field `provider`, expected one of `providers`, `aliases`, `key_cooldown_seconds`, `max_body_bytes`, `usage_cluster`, `usage_path`, `usage_timeout_ms`, `usage_flush_ms`, `bare_model_provider`, `max_attempts`, `failure_cooldown_seconds`, `failure_threshold` at line 1 column 11".into()),
+        (r#"{"providers": {"p": {"kind": "openai", "cluster": "c", "models": ["m"], "keys": [{"id": "k", "value": "v"}]}}, "bare_model_provider": "nope"}"#.into(), "bare_model_provider: 'nope' is not a configured provider".into()),
         (one(&format!(r#"{{"kind":"vertex","cluster":"c","models":["m"],"keys":{key}}}"#)),
             "providers.p.kind: unknown variant `vertex`, expected one of `openai`, `anthropic`, `azure`, `gemini`, `bedrock` at line 1 column 36".into()),
         (one(&format!(r#"{{"kind":"bedrock","cluster":"c","models":["m"],"keys":{key}}}"#)), "providers.p.region: required for kind bedrock".into()),
@@ -102,6 +103,7 @@ fn invalid_configs_exact_messages() {
         (one(r#"{"kind":"openai","cluster":"c","models":["m","n"],"keys":[{"id":"k","value":"v","models":["m"]}]}"#), "providers.p.models: no key may serve model n".into()),
         (one(r#"{"kind":"openai","cluster":"c","version":"1","models":["m"],"keys":[{"id":"k","value":"v"}]}"#), "providers.p.version: only valid for kind anthropic".into()),
         (one(r#"{"kind":"anthropic","cluster":"c","stream_usage":false,"models":["m"],"keys":[{"id":"k","value":"v"}]}"#), "providers.p.stream_usage: only valid for kinds openai and azure".into()),
+        (one(r#"{"kind":"azure","cluster":"c","responses_api":false,"models":["m"],"keys":[{"id":"k","value":"v"}]}"#), "providers.p.responses_api: only valid for kind openai".into()),
         (one(r#"{"kind":"openai","cluster":"c","models":{"m":{"max_tokens":5}},"keys":[{"id":"k","value":"v"}]}"#), "providers.p.models.m.max_tokens: only valid for kind anthropic".into()),
         (one(r#"{"kind":"anthropic","cluster":"c","models":{"m":{"max_tokens":0}},"keys":[{"id":"k","value":"v"}]}"#), "providers.p.models.m.max_tokens: must be greater than 0".into()),
         (one(r#"{"kind":"openai","cluster":"c","models":["m"],"keys":[{"id":"k","value":"a\nb"}]}"#), "providers.p.keys[0]: the key value contains control characters".into()),
@@ -115,6 +117,8 @@ fn invalid_configs_exact_messages() {
             "max_body_bytes: must be greater than 0".into()),
         (r#"{"providers": {"p": {"kind":"openai","cluster":"c","models":["m"],"keys":[{"id":"k","value":"v"}]}}, "usage_flush_ms": 60001}"#.into(),
             "usage_flush_ms: at most 60000 (a minute of unreported usage)".into()),
+        (r#"{"providers": {"p": {"kind":"openai","cluster":"c","models":["m"],"keys":[{"id":"k","value":"v"}]}}, "max_attempts": 0}"#.into(),
+            "max_attempts: must be between 1 and 10".into()),
         (r#"{"providers": {"p": {"kind":"openai","cluster":"c","models":["m"],"keys":[{"id":"k","value":"v"}]}}, "key_cooldown_seconds": -1}"#.into(),
             "key_cooldown_seconds: invalid value: integer `-1`, expected u64 at line 1 column 127".into()),
     ];

@@ -661,7 +661,8 @@ fn cooldown_after_429_and_401_is_shared_and_expires() {
     );
     let e: Value = serde_json::from_slice(&h.resp_body).unwrap();
     assert_eq!(e["error"]["code"], "rate_limit_exceeded");
-    assert_eq!(e["error"]["message"], "Rate limit reached");
+    // The provider is named, never the key.
+    assert_eq!(e["error"]["message"], "provider openai: Rate limit reached");
     assert!(h.posts.is_empty(), "no usage on errors");
     assert_eq!(
         h.metrics
@@ -753,7 +754,7 @@ fn anthropic_529_becomes_503() {
     );
     assert_eq!(h.resp_header(":status").as_deref(), Some("503"));
     let e: Value = serde_json::from_slice(&h.resp_body).unwrap();
-    assert_eq!(e["error"]["message"], "Overloaded");
+    assert_eq!(e["error"]["message"], "provider anthropic: Overloaded");
     assert_eq!(
         h.metrics["tollgate.tenant.demo.key.demo-key.provider.anthropic.model.claude-sonnet-4-5.errors.upstream_5xx"],
         1
@@ -930,4 +931,122 @@ fn titan_fan_out_failure_is_the_first_in_order_and_cools_the_key() {
     let (status, v) = reply(&h);
     assert_eq!((status, v["error"]["param"].as_str()), (400, Some("input")));
     assert!(h.calls.is_empty());
+}
+
+#[test]
+fn passthrough_body_is_edited_in_place() {
+    // The model after a long message, a stream without include_usage: the
+    // provider gets the client's bytes with only the model and the stream
+    // option changed, and the tail after the model is never copied back.
+    let text = "line with \"quotes\" and \\ backslashes\n".repeat(40);
+    let body = format!(
+        r#"{{"messages":[{{"role":"user","content":{}}}],"stream":true,"model":"fast","temperature":0.5}}"#,
+        serde_json::to_string(&text).unwrap()
+    );
+    let mut h = host("POST", "/v1/chat/completions", body.as_bytes());
+    let (_, fwd) = request(&mut h, true);
+    assert!(fwd);
+    let sent = String::from_utf8(h.req_body.clone()).unwrap();
+    assert_eq!(
+        sent,
+        body.replacen('{', r#"{"stream_options":{"include_usage":true},"#, 1)
+            .replace(r#""model":"fast""#, r#""model":"gpt-4o-mini""#)
+    );
+    assert_eq!(h.req_header("content-length"), Some(sent.len().to_string()));
+    // An existing stream_options keeps its other fields; null becomes one.
+    for (given, want) in [
+        (r#"{"x":1}"#, json!({"x": 1, "include_usage": true})),
+        ("null", json!({"include_usage": true})),
+        (r#"{"include_usage":false}"#, json!({"include_usage": true})),
+    ] {
+        let body = format!(
+            r#"{{"model":"openai/gpt-4o","stream":true,"stream_options":{given},"messages":[{{"role":"user","content":"hi"}}]}}"#
+        );
+        let mut h = host("POST", "/v1/chat/completions", body.as_bytes());
+        assert!(request(&mut h, true).1);
+        let sent: Value = serde_json::from_slice(&h.req_body).unwrap();
+        assert_eq!(sent["stream_options"], want, "{given}");
+        assert_eq!(sent["model"], "gpt-4o");
+    }
+}
+
+#[test]
+fn malformed_passthrough_bodies_get_an_openai_400() {
+    for body in [
+        &br#"{"model":"openai/gpt-4o","messages":[{"role":"user","content":"a"}]"#[..],
+        br#"{"model":"openai/gpt-4o","messages":[{"role":"user","content":"a	b"}]}"#,
+        br#"{"model":"openai/gpt-4o","messages":[{"role":"user","content":"\x"}]}"#,
+        br#"{"model":"openai/gpt-4o","messages":[{"role":"user","content":"a"}],}"#,
+        br#"{"model":"openai/gpt-4o","messages":[{"role":"user","content":"a"}]} {}"#,
+        br#"{"model":"openai/gpt-4o","model":"openai/gpt-4o-mini","messages":[{"role":"user","content":"a"}]}"#,
+        br#"{"messages":[{"role":"user","content":"a"}],"model":"openai/gpt-4o","n":01}"#,
+    ] {
+        let mut h = host("POST", "/v1/chat/completions", body);
+        let (_, fwd) = request(&mut h, true);
+        assert!(!fwd, "{}", String::from_utf8_lossy(body));
+        let (status, e) = reply(&h);
+        assert_eq!(status, 400);
+        assert_eq!(e["error"]["type"], "invalid_request_error");
+        assert_eq!(e["error"]["code"], "invalid_json", "{e}");
+        assert_eq!(h.req_body, body.to_vec(), "nothing was rewritten");
+    }
+    let mut h = host(
+        "POST",
+        "/v1/chat/completions",
+        br#"{"messages":[{"role":"user"},{"content":"x"}],"model":"openai/gpt-4o"}"#,
+    );
+    request(&mut h, true);
+    let (status, e) = reply(&h);
+    assert_eq!(
+        (status, e["error"]["param"].as_str()),
+        (400, Some("messages[1].role"))
+    );
+}
+
+const ANTHROPIC_ANSWER: &[u8] = br#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"Hello"}],"stop_reason":"end_turn","usage":{"input_tokens":7,"output_tokens":2}}"#;
+const OPENAI_STREAM: &[u8] = b"data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n\
+data: {\"id\":\"c1\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2,\"total_tokens\":7}}\n\ndata: [DONE]\n\n";
+
+/// Host calls of one request on a main path: (request side, response side
+/// with the log), each a call across the Wasm boundary in Envoy. A
+/// regression guard: a new call per request must be a deliberate change
+/// here.
+fn host_calls(model: &str, stream: bool, ctype: &str, answer: &[u8]) -> (u32, u32) {
+    let body = serde_json::to_vec(&json!({"model": model, "stream": stream,
+        "messages": [{"role": "user", "content": "hi"}]}))
+    .unwrap();
+    // The worker's state (metric ids, usage batch) is warm after its first
+    // request: the second one is measured.
+    let rt = Arc::new(common::runtime());
+    let (metrics, batch) = (Rc::default(), Rc::default());
+    let mut last = (0, 0);
+    for _ in 0..2 {
+        let mut h = host("POST", "/v1/chat/completions", &body);
+        h.req_headers
+            .push(("user-agent".into(), "OpenAI/Python".into()));
+        h.req_headers.push(("x-request-id".into(), "r-1".into()));
+        h.resp_headers = vec![("x-request-id".into(), "p-1".into())];
+        let f = Flow::new(Arc::clone(&rt))
+            .with_metrics(Rc::clone(&metrics))
+            .with_usage_batch(Rc::clone(&batch));
+        let (mut f, fwd) = request_with(f, &mut h, true);
+        assert!(fwd);
+        let request_side = h.host_call_count();
+        respond(&mut f, &mut h, 200, ctype, answer);
+        assert!(h.local_reply.is_none());
+        eprintln!("{model} stream={stream}: {:?}", h.host_calls.borrow());
+        last = (request_side, h.host_call_count() - request_side);
+    }
+    last
+}
+
+#[test]
+fn host_calls_per_request() {
+    let calls = [
+        host_calls("fast", false, "application/json", OPENAI_ANSWER),
+        host_calls("fast", true, "text/event-stream", OPENAI_STREAM),
+        host_calls("smart", false, "application/json", ANTHROPIC_ANSWER),
+    ];
+    // OpenAI passthrough, OpenAI stream, OpenAI→Anthropic.
+    assert_eq!(calls, [(13, 15), (13, 18), (13, 17)]);
 }

@@ -17,7 +17,10 @@ use tollgate_core::config::{Kind, Runtime};
 use tollgate_core::flow::Flow;
 use tollgate_core::host::fake::FakeHost;
 use tollgate_core::keys::XorShift;
-use tollgate_core::translate::{for_kind, parse_client_body, Endpoint, RequestCtx, ResponseCtx};
+use tollgate_core::translate::{
+    for_kind, messages, parse_client_body, Endpoint, Front, RequestCtx, ResponseCtx,
+    StreamTranslator, Translator,
+};
 
 fn seeds_requests() -> Vec<Value> {
     vec![
@@ -170,14 +173,7 @@ fn fuzz_requests_never_panic() {
     let mut r = XorShift::new(seed());
     let seeds = seeds_requests();
     for _ in 0..iters() {
-        let mut v = seeds[r.next_u32() as usize % seeds.len()].clone();
-        for _ in 0..=(r.next_u32() % 3) {
-            mutate_json(&mut v, &mut r);
-        }
-        let mut bytes = serde_json::to_vec(&v).unwrap_or_default();
-        if r.next_u32() % 4 == 0 {
-            mutate_bytes(&mut bytes, &mut r);
-        }
+        let (_, bytes) = mutated_request(&seeds, &mut r);
         // Straight translation with both translators.
         if let Ok((body, model)) = parse_client_body(&bytes) {
             if let Some(res) = rt.resolve(&model) {
@@ -202,30 +198,80 @@ fn fuzz_requests_never_panic() {
             }
         }
         // And the whole flow.
-        for path in ["/v1/chat/completions", "/v1/embeddings"] {
-            let mut h = FakeHost {
-                req_headers: vec![
-                    (":method".into(), "POST".into()),
-                    (":path".into(), path.into()),
-                    ("x-tollgate-models".into(), "*".into()),
-                ],
-                req_body: bytes.clone(),
-                ..FakeHost::default()
-            };
-            let mut f = Flow::new(Arc::clone(&rt));
-            f.on_request_headers(&mut h, false);
-            f.on_request_body(&mut h, bytes.len(), true);
-            if let Some((status, _, body)) = &h.local_reply {
+        for path in ["/v1/chat/completions", "/v1/embeddings", "/v1/responses"] {
+            if let Some((status, e)) = through_flow(&rt, path, &bytes) {
                 assert!(
-                    (200..500).contains(status) || *status == 503,
+                    (200..500).contains(&status) || status == 503,
                     "status {status} for {}",
                     String::from_utf8_lossy(&bytes)
                 );
-                let e: Value = serde_json::from_slice(body).unwrap();
                 assert!(e.get("error").is_some() || e.get("object").is_some());
             }
         }
     }
+}
+
+/// A seed request mutated as JSON, and its bytes, sometimes mutated too.
+fn mutated_request(seeds: &[Value], r: &mut XorShift) -> (Value, Vec<u8>) {
+    let mut v = seeds[r.next_u32() as usize % seeds.len()].clone();
+    for _ in 0..=(r.next_u32() % 3) {
+        mutate_json(&mut v, r);
+    }
+    let mut bytes = serde_json::to_vec(&v).unwrap_or_default();
+    if r.next_u32() % 4 == 0 {
+        mutate_bytes(&mut bytes, r);
+    }
+    (v, bytes)
+}
+
+/// A POST of `bytes` to `path` through the filter's request side (any model
+/// allowed): the filter's own reply, if it answered, checked to be no 5xx
+/// other than 503, with its JSON body.
+fn through_flow(rt: &Arc<Runtime>, path: &str, bytes: &[u8]) -> Option<(u16, Value)> {
+    let mut h = FakeHost {
+        req_headers: vec![
+            (":method".into(), "POST".into()),
+            (":path".into(), path.into()),
+            ("x-tollgate-models".into(), "*".into()),
+            ("anthropic-version".into(), "2023-06-01".into()),
+        ],
+        req_body: bytes.to_vec(),
+        ..FakeHost::default()
+    };
+    let mut f = Flow::new(Arc::clone(rt));
+    f.on_request_headers(&mut h, false);
+    f.on_request_body(&mut h, bytes.len(), true);
+    let (status, _, body) = h.local_reply?;
+    assert!(
+        (200..500).contains(&status) || status == 503,
+        "status {status} for {}",
+        String::from_utf8_lossy(bytes)
+    );
+    Some((status, serde_json::from_slice(&body).unwrap()))
+}
+
+/// Mutates a provider stream in place and feeds it to a fresh stream
+/// translator at random splits: → (output, the finished translator).
+fn mutated_stream(
+    t: &dyn Translator,
+    ctx: &ResponseCtx,
+    s: &mut Vec<u8>,
+    r: &mut XorShift,
+) -> (Vec<u8>, Box<dyn StreamTranslator>) {
+    for _ in 0..=(r.next_u32() % 4) {
+        mutate_bytes(s, r);
+    }
+    let mut st = t.stream(ctx);
+    let mut out = Vec::new();
+    let mut rest: &[u8] = s;
+    while !rest.is_empty() {
+        let n = 1 + r.next_u32() as usize % 64;
+        let (a, b) = rest.split_at(n.min(rest.len()));
+        st.feed(a, &mut out);
+        rest = b;
+    }
+    st.finish(&mut out);
+    (out, st)
 }
 
 const ANTHROPIC_STREAM: &str = include_str!("fixtures/anthropic_tool_stream.sse");
@@ -319,6 +365,12 @@ fn fuzz_responses_and_streams_never_panic() {
         }
         let _ = t.response(&ctx, &body);
         let _ = t.error(400 + (r.next_u32() % 200) as u16, &body);
+        let front = if r.next_u32() % 2 == 0 {
+            Front::Messages
+        } else {
+            Front::CountTokens
+        };
+        let _ = messages::translator(kind, front).response(&ctx, &body);
         // Streams: mutate and feed at random splits.
         let mut s = match kind {
             Kind::Anthropic => ANTHROPIC_STREAM.as_bytes().to_vec(),
@@ -326,24 +378,28 @@ fn fuzz_responses_and_streams_never_panic() {
             Kind::Bedrock => bedrock_stream.clone(),
             _ => openai_stream.clone(),
         };
-        for _ in 0..=(r.next_u32() % 4) {
-            mutate_bytes(&mut s, &mut r);
-        }
-        let mut st = t.stream(&ctx);
-        let mut out = Vec::new();
-        let mut rest: &[u8] = &s;
-        while !rest.is_empty() {
-            let n = 1 + r.next_u32() as usize % 64;
-            let (a, b) = rest.split_at(n.min(rest.len()));
-            st.feed(a, &mut out);
-            rest = b;
-        }
-        st.finish(&mut out);
+        let (out, st) = mutated_stream(t, &ctx, &mut s, &mut r);
         let _ = st.usage();
         assert!(
             std::str::from_utf8(&out).is_ok(),
             "translated stream must stay UTF-8"
         );
+        // The same bytes through the Messages front door's stream.
+        let mut st = messages::translator(kind, Front::Messages).stream(&ctx);
+        let mut out = Vec::new();
+        for part in s.chunks(1 + r.next_u32() as usize % 64) {
+            st.feed(part, &mut out);
+        }
+        st.finish(&mut out);
+        let _ = (st.usage(), st.first_token_seen());
+        if kind != Kind::Anthropic {
+            // Translated (the passthrough sends the provider's bytes as
+            // they are).
+            assert!(
+                std::str::from_utf8(&out).is_ok(),
+                "Messages stream must stay UTF-8"
+            );
+        }
     }
 }
 
@@ -393,4 +449,256 @@ fn fuzz_configs_never_panic() {
         }
         let _ = Runtime::from_json(&bytes, &common::env);
     }
+}
+
+fn seeds_responses_requests() -> Vec<Value> {
+    vec![
+        json!({"model": "smart", "input": "hi", "instructions": "be brief", "stream": true, "max_output_tokens": 50}),
+        json!({"model": "fast", "input": [{"role": "user", "content": "hi"}], "store": false, "stream": true,
+               "include": ["reasoning.encrypted_content"], "reasoning": {"effort": "low"}}),
+        json!({"model": "smart", "input": [
+            {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "d"}]},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "a"},
+                {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]},
+            {"type": "reasoning", "id": "rs", "summary": []},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{\"a\":1}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "r"}],
+            "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+            "tool_choice": {"type": "function", "name": "f"}, "parallel_tool_calls": false}),
+        json!({"model": "smart", "input": "x", "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}}}}),
+    ]
+}
+
+/// The Responses front door: mutated requests through the whole flow (both
+/// the passthrough to OpenAI and the translation to Anthropic), and
+/// mutated provider streams through the Responses event writer.
+#[test]
+fn fuzz_responses_front_door_never_panics() {
+    use tollgate_core::translate::responses::{to_chat, translator};
+    let rt = Arc::new(common::runtime());
+    let mut r = XorShift::new(seed() ^ 0x5e5);
+    let seeds = seeds_responses_requests();
+    let anthropic = (0..)
+        .map_while(|i| rt.provider(i))
+        .find(|p| p.kind() == Kind::Anthropic)
+        .unwrap();
+    let t = translator(anthropic, Endpoint::Responses);
+    for _ in 0..iters() {
+        let (v, bytes) = mutated_request(&seeds, &mut r);
+        for kind in [Kind::Openai, Kind::Anthropic, Kind::Gemini, Kind::Bedrock] {
+            let _ = to_chat(&v, "p", kind);
+        }
+        if let Some((status, e)) = through_flow(&rt, "/v1/responses", &bytes) {
+            assert!((400..500).contains(&status), "status {status}");
+            assert!(e["error"]["message"].is_string());
+        }
+        // A mutated Anthropic stream, fed at random splits.
+        let mut s = ANTHROPIC_STREAM.as_bytes().to_vec();
+        let ctx = ResponseCtx {
+            endpoint: Endpoint::Responses,
+            stream: true,
+            include_usage: true,
+            created: 1,
+            json_mode: false,
+            prompt_estimate: 0,
+            embed_base64: false,
+            model: String::new(),
+        };
+        let (out, _) = mutated_stream(t, &ctx, &mut s, &mut r);
+        // Whatever came, the stream ends with a final lifecycle event.
+        let text = std::str::from_utf8(&out).expect("UTF-8 events");
+        let last = text.trim_end().rsplit("\n\n").next().unwrap_or("");
+        assert!(
+            last.starts_with("event: response.completed")
+                || last.starts_with("event: response.incomplete")
+                || last.starts_with("event: response.failed"),
+            "{last}"
+        );
+        let _ = t.response(&ctx, &s);
+    }
+}
+
+fn seeds_messages() -> Vec<Value> {
+    vec![
+        json!({"model": "claude-haiku-4-5", "max_tokens": 50, "stream": true,
+               "system": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral"}}],
+               "messages": [{"role": "user", "content": "hi"}, {"role": "system", "content": "be brief"}]}),
+        json!({"model": "openai/gpt-4o-mini", "max_tokens": 50, "stop_sequences": ["x"], "temperature": 0.5,
+               "tools": [{"name": "f", "description": "d", "input_schema": {"type": "object"}}],
+               "tool_choice": {"type": "tool", "name": "f", "disable_parallel_tool_use": true},
+               "thinking": {"type": "enabled", "budget_tokens": 1024}, "metadata": {"user_id": "u"},
+               "messages": [
+                 {"role": "user", "content": [{"type": "text", "text": "a"},
+                   {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]},
+                 {"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "signature": "s"},
+                   {"type": "tool_use", "id": "t1", "name": "f", "input": {"a": 1}}]},
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "is_error": true,
+                   "content": [{"type": "text", "text": "r"}]}]}]}),
+        json!({"model": "fast", "max_tokens": 5, "output_format": {"type": "json_schema", "schema": {"type": "object"}},
+               "messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "https://x/y.png"}}]}]}),
+    ]
+}
+
+#[test]
+fn fuzz_messages_requests_never_panic() {
+    let rt = Arc::new(common::runtime());
+    let mut r = XorShift::new(seed() ^ 0x3e55);
+    let seeds = seeds_messages();
+    for _ in 0..iters() {
+        let (v, bytes) = mutated_request(&seeds, &mut r);
+        let _ = messages::to_chat(&v, "p");
+        let _ = messages::estimate_input_tokens(&v, "p");
+        for path in ["/v1/messages", "/v1/messages/count_tokens"] {
+            if let Some((status, e)) = through_flow(&rt, path, &bytes) {
+                if status == 200 {
+                    assert!(e["input_tokens"].as_u64().is_some_and(|n| n > 0), "{e}");
+                } else {
+                    assert_eq!(e["type"], "error", "{e}");
+                    assert!(e["error"]["message"].is_string(), "{e}");
+                }
+            }
+        }
+    }
+}
+
+/// Bytes that stress the scanner: escapes, control characters, numbers,
+/// literals, nesting, a second key.
+fn mutate_json_text(b: &mut Vec<u8>, r: &mut XorShift) {
+    let i = r.next_u32() as usize % (b.len() + 1);
+    let junk: &[u8] = [
+        &b"\\"[..],
+        b"\\u00",
+        b"\\ud800",
+        b"\"",
+        b"\x01",
+        b"\t",
+        b"-0.5e+3",
+        b"01",
+        b"1.",
+        b"tru",
+        b"null",
+        b",",
+        b":",
+        b"[[[[",
+        b"}",
+        b"\"model\":\"x\",",
+        b"\"messages\":[],",
+        b"\xc3\xa9",
+    ][r.next_u32() as usize % 18];
+    b.splice(i..i, junk.iter().copied());
+}
+
+/// The scanner against serde_json as the oracle: it accepts exactly the
+/// JSON objects serde_json accepts (less those giving a top-level key
+/// twice), and every top-level value it locates is the one serde_json reads.
+/// Through the planner, an OpenAI passthrough body edited in place is the
+/// client's body with only the model (and the stream's usage option)
+/// changed.
+#[test]
+fn fuzz_scanner_agrees_with_serde_json() {
+    use tollgate_core::plan::{plan, RequestFacts};
+    use tollgate_core::scan::{Messages, TopLevel};
+    let rt = common::runtime();
+    let mut r = XorShift::new(seed() ^ 0x5ca9);
+    let seeds = seeds_requests();
+    let (mut accepted, mut refused) = (0, 0);
+    for _ in 0..iters() {
+        let mut v = seeds[r.next_u32() as usize % seeds.len()].clone();
+        if r.next_u32() % 2 == 0 {
+            mutate_json(&mut v, &mut r);
+        }
+        let mut bytes = if r.next_u32() % 2 == 0 {
+            serde_json::to_vec_pretty(&v).unwrap()
+        } else {
+            serde_json::to_vec(&v).unwrap()
+        };
+        match r.next_u32() % 4 {
+            0 => mutate_bytes(&mut bytes, &mut r),
+            1 => mutate_json_text(&mut bytes, &mut r),
+            _ => {}
+        }
+        let oracle = serde_json::from_slice::<Value>(&bytes);
+        let scanned = TopLevel::parse(&bytes);
+        let shown = String::from_utf8_lossy(&bytes);
+        match (&oracle, &scanned) {
+            (Ok(Value::Object(map)), Ok(top)) => {
+                accepted += 1;
+                for (k, want) in map {
+                    if k == "messages" {
+                        continue;
+                    }
+                    let raw = top.get(k).unwrap_or_else(|| panic!("{k} in {shown}"));
+                    let got: Value = serde_json::from_str(raw).unwrap();
+                    assert_eq!(&got, want, "{k} in {shown}");
+                }
+                let shape = match map.get("messages") {
+                    None => Messages::Absent,
+                    Some(Value::Null) => Messages::Null,
+                    Some(Value::Array(a)) if a.is_empty() => Messages::Empty,
+                    Some(Value::Array(a)) => a
+                        .iter()
+                        .position(|m| !m.get("role").is_some_and(Value::is_string))
+                        .map_or(Messages::Ok, Messages::BadRole),
+                    Some(_) => Messages::NotArray,
+                };
+                assert_eq!(top.messages(), shape, "{shown}");
+            }
+            (Ok(_), Err(e)) => {
+                refused += 1;
+                // Refused beyond serde_json: only a key given twice, a
+                // lone surrogate is accepted by both.
+                assert!(
+                    e.message.contains("given twice") || e.message.contains("JSON object"),
+                    "{} for {shown}",
+                    e.message
+                );
+            }
+            (Err(_), Ok(_)) => {
+                // serde_json refuses lone surrogates; the scanner leaves
+                // them to the provider (valid JSON text).
+                assert!(shown.contains("\\ud8"), "accepted {shown}");
+            }
+            (Err(_), Err(e)) => {
+                refused += 1;
+                assert_eq!(e.code.as_deref(), Some("invalid_json"));
+            }
+            (Ok(_), Ok(_)) => panic!("a body that is no object accepted: {shown}"),
+        }
+        // The passthrough through the planner: same document, new model.
+        let Ok(Value::Object(mut map)) = oracle else {
+            continue;
+        };
+        if !matches!(map.get("model"), Some(Value::String(s)) if rt.resolve(s).is_some_and(|m| m.canonical.starts_with("openai/")))
+        {
+            continue;
+        }
+        let facts = RequestFacts {
+            endpoint: Endpoint::Chat,
+            front: Front::OpenAi,
+            body: &bytes,
+            header_names: None,
+            allowed: "*",
+            declared_model: None,
+            now_ms: 1,
+            random: 0,
+        };
+        let Ok(p) = plan(&rt, &facts, &|_| 0) else {
+            continue;
+        };
+        let sent: Value = serde_json::from_slice(&p.upstream_body(&bytes))
+            .unwrap_or_else(|e| panic!("{e} for {shown}"));
+        map.insert("model".into(), json!(p.route.upstream_model));
+        if p.route.stream && !p.route.include_usage {
+            let so = map.entry("stream_options").or_insert(json!({}));
+            if so.is_null() {
+                *so = json!({});
+            }
+            so["include_usage"] = json!(true);
+        }
+        assert_eq!(sent, Value::Object(map), "{shown}");
+    }
+    assert!(
+        accepted > iters() / 10 && refused > iters() / 10,
+        "{accepted} / {refused}"
+    );
 }

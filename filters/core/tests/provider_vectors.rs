@@ -1155,7 +1155,7 @@ mod flow_level {
             br#"{"error":{"code":400,"message":"* contents: bad","status":"INVALID_ARGUMENT"}}"#,
         );
         assert_eq!(h.resp_header(":status").as_deref(), Some("400"));
-        assert_eq!(v["error"]["message"], "* contents: bad");
+        assert_eq!(v["error"]["message"], "provider gemini: * contents: bad");
         assert!(h.shared.borrow().is_empty());
     }
 }

@@ -41,6 +41,11 @@ extern "C" {
         return_map_data: *mut *mut u8,
         return_map_size: *mut usize,
     ) -> Status;
+    fn proxy_set_header_map_pairs(
+        map_type: MapType,
+        map_data: *const u8,
+        map_size: usize,
+    ) -> Status;
     fn proxy_replace_header_map_value(
         map_type: MapType,
         key_data: *const u8,
@@ -154,8 +159,9 @@ fn get_header(map: MapType, name: &str) -> Option<String> {
     }
 }
 
-/// The names of a header map (see [`serialize_map`] for the layout).
-fn header_names(map: MapType) -> Option<Vec<String>> {
+/// A header map's pairs in one host call (see [`serialize_map`] for the
+/// layout).
+fn header_pairs(map: MapType) -> Option<Vec<(String, String)>> {
     let mut data = null_mut();
     let mut len = 0;
     // SAFETY: out-pointers are valid locals.
@@ -172,16 +178,19 @@ fn header_names(map: MapType) -> Option<Vec<String>> {
     }
     let count = word(0)?;
     let mut at = 4usize.checked_add(count.checked_mul(8)?)?;
-    let mut names = Vec::with_capacity(count);
+    let mut pairs = Vec::with_capacity(count);
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     for i in 0..count {
         let key_len = word(4 + i * 8)?;
         let value_len = word(8 + i * 8)?;
         // Each key and value is followed by a NUL.
         let key = bytes.get(at..at.checked_add(key_len)?)?;
-        names.push(String::from_utf8_lossy(key).into_owned());
-        at = at.checked_add(key_len + value_len + 2)?;
+        at = at.checked_add(key_len + 1)?;
+        let value = bytes.get(at..at.checked_add(value_len)?)?;
+        at = at.checked_add(value_len + 1)?;
+        pairs.push((text(key), text(value)));
     }
-    Some(names)
+    Some(pairs)
 }
 
 fn set_header(map: MapType, name: &str, value: Option<&str>) -> bool {
@@ -253,7 +262,22 @@ impl Host for WasmHost {
         get_header(MapType::HttpRequestHeaders, name)
     }
     fn request_header_names(&self) -> Option<Vec<String>> {
-        header_names(MapType::HttpRequestHeaders)
+        let pairs = header_pairs(MapType::HttpRequestHeaders)?;
+        Some(pairs.into_iter().map(|(name, _)| name).collect())
+    }
+    fn request_headers(&self) -> Option<Vec<(String, String)>> {
+        header_pairs(MapType::HttpRequestHeaders)
+    }
+    fn set_request_headers(&mut self, headers: &[(&str, &str)]) -> bool {
+        let map = serialize_map(headers);
+        // SAFETY: pointer and length of a live buffer.
+        unsafe {
+            proxy_set_header_map_pairs(MapType::HttpRequestHeaders, map.as_ptr(), map.len())
+                == Status::Ok
+        }
+    }
+    fn response_headers(&self) -> Option<Vec<(String, String)>> {
+        header_pairs(MapType::HttpResponseHeaders)
     }
     fn set_request_header(&mut self, name: &str, value: Option<&str>) -> bool {
         set_header(MapType::HttpRequestHeaders, name, value)
@@ -425,6 +449,17 @@ impl Host for WasmHost {
         let st =
             unsafe { proxy_set_property(name.as_ptr(), name.len(), value.as_ptr(), value.len()) };
         st == Status::Ok
+    }
+    fn property(&self, path: &[&str]) -> Option<Vec<u8>> {
+        // Property path parts are NUL-separated.
+        let path = path.join("\0");
+        let mut data = null_mut();
+        let mut len = 0;
+        // SAFETY: valid path slice and out-pointers.
+        match unsafe { proxy_get_property(path.as_ptr(), path.len(), &mut data, &mut len) } {
+            Status::Ok => owned(data, len),
+            _ => None,
+        }
     }
     fn log(&self, level: Level, msg: &str) {
         let l = match level {

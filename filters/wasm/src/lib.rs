@@ -4,6 +4,10 @@
 //! and shared with every request through an `Arc`. With usage batching on,
 //! the requests of a VM add their usage to the root's batch, which the root
 //! posts on its tick.
+//!
+//! The same module also runs as the per-attempt (upstream) filter of the
+//! provider clusters, configured with root id [`ATTEMPT_ROOT_ID`]: its
+//! requests go to `tollgate_core::attempt::Attempt` instead.
 
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -16,6 +20,7 @@ use std::time::Duration;
 
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action as WasmAction, BufferType, ContextType, LogLevel, MapType};
+use tollgate_core::attempt::Attempt;
 use tollgate_core::config::Runtime;
 use tollgate_core::error::{ApiError, SERVER};
 use tollgate_core::flow::{Action, Flow};
@@ -24,6 +29,10 @@ use tollgate_core::metrics::Metrics;
 use tollgate_core::usage::UsageBatch;
 
 use host::WasmHost;
+
+/// The root id of the per-attempt filter (the provider clusters' upstream
+/// filter in envoy.yaml).
+pub const ATTEMPT_ROOT_ID: &str = "tollgate_attempt";
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(LogLevel::Info);
@@ -36,6 +45,7 @@ proxy_wasm::main! {{
             runtime: None,
             batch: None,
             metrics: Rc::default(),
+            attempts: false,
         })
     });
 }}
@@ -47,6 +57,8 @@ struct Root {
     batch: Option<Rc<RefCell<UsageBatch>>>,
     /// This VM's metric ids per (tenant, key, provider, model).
     metrics: Rc<RefCell<Metrics>>,
+    /// This root serves the per-attempt filter.
+    attempts: bool,
 }
 
 impl Root {
@@ -83,7 +95,15 @@ impl RootContext for Root {
     fn on_configure(&mut self, size: usize) -> bool {
         let bytes = host::get_buffer(BufferType::PluginConfiguration, 0, size).unwrap_or_default();
         let env = |name: &str| std::env::var(name).ok();
+        let root_id = WasmHost::new(self.context_id, self.context_id)
+            .property(&["plugin_root_id"])
+            .unwrap_or_default();
+        self.attempts = root_id == ATTEMPT_ROOT_ID.as_bytes();
         match Runtime::from_json(&bytes, &env) {
+            Ok(rt) if self.attempts => {
+                self.runtime = Some(Arc::new(rt));
+                true
+            }
             Ok(rt) => {
                 let models: usize = rt.providers.iter().map(|p| p.models.len()).sum();
                 host::log(
@@ -118,6 +138,12 @@ impl RootContext for Root {
     }
 
     fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
+        if self.attempts {
+            return Some(Box::new(AttemptHttp {
+                attempt: self.runtime.as_ref().map(|rt| Attempt::new(Arc::clone(rt))),
+                host: WasmHost::new(context_id, self.context_id),
+            }));
+        }
         // Never None: the SDK panics on None. Without a runtime (cannot
         // happen once on_configure succeeded) requests get a 503.
         Some(Box::new(Http {
@@ -219,5 +245,44 @@ impl HttpContext for Http {
         if let Some(f) = self.flow.as_mut() {
             f.on_log(&mut self.host);
         }
+    }
+}
+
+/// One upstream attempt (see `tollgate_core::attempt`).
+struct AttemptHttp {
+    attempt: Option<Attempt>,
+    host: WasmHost,
+}
+
+impl Context for AttemptHttp {
+    fn on_done(&mut self) -> bool {
+        if let Some(a) = self.attempt.as_mut() {
+            a.on_done(&mut self.host);
+        }
+        true
+    }
+}
+
+impl HttpContext for AttemptHttp {
+    fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> WasmAction {
+        self.attempt.as_mut().map_or(WasmAction::Continue, |a| {
+            action(a.on_request_headers(&mut self.host, end_of_stream))
+        })
+    }
+
+    fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> WasmAction {
+        self.attempt.as_mut().map_or(WasmAction::Continue, |a| {
+            action(a.on_request_body(&mut self.host, body_size, end_of_stream))
+        })
+    }
+
+    fn on_http_response_headers(
+        &mut self,
+        _num_headers: usize,
+        _end_of_stream: bool,
+    ) -> WasmAction {
+        self.attempt.as_mut().map_or(WasmAction::Continue, |a| {
+            action(a.on_response_headers(&mut self.host))
+        })
     }
 }

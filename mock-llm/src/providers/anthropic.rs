@@ -4,7 +4,8 @@
 //! `Authorization: Bearer`, as the official SDK 2.x sends it) and
 //! `anthropic-version` headers required; `model`, `max_tokens` and `messages` required; roles
 //! only `user`/`assistant` (a `system` role is refused: system prompts go in
-//! the top-level `system`); the first message is `user` and roles alternate
+//! the top-level `system`; with the `mid-conversation-system-*` beta a
+//! text-only `system` message may sit between later turns); the first message is `user` and roles alternate
 //! (stricter than today's API, which merges consecutive same-role turns: a
 //! gateway should not rely on that); every `tool_result` answers a `tool_use`
 //! of the previous assistant message, and every `tool_use` is answered in the
@@ -358,7 +359,39 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
     let mut echo = String::new();
     let mut prev_role = "";
     let mut prev_tool_uses: Vec<String> = Vec::new();
+    // The mid-conversation-system beta (Claude Code sends it) lets a
+    // `system` message sit between turns after the first.
+    let mid_system = ctx.header("anthropic-beta").is_some_and(|b| {
+        b.split(',')
+            .any(|t| t.trim().starts_with("mid-conversation-system-"))
+    });
     for (i, msg) in msgs.iter().enumerate() {
+        if mid_system && i > 0 && msg.get("role").and_then(Value::as_str) == Some("system") {
+            let mut t = String::new();
+            match msg.get("content") {
+                Some(Value::String(s)) => t.push_str(s),
+                Some(Value::Array(blocks))
+                    if blocks
+                        .iter()
+                        .all(|b| b.get("type").and_then(Value::as_str) == Some("text")) =>
+                {
+                    for b in blocks {
+                        block_text(b, &mut t);
+                    }
+                }
+                _ => {
+                    return (
+                        bad(
+                            ctx,
+                            &format!("messages.{i}.content: a system message holds text only"),
+                        ),
+                        m,
+                    )
+                }
+            }
+            prompt.push_str(&t);
+            continue;
+        }
         let role = match msg.get("role") {
             Some(Value::String(r)) => r.as_str(),
             None => return (bad(ctx, &format!("messages.{i}.role: Field required")), m),

@@ -9,17 +9,22 @@
 
 pub mod chat_ir;
 mod chunk;
+pub mod messages;
+mod messages_stream;
 pub mod openai_anthropic;
 pub mod openai_azure;
 pub mod openai_bedrock;
 pub mod openai_gemini;
 pub mod openai_openai;
+mod read;
+pub mod responses;
 
 use serde_json::{Map, Value};
 
 use crate::codec::sse::{Event, SseParser};
 use crate::config::{Key, Kind, ModelCfg, Provider};
 use crate::error::{ApiError, INVALID_REQUEST, RATE_LIMIT, SERVER};
+use crate::scan::TopLevel;
 
 /// Token usage of one completion, as the client sees it (OpenAI semantics:
 /// `prompt_tokens` includes cached prompt tokens).
@@ -41,6 +46,8 @@ impl Usage {
 pub enum Endpoint {
     Chat,
     Embeddings,
+    /// The OpenAI Responses API front door ([`responses`]).
+    Responses,
 }
 
 impl Endpoint {
@@ -48,8 +55,50 @@ impl Endpoint {
         match path {
             "/v1/chat/completions" => Some(Endpoint::Chat),
             "/v1/embeddings" => Some(Endpoint::Embeddings),
+            "/v1/responses" => Some(Endpoint::Responses),
             _ => None,
         }
+    }
+}
+
+/// The client API a request came in on. The OpenAI routes are
+/// [`Endpoint`]s; the Anthropic Messages front door ([`messages`]) reads an
+/// Anthropic body, becomes an OpenAI chat request for the translators of
+/// every non-Anthropic provider, and answers in Anthropic's shapes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Front {
+    #[default]
+    OpenAi,
+    /// `POST /v1/messages`.
+    Messages,
+    /// `POST /v1/messages/count_tokens`.
+    CountTokens,
+}
+
+impl Front {
+    /// The front door of a path (query string removed), or `None` when it
+    /// is not one of the Messages routes.
+    pub fn messages_path(path: &str) -> Option<Front> {
+        match path {
+            "/v1/messages" => Some(Front::Messages),
+            "/v1/messages/count_tokens" => Some(Front::CountTokens),
+            _ => None,
+        }
+    }
+
+    /// Errors are written in Anthropic's shape.
+    pub fn anthropic(self) -> bool {
+        self != Front::OpenAi
+    }
+}
+
+/// The translator of a provider kind for a front door: [`for_kind`] on the
+/// OpenAI routes; on the Messages routes the Anthropic passthrough, or the
+/// Messages adapter around the kind's OpenAI translator.
+pub fn for_route(provider: &Provider, endpoint: Endpoint, front: Front) -> &'static dyn Translator {
+    match front {
+        Front::OpenAi => responses::translator(provider, endpoint),
+        Front::Messages | Front::CountTokens => messages::translator(provider.kind(), front),
     }
 }
 
@@ -64,7 +113,7 @@ pub struct RequestCtx<'a> {
 }
 
 /// The translated request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UpstreamRequest {
     /// `:path` upstream.
     pub path: String,
@@ -155,6 +204,18 @@ pub trait Translator: Sync {
     /// Are successful bodies passed through untouched (only read for usage)?
     fn passthrough(&self) -> bool {
         false
+    }
+    /// The request from the body's top level ([`crate::scan`]) without
+    /// building the document: `Some` for translators that forward the
+    /// client's body with a few edits. The upstream body is then the new
+    /// prefix, replacing the first `usize` bytes of the client's body (the
+    /// rest goes on as it is). `None`: [`Translator::request`] is used.
+    fn request_in_place(
+        &self,
+        _ctx: &RequestCtx<'_>,
+        _top: &TopLevel<'_>,
+    ) -> Option<Result<(UpstreamRequest, usize), ApiError>> {
+        None
     }
     /// Successful non-streaming upstream body → OpenAI body.
     fn response(&self, ctx: &ResponseCtx, body: &[u8]) -> Result<Translated, ApiError>;

@@ -19,10 +19,12 @@
 //! `stop_reason` → `finish_reason`, usage with cache tokens counted in
 //! `prompt_tokens` (OpenAI semantics) and reported as `cached_tokens`.
 
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::chat_ir::{self, Accept, Chat, Part, Role, ToolChoice};
 use super::chunk::ChunkWriter;
+use super::read::{self, Unreadable};
 use super::{
     assistant_message, feed_sse, finish_sse, include_usage_flag, upstream_error, usage_json,
     Endpoint, RequestCtx, ResponseCtx, SseEvents, StreamTranslator, Translated, Translator,
@@ -222,12 +224,12 @@ impl Translator for OpenAiAnthropic {
     }
 
     fn response(&self, ctx: &ResponseCtx, body: &[u8]) -> Result<Translated, ApiError> {
-        let v: Value = serde_json::from_slice(body).map_err(|_| {
+        let v: native::Message = read::parse(body).map_err(|e| {
             ApiError::new(
                 502,
                 crate::error::SERVER,
                 "provider_error",
-                "The provider returned a malformed response",
+                e.message("The provider returned a malformed response"),
             )
         })?;
         let (out, usage) = translate_response(ctx, &v);
@@ -270,56 +272,53 @@ pub fn finish_reason(stop: &str) -> &'static str {
     }
 }
 
-/// Anthropic usage object → [`Usage`] (cache tokens count as prompt tokens).
+/// Anthropic usage object → [`Usage`] (cache tokens count as prompt tokens;
+/// a usage object that cannot be read counts nothing).
 pub fn parse_usage(u: &Value) -> Usage {
-    let g = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
-    let cache_read = g("cache_read_input_tokens");
-    Usage {
-        prompt_tokens: g("input_tokens") + g("cache_creation_input_tokens") + cache_read,
-        completion_tokens: g("output_tokens"),
-        cached_tokens: cache_read,
-    }
+    native::Usage::deserialize(u)
+        .map(|u| u.usage())
+        .unwrap_or_default()
 }
 
-fn translate_response(ctx: &ResponseCtx, v: &Value) -> (Value, Usage) {
+/// A tool's input as OpenAI `arguments` (compact JSON; `{}` when absent).
+fn arguments(input: Option<&Value>) -> String {
+    input.map_or_else(|| "{}".into(), Value::to_string)
+}
+
+fn translate_response(ctx: &ResponseCtx, v: &native::Message) -> (Value, Usage) {
     let mut text = String::new();
     let mut calls = Vec::new();
-    if let Some(Value::Array(blocks)) = v.get("content") {
-        for b in blocks {
-            match b.get("type").and_then(Value::as_str) {
-                Some("text") => {
-                    if let Some(t) = b.get("text").and_then(Value::as_str) {
-                        text.push_str(t);
-                    }
+    for b in v.content.iter().flatten() {
+        match b.kind.as_deref() {
+            Some("text") => {
+                if let Some(t) = &b.text {
+                    text.push_str(t);
                 }
-                Some("tool_use")
-                    if ctx.json_mode
-                        && b.get("name").and_then(Value::as_str) == Some(JSON_TOOL) =>
-                {
-                    if let Some(input) = b.get("input") {
-                        text.push_str(&input.to_string());
-                    }
-                }
-                Some("tool_use") => {
-                    let args = b
-                        .get("input")
-                        .map(|i| serde_json::to_string(i).unwrap_or_else(|_| "{}".into()))
-                        .unwrap_or_else(|| "{}".into());
-                    calls.push(json!({
-                        "id": b.get("id").cloned().unwrap_or(Value::Null),
-                        "type": "function",
-                        "function": {
-                            "name": b.get("name").cloned().unwrap_or(Value::Null),
-                            "arguments": args,
-                        }
-                    }));
-                }
-                _ => {}
             }
+            Some("tool_use") if ctx.json_mode && b.name.as_deref() == Some(JSON_TOOL) => {
+                if let Some(input) = &b.input {
+                    text.push_str(&input.to_string());
+                }
+            }
+            Some("tool_use") => {
+                calls.push(json!({
+                    "id": b.id,
+                    "type": "function",
+                    "function": {
+                        "name": b.name,
+                        "arguments": arguments(b.input.as_ref()),
+                    }
+                }));
+            }
+            _ => {}
         }
     }
-    let usage = v.get("usage").map(parse_usage).unwrap_or_default();
-    let finish = match v.get("stop_reason").and_then(Value::as_str) {
+    let usage = v
+        .usage
+        .as_ref()
+        .map(native::Usage::usage)
+        .unwrap_or_default();
+    let finish = match v.stop_reason.as_deref() {
         // JSON mode: the forced tool call is the answer.
         Some("tool_use") if ctx.json_mode && calls.is_empty() => "stop",
         Some(r) => finish_reason(r),
@@ -327,10 +326,10 @@ fn translate_response(ctx: &ResponseCtx, v: &Value) -> (Value, Usage) {
     };
     let message = assistant_message(text, calls);
     let out = json!({
-        "id": v.get("id").cloned().unwrap_or(Value::Null),
+        "id": v.id,
         "object": "chat.completion",
         "created": ctx.created,
-        "model": v.get("model").cloned().unwrap_or(Value::Null),
+        "model": v.model,
         "choices": [{
             "index": 0,
             "message": message,
@@ -341,6 +340,130 @@ fn translate_response(ctx: &ResponseCtx, v: &Value) -> (Value, Usage) {
     });
     (out, usage)
 }
+
+/// Anthropic's Messages answer and stream events as the translator reads
+/// them: each field's name and type, here only. Unknown fields and block
+/// or event types are skipped; a known field of the wrong type makes the
+/// answer (or event) unreadable.
+mod native {
+    use serde::Deserialize;
+    use serde_json::Value;
+
+    use crate::translate::read::Str;
+
+    /// A `message` (the answer, and `message_start`'s `message`).
+    #[derive(Deserialize)]
+    pub(super) struct Message<'a> {
+        #[serde(borrow)]
+        pub id: Option<Str<'a>>,
+        #[serde(borrow)]
+        pub model: Option<Str<'a>>,
+        #[serde(borrow)]
+        pub content: Option<Vec<Block<'a>>>,
+        #[serde(borrow)]
+        pub stop_reason: Option<Str<'a>>,
+        pub usage: Option<Usage>,
+    }
+
+    /// A content block (`text`, `tool_use`, …).
+    #[derive(Deserialize)]
+    pub(super) struct Block<'a> {
+        #[serde(rename = "type", borrow)]
+        pub kind: Option<Str<'a>>,
+        #[serde(borrow)]
+        pub text: Option<Str<'a>>,
+        #[serde(borrow)]
+        pub id: Option<Str<'a>>,
+        #[serde(borrow)]
+        pub name: Option<Str<'a>>,
+        /// Re-serialized compactly as OpenAI `arguments`.
+        pub input: Option<Value>,
+    }
+
+    #[derive(Deserialize, Default)]
+    pub(super) struct Usage {
+        /// Present (even as null) or not: `message_delta` carries input
+        /// tokens only in some API versions.
+        #[serde(default, deserialize_with = "present")]
+        pub input_tokens: Option<Option<u64>>,
+        pub output_tokens: Option<u64>,
+        pub cache_creation_input_tokens: Option<u64>,
+        pub cache_read_input_tokens: Option<u64>,
+    }
+
+    fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<u64>>, D::Error> {
+        Option::<u64>::deserialize(d).map(Some)
+    }
+
+    impl Usage {
+        pub fn usage(&self) -> super::Usage {
+            let read = self.cache_read_input_tokens.unwrap_or(0);
+            super::Usage {
+                prompt_tokens: self.input_tokens.flatten().unwrap_or(0)
+                    + self.cache_creation_input_tokens.unwrap_or(0)
+                    + read,
+                completion_tokens: self.output_tokens.unwrap_or(0),
+                cached_tokens: read,
+            }
+        }
+    }
+
+    /// One stream event (`message_start`, `content_block_start`,
+    /// `content_block_delta`, `message_delta`, `message_stop`, `error`, …).
+    #[derive(Deserialize)]
+    pub(super) struct Event<'a> {
+        #[serde(rename = "type", borrow)]
+        pub kind: Option<Str<'a>>,
+        pub index: Option<u64>,
+        #[serde(borrow)]
+        pub message: Option<Message<'a>>,
+        #[serde(borrow)]
+        pub content_block: Option<Block<'a>>,
+        #[serde(borrow)]
+        pub delta: Option<Delta<'a>>,
+        pub usage: Option<Usage>,
+        #[serde(borrow)]
+        pub error: Option<Error<'a>>,
+    }
+
+    /// `content_block_delta`'s and `message_delta`'s `delta`.
+    #[derive(Deserialize)]
+    pub(super) struct Delta<'a> {
+        #[serde(rename = "type", borrow)]
+        pub kind: Option<Str<'a>>,
+        #[serde(borrow)]
+        pub text: Option<Str<'a>>,
+        #[serde(borrow)]
+        pub partial_json: Option<Str<'a>>,
+        #[serde(borrow)]
+        pub stop_reason: Option<Str<'a>>,
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Error<'a> {
+        #[serde(rename = "type", borrow)]
+        pub kind: Option<Str<'a>>,
+        #[serde(borrow)]
+        pub message: Option<Str<'a>>,
+    }
+
+    /// Only an event's type: what an unreadable event was.
+    #[derive(Deserialize)]
+    pub(super) struct Kind<'a> {
+        #[serde(rename = "type", borrow)]
+        pub kind: Option<Str<'a>>,
+    }
+}
+
+/// The stream events the translator reads.
+const HANDLED: [&str; 6] = [
+    "message_start",
+    "content_block_start",
+    "content_block_delta",
+    "message_delta",
+    "message_stop",
+    "error",
+];
 
 /// Anthropic SSE → OpenAI `chat.completion.chunk` SSE, one event at a time.
 pub struct AnthropicStream {
@@ -395,41 +518,52 @@ impl SseEvents for AnthropicStream {
         if self.w.is_done() || ev.data.is_empty() {
             return;
         }
-        let Ok(v) = serde_json::from_str::<Value>(&ev.data) else {
-            return;
+        let v: native::Event = match read::parse_str(&ev.data) {
+            Ok(v) => v,
+            Err(Unreadable::Syntax) => return,
+            Err(e) => {
+                // A field of the wrong type in an event the translator reads
+                // would lose or garble the answer; in any other event it is
+                // none of the translator's business.
+                let kind = read::parse_str::<native::Kind>(&ev.data)
+                    .ok()
+                    .and_then(|k| k.kind)
+                    .map(|k| k.0.into_owned())
+                    .unwrap_or_else(|| ev.event.clone());
+                if HANDLED.contains(&kind.as_str()) {
+                    self.error_event(out, 502, &e.message("Malformed stream from the provider"));
+                }
+                return;
+            }
         };
-        let ty = v
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or(ev.event.as_str());
+        let ty = v.kind.as_deref().unwrap_or(ev.event.as_str());
         match ty {
             "message_start" => {
-                let m = v.get("message").unwrap_or(&Value::Null);
-                let id = m.get("id").and_then(Value::as_str).unwrap_or("");
-                let model = m.get("model").and_then(Value::as_str).unwrap_or("");
+                let m = v.message.as_ref();
+                let id = m.and_then(|m| m.id.as_deref()).unwrap_or("");
+                let model = m.and_then(|m| m.model.as_deref()).unwrap_or("");
                 self.w.open(id, model);
-                if let Some(u) = m.get("usage") {
-                    self.usage = parse_usage(u);
+                if let Some(u) = m.and_then(|m| m.usage.as_ref()) {
+                    self.usage = u.usage();
                     self.saw_usage = true;
                 }
                 self.chunk(out, "{\"role\":\"assistant\",\"content\":\"\"}", None);
             }
             "content_block_start" => {
-                let idx = v.get("index").and_then(Value::as_u64).unwrap_or(0);
-                let b = v.get("content_block").unwrap_or(&Value::Null);
-                match b.get("type").and_then(Value::as_str) {
+                let idx = v.index.unwrap_or(0);
+                let Some(b) = &v.content_block else {
+                    return;
+                };
+                match b.kind.as_deref() {
                     Some("text") => {
-                        if let Some(t) = b.get("text").and_then(Value::as_str) {
+                        if let Some(t) = b.text.as_deref() {
                             if !t.is_empty() {
                                 let d = json!({"content": t}).to_string();
                                 self.chunk(out, &d, None);
                             }
                         }
                     }
-                    Some("tool_use")
-                        if self.json_mode
-                            && b.get("name").and_then(Value::as_str) == Some(JSON_TOOL) =>
-                    {
+                    Some("tool_use") if self.json_mode && b.name.as_deref() == Some(JSON_TOOL) => {
                         self.json_block = Some(idx);
                     }
                     Some("tool_use") => {
@@ -438,14 +572,14 @@ impl SseEvents for AnthropicStream {
                         self.tool_index.push((idx, k));
                         let d = json!({"tool_calls": [{
                             "index": k,
-                            "id": b.get("id").cloned().unwrap_or(Value::Null),
+                            "id": b.id,
                             "type": "function",
-                            "function": {"name": b.get("name").cloned().unwrap_or(Value::Null), "arguments": ""},
+                            "function": {"name": b.name, "arguments": ""},
                         }]})
                         .to_string();
                         self.chunk(out, &d, None);
                         // Some producers put a non-empty input on start.
-                        if let Some(input) = b.get("input") {
+                        if let Some(input) = &b.input {
                             if input.as_object().is_some_and(|o| !o.is_empty()) {
                                 let d = json!({"tool_calls": [{"index": k, "function": {"arguments": input.to_string()}}]}).to_string();
                                 self.chunk(out, &d, None);
@@ -456,11 +590,13 @@ impl SseEvents for AnthropicStream {
                 }
             }
             "content_block_delta" => {
-                let idx = v.get("index").and_then(Value::as_u64).unwrap_or(0);
-                let d = v.get("delta").unwrap_or(&Value::Null);
-                match d.get("type").and_then(Value::as_str) {
+                let idx = v.index.unwrap_or(0);
+                let Some(d) = &v.delta else {
+                    return;
+                };
+                match d.kind.as_deref() {
                     Some("text_delta") => {
-                        if let Some(t) = d.get("text").and_then(Value::as_str) {
+                        if let Some(t) = d.text.as_deref() {
                             if !t.is_empty() {
                                 let d = json!({"content": t}).to_string();
                                 self.chunk(out, &d, None);
@@ -468,7 +604,7 @@ impl SseEvents for AnthropicStream {
                         }
                     }
                     Some("input_json_delta") if self.json_block == Some(idx) => {
-                        if let Some(p) = d.get("partial_json").and_then(Value::as_str) {
+                        if let Some(p) = d.partial_json.as_deref() {
                             if !p.is_empty() {
                                 let d = json!({"content": p}).to_string();
                                 self.chunk(out, &d, None);
@@ -481,9 +617,7 @@ impl SseEvents for AnthropicStream {
                             .iter()
                             .find(|(i, _)| *i == idx)
                             .map(|(_, k)| *k);
-                        if let (Some(k), Some(p)) =
-                            (k, d.get("partial_json").and_then(Value::as_str))
-                        {
+                        if let (Some(k), Some(p)) = (k, d.partial_json.as_deref()) {
                             if !p.is_empty() {
                                 let d = json!({"tool_calls": [{"index": k, "function": {"arguments": p}}]}).to_string();
                                 self.chunk(out, &d, None);
@@ -494,13 +628,12 @@ impl SseEvents for AnthropicStream {
                 }
             }
             "message_delta" => {
-                if let Some(u) = v.get("usage") {
-                    let g = |k: &str| u.get(k).and_then(Value::as_u64);
-                    if let Some(o) = g("output_tokens") {
+                if let Some(u) = &v.usage {
+                    if let Some(o) = u.output_tokens {
                         self.usage.completion_tokens = o;
                     }
-                    if u.get("input_tokens").is_some() {
-                        let p = parse_usage(u);
+                    if u.input_tokens.is_some() {
+                        let p = u.usage();
                         if p.prompt_tokens > 0 {
                             self.usage.prompt_tokens = p.prompt_tokens;
                             self.usage.cached_tokens = p.cached_tokens;
@@ -508,11 +641,7 @@ impl SseEvents for AnthropicStream {
                     }
                     self.saw_usage = true;
                 }
-                if let Some(r) = v
-                    .get("delta")
-                    .and_then(|d| d.get("stop_reason"))
-                    .and_then(Value::as_str)
-                {
+                if let Some(r) = v.delta.as_ref().and_then(|d| d.stop_reason.as_deref()) {
                     self.finish = Some(
                         if r == "tool_use" && self.json_block.is_some() && self.next_tool == 0 {
                             "stop"
@@ -524,15 +653,14 @@ impl SseEvents for AnthropicStream {
             }
             "message_stop" => self.end(out),
             "error" => {
-                let e = v.get("error").unwrap_or(&Value::Null);
-                let status = match e.get("type").and_then(Value::as_str) {
+                let e = v.error.as_ref();
+                let status = match e.and_then(|e| e.kind.as_deref()) {
                     Some("overloaded_error") => 529,
                     Some("rate_limit_error") => 429,
                     _ => 502,
                 };
                 let msg = e
-                    .get("message")
-                    .and_then(Value::as_str)
+                    .and_then(|e| e.message.as_deref())
                     .unwrap_or("Provider error")
                     .to_string();
                 self.error_event(out, status, &msg);

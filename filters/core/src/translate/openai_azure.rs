@@ -10,7 +10,7 @@
 
 use serde_json::Value;
 
-use super::openai_openai::{error_message, passthrough_response, prepare, OpenAiStream};
+use super::openai_openai::{error_message, passthrough_response, prepare, upstream, OpenAiStream};
 use super::{
     upstream_error, RequestCtx, ResponseCtx, StreamTranslator, Translated, Translator,
     UpstreamRequest,
@@ -41,19 +41,11 @@ impl Translator for OpenAiAzure {
             ),
             _ => (ctx.model, DEFAULT_AZURE_API_VERSION),
         };
-        Ok(UpstreamRequest {
-            path: format!(
-                "{}/deployments/{}{}?api-version={}",
-                ctx.provider.base_path, deployment, suffix, api_version
-            ),
-            body: bytes,
-            stream,
-            include_usage,
-            json_mode: false,
-            prompt_estimate: 0,
-            embed_base64: false,
-            fan_out: Vec::new(),
-        })
+        let path = format!(
+            "{}/deployments/{}{}?api-version={}",
+            ctx.provider.base_path, deployment, suffix, api_version
+        );
+        Ok(upstream(path, bytes, stream, include_usage))
     }
 
     fn auth_headers(

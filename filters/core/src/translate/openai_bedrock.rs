@@ -29,11 +29,13 @@
 //! of the OpenAI stream; exception messages and framing errors → an OpenAI
 //! error event and `[DONE]`.
 
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::chat_ir::{self, Accept, Part, Role, ToolChoice};
 use super::chunk::ChunkWriter;
 use super::openai_openai::error_message;
+use super::read::{self, Unreadable};
 use super::{
     assistant_message, embedding_base64, embedding_dimensions, embedding_inputs, embedding_item,
     embedding_list, upstream_error, usage_json, Endpoint, RequestCtx, ResponseCtx,
@@ -188,7 +190,7 @@ impl Translator for OpenAiBedrock {
         let model = uri_encode(ctx.model, false);
         let base = &ctx.provider.base_path;
         match ctx.endpoint {
-            Endpoint::Chat => {
+            Endpoint::Chat | Endpoint::Responses => {
                 let include_usage = super::include_usage_flag(body)?;
                 let (v, stream, json_mode) = chat_request(body)?;
                 let verb = if stream {
@@ -309,20 +311,11 @@ impl Translator for OpenAiBedrock {
     }
 
     fn response(&self, ctx: &ResponseCtx, body: &[u8]) -> Result<Translated, ApiError> {
-        let v: Value = serde_json::from_slice(body).map_err(|_| bad_upstream())?;
         let (out, usage) = match ctx.endpoint {
             Endpoint::Embeddings => {
-                let vals: Vec<f64> = v
-                    .get("embedding")
-                    .and_then(Value::as_array)
-                    .ok_or_else(bad_upstream)?
-                    .iter()
-                    .map(|x| x.as_f64().unwrap_or(0.0))
-                    .collect();
-                let n = v
-                    .get("inputTextTokenCount")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0);
+                let v: native::TitanEmbedding = read::parse(body).map_err(unreadable)?;
+                let vals = v.embedding.ok_or_else(bad_upstream)?;
+                let n = v.input_text_token_count.unwrap_or(0);
                 let usage = Usage {
                     prompt_tokens: n,
                     completion_tokens: 0,
@@ -337,7 +330,9 @@ impl Translator for OpenAiBedrock {
                     usage,
                 )
             }
-            Endpoint::Chat => chat_response(ctx, &v),
+            Endpoint::Chat | Endpoint::Responses => {
+                chat_response(ctx, &read::parse(body).map_err(unreadable)?)
+            }
         };
         let bytes = serde_json::to_vec(&out).map_err(|_| bad_upstream())?;
         Ok(Translated {
@@ -364,6 +359,13 @@ fn bad_upstream() -> ApiError {
     )
 }
 
+fn unreadable(e: Unreadable) -> ApiError {
+    ApiError {
+        message: e.message(&bad_upstream().message),
+        ..bad_upstream()
+    }
+}
+
 /// Bedrock `stopReason` → OpenAI `finish_reason`.
 pub fn finish_reason(r: &str) -> &'static str {
     match r {
@@ -374,49 +376,51 @@ pub fn finish_reason(r: &str) -> &'static str {
     }
 }
 
-/// Converse `usage` → [`Usage`] (cache reads and writes are prompt tokens).
+/// Converse `usage` → [`Usage`] (cache reads and writes are prompt tokens;
+/// a usage that cannot be read counts nothing).
 pub fn parse_usage(u: &Value) -> Usage {
-    let g = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
-    let read = g("cacheReadInputTokens");
-    Usage {
-        prompt_tokens: g("inputTokens") + read + g("cacheWriteInputTokens"),
-        completion_tokens: g("outputTokens"),
-        cached_tokens: read,
-    }
+    native::Usage::deserialize(u)
+        .map(|u| u.usage())
+        .unwrap_or_default()
 }
 
-fn chat_response(ctx: &ResponseCtx, v: &Value) -> (Value, Usage) {
+fn chat_response(ctx: &ResponseCtx, v: &native::Converse) -> (Value, Usage) {
     let mut text = String::new();
     let mut calls = Vec::new();
     let blocks = v
-        .get("output")
-        .and_then(|o| o.get("message"))
-        .and_then(|m| m.get("content"))
-        .and_then(Value::as_array);
+        .output
+        .as_ref()
+        .and_then(|o| o.message.as_ref())
+        .and_then(|m| m.content.as_ref());
     for b in blocks.into_iter().flatten() {
-        if let Some(t) = b.get("text").and_then(Value::as_str) {
+        if let Some(t) = &b.text {
             text.push_str(t);
         } else if let Some(tu) = b
-            .get("toolUse")
-            .filter(|tu| ctx.json_mode && tu.get("name").and_then(Value::as_str) == Some(JSON_TOOL))
+            .tool_use
+            .as_ref()
+            .filter(|tu| ctx.json_mode && tu.name.as_deref() == Some(JSON_TOOL))
         {
             // JSON mode: the forced tool's input is the answer.
-            if let Some(input) = tu.get("input") {
+            if let Some(input) = &tu.input {
                 text.push_str(&input.to_string());
             }
-        } else if let Some(tu) = b.get("toolUse") {
+        } else if let Some(tu) = &b.tool_use {
             calls.push(json!({
-                "id": tu.get("toolUseId").cloned().unwrap_or(Value::Null),
+                "id": tu.tool_use_id,
                 "type": "function",
                 "function": {
-                    "name": tu.get("name").cloned().unwrap_or(Value::Null),
-                    "arguments": tu.get("input").map(Value::to_string).unwrap_or_else(|| "{}".into()),
+                    "name": tu.name,
+                    "arguments": tu.input.as_ref().map_or_else(|| "{}".into(), Value::to_string),
                 },
             }));
         }
     }
-    let usage = v.get("usage").map(parse_usage).unwrap_or_default();
-    let finish = match v.get("stopReason").and_then(Value::as_str) {
+    let usage = v
+        .usage
+        .as_ref()
+        .map(native::Usage::usage)
+        .unwrap_or_default();
+    let finish = match v.stop_reason.as_deref() {
         Some("tool_use") if ctx.json_mode && calls.is_empty() => "stop",
         Some(r) => finish_reason(r),
         None => "stop",
@@ -432,6 +436,143 @@ fn chat_response(ctx: &ResponseCtx, v: &Value) -> (Value, Usage) {
     });
     (out, usage)
 }
+
+/// Bedrock's answers (Converse, Titan embeddings) and ConverseStream event
+/// payloads as the translator reads them: each field's name and type, here
+/// only. Unknown fields are skipped; a known field of the wrong type makes
+/// the answer (or event) unreadable.
+mod native {
+    use serde::Deserialize;
+    use serde_json::Value;
+
+    use crate::translate::read::Str;
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub(super) struct Converse<'a> {
+        #[serde(borrow)]
+        pub output: Option<Output<'a>>,
+        #[serde(borrow)]
+        pub stop_reason: Option<Str<'a>>,
+        pub usage: Option<Usage>,
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Output<'a> {
+        #[serde(borrow)]
+        pub message: Option<OutputMessage<'a>>,
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct OutputMessage<'a> {
+        #[serde(borrow)]
+        pub content: Option<Vec<Block<'a>>>,
+    }
+
+    /// A content block: `text` or `toolUse` (others are skipped).
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub(super) struct Block<'a> {
+        #[serde(borrow)]
+        pub text: Option<Str<'a>>,
+        #[serde(borrow)]
+        pub tool_use: Option<ToolUse<'a>>,
+    }
+
+    /// A tool call (whole in an answer; without `input` at a stream's
+    /// `contentBlockStart`).
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub(super) struct ToolUse<'a> {
+        #[serde(borrow)]
+        pub tool_use_id: Option<Str<'a>>,
+        #[serde(borrow)]
+        pub name: Option<Str<'a>>,
+        /// Re-serialized compactly as OpenAI `arguments`.
+        pub input: Option<Value>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub(super) struct Usage {
+        pub input_tokens: Option<u64>,
+        pub output_tokens: Option<u64>,
+        pub cache_read_input_tokens: Option<u64>,
+        pub cache_write_input_tokens: Option<u64>,
+    }
+
+    impl Usage {
+        pub fn usage(&self) -> super::Usage {
+            let read = self.cache_read_input_tokens.unwrap_or(0);
+            super::Usage {
+                prompt_tokens: self.input_tokens.unwrap_or(0)
+                    + read
+                    + self.cache_write_input_tokens.unwrap_or(0),
+                completion_tokens: self.output_tokens.unwrap_or(0),
+                cached_tokens: read,
+            }
+        }
+    }
+
+    /// Titan's InvokeModel embeddings answer.
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub(super) struct TitanEmbedding {
+        pub embedding: Option<Vec<f64>>,
+        pub input_text_token_count: Option<u64>,
+    }
+
+    /// One ConverseStream event payload (`messageStart`,
+    /// `contentBlockStart`, `contentBlockDelta`, `messageStop`, `metadata`)
+    /// or exception payload.
+    #[derive(Deserialize, Default)]
+    #[serde(rename_all = "camelCase")]
+    pub(super) struct Event<'a> {
+        pub content_block_index: Option<u64>,
+        #[serde(borrow)]
+        pub start: Option<Start<'a>>,
+        #[serde(borrow)]
+        pub delta: Option<Delta<'a>>,
+        #[serde(borrow)]
+        pub stop_reason: Option<Str<'a>>,
+        pub usage: Option<Usage>,
+        /// An exception's message.
+        #[serde(borrow)]
+        pub message: Option<Str<'a>>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub(super) struct Start<'a> {
+        #[serde(borrow)]
+        pub tool_use: Option<ToolUse<'a>>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub(super) struct Delta<'a> {
+        #[serde(borrow)]
+        pub text: Option<Str<'a>>,
+        #[serde(borrow)]
+        pub tool_use: Option<DeltaToolUse<'a>>,
+    }
+
+    /// A fragment of a tool call's input: JSON text, passed on as is.
+    #[derive(Deserialize)]
+    pub(super) struct DeltaToolUse<'a> {
+        #[serde(borrow)]
+        pub input: Option<Str<'a>>,
+    }
+}
+
+/// The stream events the translator reads.
+const HANDLED: [&str; 5] = [
+    "messageStart",
+    "contentBlockStart",
+    "contentBlockDelta",
+    "messageStop",
+    "metadata",
+];
 
 /// ConverseStream (event-stream frames) → OpenAI chunks.
 pub struct BedrockStream {
@@ -490,7 +631,7 @@ impl BedrockStream {
         if self.w.is_done() {
             return;
         }
-        let v: Value = serde_json::from_slice(&m.payload).unwrap_or(Value::Null);
+        let parsed = read::parse::<native::Event>(&m.payload);
         match m.header(":message-type") {
             Some("event") => {}
             Some("exception") | Some("error") => {
@@ -503,9 +644,10 @@ impl BedrockStream {
                     "serviceUnavailableException" | "modelStreamErrorException" => 503,
                     _ => 502,
                 };
-                let msg = v
-                    .get("message")
-                    .and_then(Value::as_str)
+                let msg = parsed
+                    .as_ref()
+                    .ok()
+                    .and_then(|v| v.message.as_deref())
                     .or(m.header(":error-message"))
                     .unwrap_or("Provider error")
                     .to_string();
@@ -514,18 +656,26 @@ impl BedrockStream {
             }
             _ => return,
         }
-        match m.header(":event-type").unwrap_or("") {
+        let ty = m.header(":event-type").unwrap_or("");
+        let v = match parsed {
+            Ok(v) => v,
+            // Not JSON: read as an empty payload.
+            Err(Unreadable::Syntax) => native::Event::default(),
+            // A field of the wrong type in an event the translator reads
+            // would lose or garble the answer.
+            Err(e) if HANDLED.contains(&ty) => {
+                self.error_event(out, 502, &e.message("Malformed stream from the provider"));
+                return;
+            }
+            Err(_) => return,
+        };
+        match ty {
             "messageStart" => self.start(out),
             "contentBlockStart" => {
                 self.start(out);
-                let idx = v
-                    .get("contentBlockIndex")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0);
-                let start = v.get("start").and_then(|s| s.get("toolUse"));
-                if self.json_mode
-                    && start.and_then(|t| t.get("name")).and_then(Value::as_str) == Some(JSON_TOOL)
-                {
+                let idx = v.content_block_index.unwrap_or(0);
+                let start = v.start.as_ref().and_then(|s| s.tool_use.as_ref());
+                if self.json_mode && start.and_then(|t| t.name.as_deref()) == Some(JSON_TOOL) {
                     self.json_block = Some(idx);
                 } else if let Some(tu) = start {
                     let k = self.next_tool;
@@ -533,38 +683,29 @@ impl BedrockStream {
                     self.tool_index.push((idx, k));
                     let d = json!({"tool_calls": [{
                         "index": k,
-                        "id": tu.get("toolUseId").cloned().unwrap_or(Value::Null),
+                        "id": tu.tool_use_id,
                         "type": "function",
-                        "function": {"name": tu.get("name").cloned().unwrap_or(Value::Null), "arguments": ""},
+                        "function": {"name": tu.name, "arguments": ""},
                     }]});
                     self.chunk(out, &d, None);
                 }
             }
             "contentBlockDelta" => {
                 self.start(out);
-                let idx = v
-                    .get("contentBlockIndex")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0);
-                let d = v.get("delta").unwrap_or(&Value::Null);
-                if let Some(t) = d.get("text").and_then(Value::as_str) {
+                let idx = v.content_block_index.unwrap_or(0);
+                let Some(d) = &v.delta else {
+                    return;
+                };
+                let input = d.tool_use.as_ref().and_then(|t| t.input.as_deref());
+                if let Some(t) = d.text.as_deref() {
                     if !t.is_empty() {
                         self.chunk(out, &json!({"content": t}), None);
                     }
-                } else if let Some(input) = d
-                    .get("toolUse")
-                    .and_then(|t| t.get("input"))
-                    .and_then(Value::as_str)
-                    .filter(|_| self.json_block == Some(idx))
-                {
+                } else if let Some(input) = input.filter(|_| self.json_block == Some(idx)) {
                     if !input.is_empty() {
                         self.chunk(out, &json!({"content": input}), None);
                     }
-                } else if let Some(input) = d
-                    .get("toolUse")
-                    .and_then(|t| t.get("input"))
-                    .and_then(Value::as_str)
-                {
+                } else if let Some(input) = input {
                     let k = self
                         .tool_index
                         .iter()
@@ -578,7 +719,7 @@ impl BedrockStream {
                 }
             }
             "messageStop" => {
-                if let Some(r) = v.get("stopReason").and_then(Value::as_str) {
+                if let Some(r) = v.stop_reason.as_deref() {
                     self.finish = Some(
                         if r == "tool_use" && self.json_block.is_some() && self.next_tool == 0 {
                             "stop"
@@ -589,8 +730,8 @@ impl BedrockStream {
                 }
             }
             "metadata" => {
-                if let Some(u) = v.get("usage") {
-                    self.usage = Some(parse_usage(u));
+                if let Some(u) = &v.usage {
+                    self.usage = Some(u.usage());
                 }
                 self.end(out);
             }

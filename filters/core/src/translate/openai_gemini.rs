@@ -22,10 +22,12 @@
 //! `promptFeedback` → empty content with content_filter; `usageMetadata`
 //! → usage (thought tokens count as completion, cached content as cached).
 
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::chat_ir::{self, Accept, Part, Role, ToolChoice};
 use super::chunk::ChunkWriter;
+use super::read::{self, Unreadable};
 use super::{
     assistant_message, embedding_base64, embedding_dimensions, embedding_inputs, embedding_item,
     embedding_list, estimate_tokens, feed_sse, finish_sse, upstream_error, usage_json, Endpoint,
@@ -195,7 +197,7 @@ impl Translator for OpenAiGemini {
     fn request(&self, ctx: &RequestCtx<'_>, body: &Value) -> Result<UpstreamRequest, ApiError> {
         let base = &ctx.provider.base_path;
         match ctx.endpoint {
-            Endpoint::Chat => {
+            Endpoint::Chat | Endpoint::Responses => {
                 let include_usage = super::include_usage_flag(body)?;
                 let (v, stream) = chat_request(ctx, body)?;
                 let path = if stream {
@@ -268,10 +270,13 @@ impl Translator for OpenAiGemini {
     }
 
     fn response(&self, ctx: &ResponseCtx, body: &[u8]) -> Result<Translated, ApiError> {
-        let v: Value = serde_json::from_slice(body).map_err(|_| bad_upstream())?;
         let (out, usage) = match ctx.endpoint {
-            Endpoint::Embeddings => embeddings_response(ctx, &v)?,
-            Endpoint::Chat => chat_response(ctx, &v),
+            Endpoint::Embeddings => {
+                embeddings_response(ctx, &read::parse(body).map_err(unreadable)?)?
+            }
+            Endpoint::Chat | Endpoint::Responses => {
+                chat_response(ctx, &read::parse(body).map_err(unreadable)?)
+            }
         };
         let bytes = serde_json::to_vec(&out).map_err(|_| bad_upstream())?;
         Ok(Translated {
@@ -310,20 +315,24 @@ fn bad_upstream() -> ApiError {
     )
 }
 
-fn embeddings_response(ctx: &ResponseCtx, v: &Value) -> Result<(Value, Usage), ApiError> {
-    let Some(list) = v.get("embeddings").and_then(Value::as_array) else {
+fn unreadable(e: Unreadable) -> ApiError {
+    ApiError {
+        message: e.message(&bad_upstream().message),
+        ..bad_upstream()
+    }
+}
+
+fn embeddings_response(
+    ctx: &ResponseCtx,
+    v: &native::Embeddings,
+) -> Result<(Value, Usage), ApiError> {
+    let Some(list) = &v.embeddings else {
         return Err(bad_upstream());
     };
     let mut data = Vec::with_capacity(list.len());
     for (i, e) in list.iter().enumerate() {
-        let vals: Vec<f64> = e
-            .get("values")
-            .and_then(Value::as_array)
-            .ok_or_else(bad_upstream)?
-            .iter()
-            .map(|x| x.as_f64().unwrap_or(0.0))
-            .collect();
-        data.push(embedding_item(i, &vals, ctx.embed_base64));
+        let vals = e.values.as_ref().ok_or_else(bad_upstream)?;
+        data.push(embedding_item(i, vals, ctx.embed_base64));
     }
     let usage = Usage {
         prompt_tokens: ctx.prompt_estimate,
@@ -343,67 +352,75 @@ pub fn finish_reason(r: &str) -> &'static str {
     }
 }
 
-/// `usageMetadata` → [`Usage`].
+/// `usageMetadata` → [`Usage`] (one that cannot be read counts nothing).
 pub fn parse_usage(u: &Value) -> Usage {
-    let g = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
-    Usage {
-        prompt_tokens: g("promptTokenCount") + g("toolUsePromptTokenCount"),
-        completion_tokens: g("candidatesTokenCount") + g("thoughtsTokenCount"),
-        cached_tokens: g("cachedContentTokenCount"),
-    }
+    native::UsageMetadata::deserialize(u)
+        .map(|u| u.usage())
+        .unwrap_or_default()
 }
 
 /// Text and calls of the first candidate.
-fn candidate_parts(c: &Value, calls_from: usize, text: &mut String, calls: &mut Vec<Value>) {
-    let Some(parts) = c
-        .get("content")
-        .and_then(|c| c.get("parts"))
-        .and_then(Value::as_array)
-    else {
+fn candidate_parts(
+    c: &native::Candidate,
+    calls_from: usize,
+    text: &mut String,
+    calls: &mut Vec<Value>,
+) {
+    let Some(parts) = c.content.as_ref().and_then(|c| c.parts.as_ref()) else {
         return;
     };
     for p in parts {
-        if p.get("thought").and_then(Value::as_bool) == Some(true) {
+        if p.thought == Some(true) {
             continue;
         }
-        if let Some(t) = p.get("text").and_then(Value::as_str) {
+        if let Some(t) = &p.text {
             text.push_str(t);
-        } else if let Some(fc) = p.get("functionCall") {
+        } else if let Some(fc) = &p.function_call {
             let n = calls_from + calls.len();
             let id = fc
-                .get("id")
-                .and_then(Value::as_str)
+                .id
+                .as_deref()
                 .map(str::to_string)
                 .unwrap_or_else(|| chat_ir::tool_call_id("gemini", n));
-            let args = fc.get("args").cloned().unwrap_or_else(|| json!({}));
+            let args = fc
+                .args
+                .as_ref()
+                .map_or_else(|| "{}".into(), Value::to_string);
             calls.push(json!({
                 "id": id,
                 "type": "function",
-                "function": {"name": fc.get("name").cloned().unwrap_or(Value::Null), "arguments": args.to_string()},
+                "function": {"name": fc.name, "arguments": args},
             }));
         }
     }
 }
 
-fn chat_response(ctx: &ResponseCtx, v: &Value) -> (Value, Usage) {
-    let usage = v.get("usageMetadata").map(parse_usage).unwrap_or_default();
-    let mut choices = Vec::new();
-    let cands = v
-        .get("candidates")
-        .and_then(Value::as_array)
-        .cloned()
+/// `chatcmpl-<responseId>`, or `chatcmpl-gemini` without one.
+fn completion_id(v: &native::Response) -> String {
+    v.response_id
+        .as_deref()
+        .map(|s| format!("chatcmpl-{s}"))
+        .unwrap_or_else(|| "chatcmpl-gemini".into())
+}
+
+fn chat_response(ctx: &ResponseCtx, v: &native::Response) -> (Value, Usage) {
+    let usage = v
+        .usage_metadata
+        .as_ref()
+        .map(native::UsageMetadata::usage)
         .unwrap_or_default();
-    for (i, c) in cands.iter().enumerate() {
+    let mut choices = Vec::new();
+    for (i, c) in v.candidates.iter().flatten().enumerate() {
         let mut text = String::new();
         let mut calls = Vec::new();
         candidate_parts(c, 0, &mut text, &mut calls);
-        let finish = match c.get("finishReason").and_then(Value::as_str) {
+        let finish = match c.finish_reason.as_deref() {
             Some("STOP") | None if !calls.is_empty() => "tool_calls",
             Some(r) => finish_reason(r),
             None => "stop",
         };
         let message = assistant_message(text, calls);
-        let index = c.get("index").and_then(Value::as_u64).unwrap_or(i as u64);
+        let index = c.index.unwrap_or(i as u64);
         choices.push(
             json!({"index": index, "message": message, "logprobs": null, "finish_reason": finish}),
         );
@@ -415,17 +432,9 @@ fn chat_response(ctx: &ResponseCtx, v: &Value) -> (Value, Usage) {
             "logprobs": null, "finish_reason": "content_filter"}),
         );
     }
-    let id = v
-        .get("responseId")
-        .and_then(Value::as_str)
-        .map(|s| format!("chatcmpl-{s}"))
-        .unwrap_or_else(|| "chatcmpl-gemini".into());
-    let model = v
-        .get("modelVersion")
-        .and_then(Value::as_str)
-        .unwrap_or(&ctx.model);
+    let model = v.model_version.as_deref().unwrap_or(&ctx.model);
     let out = json!({
-        "id": id,
+        "id": completion_id(v),
         "object": "chat.completion",
         "created": ctx.created,
         "model": model,
@@ -433,6 +442,118 @@ fn chat_response(ctx: &ResponseCtx, v: &Value) -> (Value, Usage) {
         "usage": usage_json(&usage),
     });
     (out, usage)
+}
+
+/// Gemini's answers (`GenerateContentResponse`, one per stream event too)
+/// and embeddings as the translator reads them: each field's name and type,
+/// here only. Unknown fields are skipped; a known field of the wrong type
+/// makes the answer (or event) unreadable.
+mod native {
+    use serde::Deserialize;
+    use serde_json::Value;
+
+    use crate::translate::read::Str;
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub(super) struct Response<'a> {
+        #[serde(borrow)]
+        pub candidates: Option<Vec<Candidate<'a>>>,
+        pub usage_metadata: Option<UsageMetadata>,
+        #[serde(borrow)]
+        pub model_version: Option<Str<'a>>,
+        #[serde(borrow)]
+        pub response_id: Option<Str<'a>>,
+        #[serde(borrow)]
+        pub prompt_feedback: Option<PromptFeedback<'a>>,
+        /// In a stream: the error that ends it.
+        #[serde(borrow)]
+        pub error: Option<Error<'a>>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub(super) struct Candidate<'a> {
+        #[serde(borrow)]
+        pub content: Option<Content<'a>>,
+        #[serde(borrow)]
+        pub finish_reason: Option<Str<'a>>,
+        pub index: Option<u64>,
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Content<'a> {
+        #[serde(borrow)]
+        pub parts: Option<Vec<Part<'a>>>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub(super) struct Part<'a> {
+        #[serde(borrow)]
+        pub text: Option<Str<'a>>,
+        /// A thought summary, not part of the answer.
+        pub thought: Option<bool>,
+        #[serde(borrow)]
+        pub function_call: Option<FunctionCall<'a>>,
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct FunctionCall<'a> {
+        #[serde(borrow)]
+        pub id: Option<Str<'a>>,
+        #[serde(borrow)]
+        pub name: Option<Str<'a>>,
+        /// Re-serialized compactly as OpenAI `arguments`.
+        pub args: Option<Value>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub(super) struct UsageMetadata {
+        pub prompt_token_count: Option<u64>,
+        pub tool_use_prompt_token_count: Option<u64>,
+        pub candidates_token_count: Option<u64>,
+        pub thoughts_token_count: Option<u64>,
+        pub cached_content_token_count: Option<u64>,
+    }
+
+    impl UsageMetadata {
+        pub fn usage(&self) -> super::Usage {
+            let g = |n: Option<u64>| n.unwrap_or(0);
+            super::Usage {
+                prompt_tokens: g(self.prompt_token_count) + g(self.tool_use_prompt_token_count),
+                completion_tokens: g(self.candidates_token_count) + g(self.thoughts_token_count),
+                cached_tokens: g(self.cached_content_token_count),
+            }
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub(super) struct PromptFeedback<'a> {
+        #[serde(borrow)]
+        pub block_reason: Option<Str<'a>>,
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Error<'a> {
+        #[serde(borrow)]
+        pub status: Option<Str<'a>>,
+        #[serde(borrow)]
+        pub message: Option<Str<'a>>,
+    }
+
+    /// `batchEmbedContents`' answer.
+    #[derive(Deserialize)]
+    pub(super) struct Embeddings {
+        pub embeddings: Option<Vec<Embedding>>,
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Embedding {
+        pub values: Option<Vec<f64>>,
+    }
 }
 
 /// Gemini SSE (one `GenerateContentResponse` per event) → OpenAI chunks.
@@ -477,41 +598,36 @@ impl SseEvents for GeminiStream {
         if self.w.is_done() || ev.data.is_empty() {
             return;
         }
-        let Ok(v) = serde_json::from_str::<Value>(&ev.data) else {
-            self.error_event(out, 502, "Malformed stream from the provider");
-            return;
+        let v: native::Response = match read::parse_str(&ev.data) {
+            Ok(v) => v,
+            Err(e) => {
+                self.error_event(out, 502, &e.message("Malformed stream from the provider"));
+                return;
+            }
         };
-        if let Some(e) = v.get("error") {
-            let status = match e.get("status").and_then(Value::as_str) {
+        if let Some(e) = &v.error {
+            let status = match e.status.as_deref() {
                 Some("UNAVAILABLE") => 503,
                 Some("RESOURCE_EXHAUSTED") => 429,
                 _ => 502,
             };
-            let msg = e
-                .get("message")
-                .and_then(Value::as_str)
-                .unwrap_or("Provider error")
-                .to_string();
+            let msg = e.message.as_deref().unwrap_or("Provider error").to_string();
             self.error_event(out, status, &msg);
             return;
         }
         if !self.started {
             self.started = true;
-            let id = v
-                .get("responseId")
-                .and_then(Value::as_str)
-                .map(|s| format!("chatcmpl-{s}"))
-                .unwrap_or_else(|| "chatcmpl-gemini".into());
-            if let Some(m) = v.get("modelVersion").and_then(Value::as_str) {
+            let id = completion_id(&v);
+            if let Some(m) = v.model_version.as_deref() {
                 self.model = m.to_string();
             }
             self.w.open(&id, &self.model);
             self.chunk(out, &json!({"role": "assistant", "content": ""}), None);
         }
-        if let Some(u) = v.get("usageMetadata") {
-            self.usage = Some(parse_usage(u));
+        if let Some(u) = &v.usage_metadata {
+            self.usage = Some(u.usage());
         }
-        let cand = v.get("candidates").and_then(|c| c.get(0));
+        let cand = v.candidates.as_ref().and_then(|c| c.first());
         if let Some(c) = cand {
             let mut text = String::new();
             let mut calls = Vec::new();
@@ -526,13 +642,13 @@ impl SseEvents for GeminiStream {
                 self.next_tool += 1;
                 self.chunk(out, &json!({"tool_calls": [call]}), None);
             }
-            if let Some(r) = c.get("finishReason").and_then(Value::as_str) {
+            if let Some(r) = c.finish_reason.as_deref() {
                 self.finish = Some(finish_reason(r));
             }
         } else if v
-            .get("promptFeedback")
-            .and_then(|p| p.get("blockReason"))
-            .is_some()
+            .prompt_feedback
+            .as_ref()
+            .is_some_and(|p| p.block_reason.is_some())
         {
             self.finish = Some("content_filter");
         }

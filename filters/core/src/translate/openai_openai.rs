@@ -4,16 +4,21 @@
 //! and, when the client did not ask for it, drops the usage-only chunk so
 //! the client sees exactly what it asked for.
 
+use std::ops::Range;
+
+use serde::Deserialize;
 use serde_json::Value;
 
+use super::read;
 use super::{
-    check_messages, feed_sse, finish_sse, include_usage_flag, push_stream_error, stream_flag,
-    upstream_error, Endpoint, RequestCtx, ResponseCtx, SseEvents, StreamTranslator, Translated,
-    Translator, UpstreamRequest, Usage,
+    feed_sse, finish_sse, include_usage_flag, push_stream_error, stream_flag, upstream_error,
+    Endpoint, RequestCtx, ResponseCtx, SseEvents, StreamTranslator, Translated, Translator,
+    UpstreamRequest, Usage,
 };
 use crate::codec::sse::{Event, SseParser};
 use crate::config::{Key, Kind, Provider};
 use crate::error::ApiError;
+use crate::scan::{edit_prefix, TopLevel};
 
 pub struct OpenAiOpenAi;
 
@@ -24,16 +29,21 @@ impl Translator for OpenAiOpenAi {
 
     fn request(&self, ctx: &RequestCtx<'_>, body: &Value) -> Result<UpstreamRequest, ApiError> {
         let (bytes, suffix, stream, include_usage) = prepare(ctx, body)?;
-        Ok(UpstreamRequest {
-            path: format!("{}{}", ctx.provider.base_path, suffix),
-            body: bytes,
-            stream,
-            include_usage,
-            json_mode: false,
-            prompt_estimate: 0,
-            embed_base64: false,
-            fan_out: Vec::new(),
-        })
+        let path = format!("{}{}", ctx.provider.base_path, suffix);
+        Ok(upstream(path, bytes, stream, include_usage))
+    }
+
+    fn request_in_place(
+        &self,
+        ctx: &RequestCtx<'_>,
+        top: &TopLevel<'_>,
+    ) -> Option<Result<(UpstreamRequest, usize), ApiError>> {
+        Some(
+            prepare_in_place(ctx, top).map(|(prefix, replaced, suffix, stream, usage)| {
+                let path = format!("{}{}", ctx.provider.base_path, suffix);
+                (upstream(path, prefix, stream, usage), replaced)
+            }),
+        )
     }
 
     fn auth_headers(
@@ -63,98 +73,223 @@ impl Translator for OpenAiOpenAi {
     }
 }
 
+/// The upstream request of a passthrough (shared with Azure).
+pub(crate) fn upstream(
+    path: String,
+    body: Vec<u8>,
+    stream: bool,
+    include_usage: bool,
+) -> UpstreamRequest {
+    UpstreamRequest {
+        path,
+        body,
+        stream,
+        include_usage,
+        json_mode: false,
+        prompt_estimate: 0,
+        embed_base64: false,
+        fan_out: Vec::new(),
+    }
+}
+
 /// An OpenAI-shaped answer goes to the client as it is; only its usage is
 /// read (shared with Azure).
 pub(crate) fn passthrough_response(body: &[u8]) -> Translated {
-    let usage = serde_json::from_slice::<Value>(body)
+    let usage = read::parse::<native::Answer>(body)
         .ok()
-        .and_then(|v| v.get("usage").and_then(parse_usage));
+        .and_then(|v| v.usage?.usage());
     Translated { body: None, usage }
 }
 
 /// Check and adjust an OpenAI-shaped body for an OpenAI-compatible upstream
 /// (shared with Azure): → (body bytes, path suffix, stream, include_usage).
+/// A parsed body is written out and edited as a client's body is
+/// ([`prepare_in_place`]), so both take the same checks.
 pub(crate) fn prepare(
     ctx: &RequestCtx<'_>,
     body: &Value,
 ) -> Result<(Vec<u8>, &'static str, bool, bool), ApiError> {
-    {
-        let mut body = body.clone();
-        let (suffix, stream, include_usage) = match ctx.endpoint {
-            Endpoint::Chat => {
-                check_messages(&body)?;
-                let stream = stream_flag(&body)?;
-                let include_usage = include_usage_flag(&body)?;
-                if stream && !include_usage && ctx.provider.stream_usage() {
-                    if let Some(o) = body.as_object_mut() {
-                        let mut so = serde_json::Map::new();
-                        if let Some(Value::Object(existing)) = o.get("stream_options") {
-                            so = existing.clone();
-                        }
-                        so.insert("include_usage".into(), Value::Bool(true));
-                        o.insert("stream_options".into(), Value::Object(so));
-                    }
-                }
-                ("/chat/completions", stream, include_usage)
-            }
-            Endpoint::Embeddings => {
-                match body.get("input") {
-                    None | Some(Value::Null) => {
-                        return Err(ApiError::bad_param(
-                            "input",
-                            "Missing required parameter: 'input'",
-                        ))
-                    }
-                    Some(Value::String(s)) if s.is_empty() => {
-                        return Err(ApiError::bad_param("input", "'input' must not be empty"))
-                    }
-                    Some(Value::Array(a)) if a.is_empty() => {
-                        return Err(ApiError::bad_param("input", "'input' must not be empty"))
-                    }
-                    Some(Value::String(_)) | Some(Value::Array(_)) => {}
-                    Some(_) => {
-                        return Err(ApiError::bad_param(
-                            "input",
-                            "Invalid type for 'input': expected a string or an array",
-                        ))
-                    }
-                }
-                if stream_flag(&body)? {
-                    return Err(ApiError::bad_param(
-                        "stream",
-                        "Embeddings cannot be streamed",
-                    ));
-                }
-                ("/embeddings", false, false)
-            }
-        };
-        if let Some(o) = body.as_object_mut() {
-            o.insert("model".into(), Value::String(ctx.model.to_string()));
-        }
-        let bytes =
-            serde_json::to_vec(&body).map_err(|e| ApiError::invalid_json(&e.to_string()))?;
-        Ok((bytes, suffix, stream, include_usage))
-    }
+    let bytes = serde_json::to_vec(body).map_err(|e| ApiError::invalid_json(&e.to_string()))?;
+    let top = TopLevel::parse(&bytes)?;
+    let (mut prefix, replaced, suffix, stream, include_usage) = prepare_in_place(ctx, &top)?;
+    prefix.extend_from_slice(bytes.get(replaced..).unwrap_or_default());
+    Ok((prefix, suffix, stream, include_usage))
 }
 
-/// OpenAI `usage` object → [`Usage`].
+/// [`prepare`] on the client's body as it is: the checks read only the
+/// small top-level values, and the edits (the upstream model, the stream's
+/// `include_usage`) give a new prefix replacing the first bytes of the body
+/// (see [`edit_prefix`]): → (prefix, bytes it replaces, path suffix,
+/// stream, include_usage). Nothing to edit: an empty prefix replacing 0.
+pub(crate) fn prepare_in_place(
+    ctx: &RequestCtx<'_>,
+    top: &TopLevel<'_>,
+) -> Result<(Vec<u8>, usize, &'static str, bool, bool), ApiError> {
+    let mut edits: Vec<(Range<usize>, String)> = Vec::with_capacity(2);
+    let (suffix, stream, include_usage) = match ctx.endpoint {
+        Endpoint::Chat | Endpoint::Responses => {
+            top.check_messages()?;
+            let small = top.small(&["stream", "stream_options"])?;
+            let stream = stream_flag(&small)?;
+            let include_usage = include_usage_flag(&small)?;
+            if stream && !include_usage && ctx.provider.stream_usage() {
+                let mut so = match small.get("stream_options") {
+                    Some(Value::Object(existing)) => existing.clone(),
+                    _ => serde_json::Map::new(),
+                };
+                so.insert("include_usage".into(), Value::Bool(true));
+                let so = Value::Object(so).to_string();
+                match top.span("stream_options") {
+                    Some(span) => edits.push((span, so)),
+                    None => {
+                        // Right after the object's `{` (a model follows).
+                        let at = top.body().find('{').map_or(0, |i| i + 1);
+                        edits.push((at..at, format!("\"stream_options\":{so},")));
+                    }
+                }
+            }
+            ("/chat/completions", stream, include_usage)
+        }
+        Endpoint::Embeddings => {
+            let small = top.small(&["input", "stream"])?;
+            match small.get("input") {
+                None | Some(Value::Null) => {
+                    return Err(ApiError::bad_param(
+                        "input",
+                        "Missing required parameter: 'input'",
+                    ))
+                }
+                Some(Value::String(s)) if s.is_empty() => {
+                    return Err(ApiError::bad_param("input", "'input' must not be empty"))
+                }
+                Some(Value::Array(a)) if a.is_empty() => {
+                    return Err(ApiError::bad_param("input", "'input' must not be empty"))
+                }
+                Some(Value::String(_)) | Some(Value::Array(_)) => {}
+                Some(_) => {
+                    return Err(ApiError::bad_param(
+                        "input",
+                        "Invalid type for 'input': expected a string or an array",
+                    ))
+                }
+            }
+            if stream_flag(&small)? {
+                return Err(ApiError::bad_param(
+                    "stream",
+                    "Embeddings cannot be streamed",
+                ));
+            }
+            ("/embeddings", false, false)
+        }
+    };
+    if let (Some(raw), Some(span)) = (top.get("model"), top.span("model")) {
+        let model = Value::from(ctx.model).to_string();
+        if raw != model {
+            edits.push((span, model));
+        }
+    }
+    edits.sort_by_key(|(r, _)| r.start);
+    let (prefix, replaced) = edit_prefix(top.body(), &edits);
+    Ok((prefix, replaced, suffix, stream, include_usage))
+}
+
+/// OpenAI `usage` object → [`Usage`] (`None` without `prompt_tokens`, or
+/// when the object cannot be read).
 pub fn parse_usage(u: &Value) -> Option<Usage> {
-    let o = u.as_object()?;
-    let prompt = o.get("prompt_tokens")?.as_u64()?;
-    let completion = o
-        .get("completion_tokens")
-        .and_then(Value::as_u64)
-        .unwrap_or(0);
-    let cached = o
-        .get("prompt_tokens_details")
-        .and_then(|d| d.get("cached_tokens"))
-        .and_then(Value::as_u64)
-        .unwrap_or(0);
-    Some(Usage {
-        prompt_tokens: prompt,
-        completion_tokens: completion,
-        cached_tokens: cached,
-    })
+    native::Usage::deserialize(u).ok()?.usage()
+}
+
+/// What the filter reads of an OpenAI-shaped answer or stream chunk, which
+/// otherwise passes through untouched: the usage, and whether a chunk's
+/// `choices` is empty (the usage-only chunk). Every other field is skipped
+/// unparsed. Each field's name and type, here only.
+mod native {
+    use std::fmt;
+
+    use serde::de::{Deserializer, IgnoredAny, SeqAccess, Visitor};
+    use serde::Deserialize;
+
+    /// An answer or chunk.
+    #[derive(Deserialize)]
+    pub(super) struct Answer {
+        pub usage: Option<Usage>,
+        #[serde(default)]
+        pub choices: EmptyArray,
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Usage {
+        pub prompt_tokens: Option<u64>,
+        pub completion_tokens: Option<u64>,
+        pub prompt_tokens_details: Option<Details>,
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Details {
+        pub cached_tokens: Option<u64>,
+    }
+
+    impl Usage {
+        pub fn usage(&self) -> Option<super::Usage> {
+            Some(super::Usage {
+                prompt_tokens: self.prompt_tokens?,
+                completion_tokens: self.completion_tokens.unwrap_or(0),
+                cached_tokens: self
+                    .prompt_tokens_details
+                    .as_ref()
+                    .and_then(|d| d.cached_tokens)
+                    .unwrap_or(0),
+            })
+        }
+    }
+
+    /// Is the value an empty array? Any JSON is accepted, its items skipped.
+    #[derive(Default)]
+    pub(super) struct EmptyArray(pub bool);
+
+    impl<'de> Deserialize<'de> for EmptyArray {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = bool;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("any JSON value")
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
+                    let mut empty = true;
+                    while seq.next_element::<IgnoredAny>()?.is_some() {
+                        empty = false;
+                    }
+                    Ok(empty)
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<bool, A::Error> {
+                    IgnoredAny.visit_map(map).map(|_| false)
+                }
+                fn visit_bool<E>(self, _: bool) -> Result<bool, E> {
+                    Ok(false)
+                }
+                fn visit_i64<E>(self, _: i64) -> Result<bool, E> {
+                    Ok(false)
+                }
+                fn visit_u64<E>(self, _: u64) -> Result<bool, E> {
+                    Ok(false)
+                }
+                fn visit_f64<E>(self, _: f64) -> Result<bool, E> {
+                    Ok(false)
+                }
+                fn visit_str<E>(self, _: &str) -> Result<bool, E> {
+                    Ok(false)
+                }
+                fn visit_unit<E>(self) -> Result<bool, E> {
+                    Ok(false)
+                }
+                fn visit_none<E>(self) -> Result<bool, E> {
+                    Ok(false)
+                }
+            }
+            d.deserialize_any(V).map(EmptyArray)
+        }
+    }
 }
 
 /// The message of an OpenAI-style (or similar) error body.
@@ -230,14 +365,10 @@ impl SseEvents for OpenAiStream {
         };
         // Only chunks that carry usage need parsing.
         if data != "[DONE]" && data.contains("\"usage\"") {
-            if let Ok(v) = serde_json::from_str::<Value>(data) {
-                if let Some(u) = v.get("usage").and_then(parse_usage) {
+            if let Ok(v) = read::parse_str::<native::Answer>(data) {
+                if let Some(u) = v.usage.as_ref().and_then(native::Usage::usage) {
                     self.usage = Some(u);
-                    if self.strip_usage
-                        && v.get("choices")
-                            .and_then(Value::as_array)
-                            .is_some_and(|c| c.is_empty())
-                    {
+                    if self.strip_usage && v.choices.0 {
                         return;
                     }
                 }

@@ -1,0 +1,667 @@
+//! A request body's top-level JSON object read in one pass without building
+//! the document: where each top-level value lies in the body, and whether
+//! `messages` has the shape every chat request needs. The OpenAI passthrough
+//! routes on `model` and `stream` and edits the body in place
+//! ([`edit_prefix`]); only the small values it reads are parsed.
+//!
+//! The pass validates the whole body as JSON (serde_json's own grammar,
+//! skipping values instead of building them; UTF-8 is checked first), so a
+//! malformed body gets the same OpenAI 400 `invalid_json` as a parsed one and
+//! never reaches the provider. A top-level key given twice is refused too:
+//! providers' parsers disagree on which one wins, and an edit in place would
+//! change only one of them.
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+use serde_json::{Map, Value};
+
+use crate::error::{echo, ApiError, INVALID_REQUEST};
+
+/// Nesting deeper than this is refused (serde_json's own limit when it
+/// builds a document).
+const MAX_DEPTH: usize = 128;
+
+/// The shape of `messages`, checked while it is skipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Messages {
+    Absent,
+    Null,
+    NotArray,
+    Empty,
+    /// Index of the first message without a string `role`.
+    BadRole(usize),
+    Ok,
+}
+
+/// A body's top-level object: each key with where its value lies.
+#[derive(Debug)]
+pub struct TopLevel<'a> {
+    body: &'a str,
+    fields: Vec<(Cow<'a, str>, Range<usize>)>,
+    messages: Messages,
+}
+
+impl<'a> TopLevel<'a> {
+    /// Reads a client body: valid UTF-8, valid JSON, an object, no key given
+    /// twice. Errors are the client's 400 `invalid_json`.
+    pub fn parse(body: &'a [u8]) -> Result<TopLevel<'a>, ApiError> {
+        let Ok(text) = std::str::from_utf8(body) else {
+            return Err(ApiError::new(
+                400,
+                INVALID_REQUEST,
+                "invalid_json",
+                "Request body is not valid UTF-8",
+            ));
+        };
+        let mut sc = Scanner {
+            b: body,
+            at: 0,
+            twice: None,
+        };
+        sc.ws();
+        if sc.peek() != Some(b'{') {
+            // Valid JSON but no object, or no JSON at all: say which.
+            sc.value(0).map_err(|e| sc.error(e))?;
+            sc.ws();
+            if sc.at == body.len() {
+                return Err(not_an_object());
+            }
+            return Err(sc.error("trailing characters"));
+        }
+        let (fields, messages) = sc.top().map_err(|e| sc.error(e))?;
+        sc.ws();
+        if sc.at != body.len() {
+            return Err(sc.error("trailing characters"));
+        }
+        Ok(TopLevel {
+            body: text,
+            fields,
+            messages,
+        })
+    }
+
+    /// The raw text of a top-level value (`messages` is not kept: only its
+    /// shape, [`TopLevel::messages`]).
+    pub fn get(&self, key: &str) -> Option<&'a str> {
+        self.span(key).and_then(|r| self.body.get(r))
+    }
+
+    /// Where a top-level value lies in the body (bytes).
+    pub fn span(&self, key: &str) -> Option<Range<usize>> {
+        self.fields
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, r)| r.clone())
+    }
+
+    /// The body itself.
+    pub fn body(&self) -> &'a str {
+        self.body
+    }
+
+    pub fn messages(&self) -> Messages {
+        self.messages
+    }
+
+    /// The named top-level values parsed into an object (absent ones are
+    /// left out): the small values a translator reads.
+    pub fn small(&self, keys: &[&str]) -> Result<Value, ApiError> {
+        let mut map = Map::new();
+        for key in keys {
+            if let Some(raw) = self.get(key) {
+                let v = serde_json::from_str(raw)
+                    .map_err(|e| ApiError::invalid_json(&e.to_string()))?;
+                map.insert((*key).to_string(), v);
+            }
+        }
+        Ok(Value::Object(map))
+    }
+
+    /// The whole body as a document (for translators that need it).
+    pub fn value(&self) -> Result<Value, ApiError> {
+        serde_json::from_str(self.body).map_err(|e| ApiError::invalid_json(&e.to_string()))
+    }
+
+    /// `model`: a non-empty string (the errors of a parsed body).
+    pub fn model(&self) -> Result<String, ApiError> {
+        match self.get("model").map(serde_json::from_str::<Value>) {
+            Some(Ok(Value::String(s))) if !s.is_empty() => Ok(s),
+            None | Some(Ok(Value::Null)) => Err(ApiError::bad_param(
+                "model",
+                "Missing required parameter: 'model'",
+            )),
+            _ => Err(ApiError::bad_param(
+                "model",
+                "Invalid type for 'model': expected a non-empty string",
+            )),
+        }
+    }
+
+    /// `messages` as [`crate::translate::check_messages`] checks it.
+    pub fn check_messages(&self) -> Result<(), ApiError> {
+        match self.messages {
+            Messages::Ok => Ok(()),
+            Messages::Absent | Messages::Null => Err(ApiError::bad_param(
+                "messages",
+                "Missing required parameter: 'messages'",
+            )),
+            Messages::NotArray => Err(ApiError::bad_param(
+                "messages",
+                "Invalid type for 'messages': expected an array",
+            )),
+            Messages::Empty => Err(ApiError::bad_param(
+                "messages",
+                "'messages' must contain at least one message",
+            )),
+            Messages::BadRole(i) => Err(ApiError::bad_param(
+                &format!("messages[{i}].role"),
+                format!("Invalid value for 'messages[{i}].role': expected a string"),
+            )),
+        }
+    }
+}
+
+fn not_an_object() -> ApiError {
+    ApiError::new(
+        400,
+        INVALID_REQUEST,
+        "invalid_json",
+        "Request body must be a JSON object",
+    )
+}
+
+/// The model of a body whose first key is `model` with a plain string
+/// (no escapes): read without scanning the rest. A hint only: the body is
+/// still validated by whichever parse follows.
+pub fn leading_model(body: &[u8]) -> Option<&str> {
+    let head = body.get(..body.len().min(512))?;
+    // The first 512 bytes may end inside a character.
+    let text = match std::str::from_utf8(head) {
+        Ok(t) => t,
+        Err(e) => std::str::from_utf8(head.get(..e.valid_up_to())?).ok()?,
+    };
+    let ws = [' ', '\t', '\n', '\r'];
+    let rest = text.trim_start_matches(ws).strip_prefix('{')?;
+    let rest = rest.trim_start_matches(ws).strip_prefix("\"model\"")?;
+    let rest = rest.trim_start_matches(ws).strip_prefix(':')?;
+    let rest = rest.trim_start_matches(ws).strip_prefix('"')?;
+    let end = rest.find(['"', '\\'])?;
+    let model = rest.get(..end)?;
+    (rest.as_bytes().get(end) == Some(&b'"') && !model.bytes().any(|b| b < 0x20)).then_some(model)
+}
+
+/// Applies edits (byte range of `body` → replacement; sorted, disjoint) and
+/// returns the new prefix with the length of the old prefix it replaces:
+/// the rest of the body is left where it is, so the host replaces only the
+/// prefix (Envoy edits a body only from its start or at its end).
+pub fn edit_prefix(body: &str, edits: &[(Range<usize>, String)]) -> (Vec<u8>, usize) {
+    let end = edits.iter().map(|(r, _)| r.end).max().unwrap_or(0);
+    let added: usize = edits.iter().map(|(_, s)| s.len()).sum();
+    let mut out = Vec::with_capacity(end + added);
+    let mut at = 0;
+    for (range, with) in edits {
+        if let Some(kept) = body.as_bytes().get(at..range.start) {
+            out.extend_from_slice(kept);
+        }
+        out.extend_from_slice(with.as_bytes());
+        at = range.end.max(at);
+    }
+    (out, end)
+}
+
+/// What a value turned out to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Object,
+    Array,
+    Str,
+    Scalar,
+    Null,
+}
+
+type Fields<'a> = Vec<(Cow<'a, str>, Range<usize>)>;
+
+/// A JSON validator over bytes (RFC 8259 grammar; UTF-8 is checked before).
+/// Strings are skipped eight bytes at a time.
+struct Scanner<'a> {
+    b: &'a [u8],
+    at: usize,
+    /// A top-level key given twice (for the error).
+    twice: Option<String>,
+}
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGHS: u64 = 0x8080_8080_8080_8080;
+
+/// Bytes of `w` below `n` (n ≤ 128) flagged in their high bit; the lowest
+/// flag is exact.
+fn below(w: u64, n: u8) -> u64 {
+    w.wrapping_sub(ONES * u64::from(n)) & !w & HIGHS
+}
+
+impl<'a> Scanner<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.b.get(self.at).copied()
+    }
+
+    fn error(&self, what: &str) -> ApiError {
+        match &self.twice {
+            Some(key) => ApiError::invalid_json(&format!("the key '{key}' is given twice")),
+            None => ApiError::invalid_json(&format!("{what} at byte {}", self.at)),
+        }
+    }
+
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.at += 1;
+        }
+    }
+
+    fn eat(&mut self, c: u8, what: &'static str) -> Result<(), &'static str> {
+        self.ws();
+        if self.peek() == Some(c) {
+            self.at += 1;
+            Ok(())
+        } else {
+            Err(what)
+        }
+    }
+
+    /// The top-level object: its fields, and the shape of `messages`.
+    fn top(&mut self) -> Result<(Fields<'a>, Messages), &'static str> {
+        let mut fields: Fields<'a> = Vec::with_capacity(16);
+        let mut messages = Messages::Absent;
+        self.ws();
+        self.object(|sc, key| {
+            if fields.iter().any(|(k, _)| *k == key)
+                || (key == "messages" && messages != Messages::Absent)
+            {
+                sc.twice = Some(echo(&key).into_owned());
+                return Err("a top-level key is given twice");
+            }
+            if key == "messages" {
+                messages = sc.messages()?;
+            } else {
+                let start = sc.at;
+                sc.value(1)?;
+                fields.push((key, start..sc.at));
+            }
+            Ok(())
+        })?;
+        Ok((fields, messages))
+    }
+
+    /// `messages`, noting its shape.
+    fn messages(&mut self) -> Result<Messages, &'static str> {
+        if self.peek() != Some(b'[') {
+            return Ok(match self.value(1)? {
+                Kind::Null => Messages::Null,
+                _ => Messages::NotArray,
+            });
+        }
+        let mut bad = None;
+        let n = self.array(|sc, i| {
+            // Does the message's (last) `role` hold a string?
+            let mut role = false;
+            if sc.peek() == Some(b'{') {
+                sc.object(|sc, key| {
+                    let kind = sc.value(3)?;
+                    if key == "role" {
+                        role = kind == Kind::Str;
+                    }
+                    Ok(())
+                })?;
+            } else {
+                sc.value(2)?;
+            }
+            if !role && bad.is_none() {
+                bad = Some(i);
+            }
+            Ok(())
+        })?;
+        Ok(match (n, bad) {
+            (0, _) => Messages::Empty,
+            (_, Some(i)) => Messages::BadRole(i),
+            (_, None) => Messages::Ok,
+        })
+    }
+
+    /// An object from its `{`: `field` reads each value (the scanner is
+    /// on it) after its key.
+    fn object(
+        &mut self,
+        mut field: impl FnMut(&mut Self, Cow<'a, str>) -> Result<(), &'static str>,
+    ) -> Result<(), &'static str> {
+        self.eat(b'{', "expected '{'")?;
+        self.ws();
+        if self.peek() == Some(b'}') {
+            self.at += 1;
+            return Ok(());
+        }
+        loop {
+            self.ws();
+            let key = self.key()?;
+            self.eat(b':', "expected ':'")?;
+            self.ws();
+            field(self, key)?;
+            self.ws();
+            match self.peek() {
+                Some(b',') => self.at += 1,
+                Some(b'}') => {
+                    self.at += 1;
+                    return Ok(());
+                }
+                _ => return Err("expected ',' or '}'"),
+            }
+        }
+    }
+
+    /// An array from its `[`: `element` reads each element (by index, the
+    /// scanner on it). Returns how many there were.
+    fn array(
+        &mut self,
+        mut element: impl FnMut(&mut Self, usize) -> Result<(), &'static str>,
+    ) -> Result<usize, &'static str> {
+        self.eat(b'[', "expected '['")?;
+        self.ws();
+        if self.peek() == Some(b']') {
+            self.at += 1;
+            return Ok(0);
+        }
+        let mut n = 0;
+        loop {
+            self.ws();
+            element(self, n)?;
+            n += 1;
+            self.ws();
+            match self.peek() {
+                Some(b',') => self.at += 1,
+                Some(b']') => {
+                    self.at += 1;
+                    return Ok(n);
+                }
+                _ => return Err("expected ',' or ']'"),
+            }
+        }
+    }
+
+    /// An object key, decoded only when it has escapes.
+    fn key(&mut self) -> Result<Cow<'a, str>, &'static str> {
+        if self.peek() != Some(b'"') {
+            return Err("expected a string key");
+        }
+        let start = self.at;
+        let escaped = self.string()?;
+        let raw = self.b.get(start..self.at).ok_or("truncated key")?;
+        if escaped {
+            let s: String = serde_json::from_slice(raw).map_err(|_| "invalid key")?;
+            Ok(Cow::Owned(s))
+        } else {
+            let inner = raw.get(1..raw.len() - 1).ok_or("truncated key")?;
+            std::str::from_utf8(inner)
+                .map(Cow::Borrowed)
+                .map_err(|_| "invalid key")
+        }
+    }
+
+    fn value(&mut self, depth: usize) -> Result<Kind, &'static str> {
+        if depth > MAX_DEPTH {
+            return Err("nested too deeply");
+        }
+        self.ws();
+        match self.peek() {
+            Some(b'"') => self.string().map(|_| Kind::Str),
+            Some(b'{') => self
+                .object(|sc, _| sc.value(depth + 1).map(drop))
+                .map(|()| Kind::Object),
+            Some(b'[') => self
+                .array(|sc, _| sc.value(depth + 1).map(drop))
+                .map(|_| Kind::Array),
+            Some(b't') => self.literal(b"true", Kind::Scalar),
+            Some(b'f') => self.literal(b"false", Kind::Scalar),
+            Some(b'n') => self.literal(b"null", Kind::Null),
+            Some(b'-' | b'0'..=b'9') => self.number().map(|()| Kind::Scalar),
+            Some(_) => Err("expected a value"),
+            None => Err("unexpected end of the body"),
+        }
+    }
+
+    fn literal(&mut self, word: &[u8], kind: Kind) -> Result<Kind, &'static str> {
+        if self.b.get(self.at..self.at + word.len()) == Some(word) {
+            self.at += word.len();
+            Ok(kind)
+        } else {
+            Err("expected a value")
+        }
+    }
+
+    fn digits(&mut self) -> usize {
+        let start = self.at;
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.at += 1;
+        }
+        self.at - start
+    }
+
+    fn number(&mut self) -> Result<(), &'static str> {
+        if self.peek() == Some(b'-') {
+            self.at += 1;
+        }
+        match self.peek() {
+            Some(b'0') => self.at += 1,
+            Some(b'1'..=b'9') => {
+                self.digits();
+            }
+            _ => return Err("invalid number"),
+        }
+        if self.peek() == Some(b'.') {
+            self.at += 1;
+            if self.digits() == 0 {
+                return Err("invalid number");
+            }
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.at += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.at += 1;
+            }
+            if self.digits() == 0 {
+                return Err("invalid number");
+            }
+        }
+        Ok(())
+    }
+
+    /// A string from its opening quote; true when it holds escapes.
+    fn string(&mut self) -> Result<bool, &'static str> {
+        self.at += 1;
+        let mut escaped = false;
+        loop {
+            // Eight bytes at a time up to a quote, a backslash or a control
+            // character.
+            while let Some(chunk) = self.b.get(self.at..self.at + 8) {
+                let mut word = [0u8; 8];
+                word.copy_from_slice(chunk);
+                let w = u64::from_le_bytes(word);
+                let hits = below(w ^ (ONES * u64::from(b'"')), 1)
+                    | below(w ^ (ONES * u64::from(b'\\')), 1)
+                    | below(w, 0x20);
+                if hits != 0 {
+                    self.at += (hits.trailing_zeros() / 8) as usize;
+                    break;
+                }
+                self.at += 8;
+            }
+            match self.peek() {
+                Some(b'"') => {
+                    self.at += 1;
+                    return Ok(escaped);
+                }
+                Some(b'\\') => {
+                    escaped = true;
+                    self.at += 1;
+                    match self.peek() {
+                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => {
+                            self.at += 1
+                        }
+                        Some(b'u') => {
+                            let hex = self
+                                .b
+                                .get(self.at + 1..self.at + 5)
+                                .ok_or("invalid escape")?;
+                            if !hex.iter().all(u8::is_ascii_hexdigit) {
+                                return Err("invalid escape");
+                            }
+                            self.at += 5;
+                        }
+                        _ => return Err("invalid escape"),
+                    }
+                }
+                Some(c) if c < 0x20 => return Err("control character in a string"),
+                Some(_) => self.at += 1,
+                None => return Err("unterminated string"),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code(body: &[u8]) -> String {
+        let e = TopLevel::parse(body).unwrap_err();
+        assert_eq!(e.status, 400);
+        e.code.unwrap_or_default()
+    }
+
+    #[test]
+    fn finds_top_level_values_and_their_spans() {
+        let body =
+            br#" {"messages":[{"role":"user","content":"a \"model\": b"}], "model" : "x\u00e9",
+            "stream":true,"stream_options":{"include_usage":false},"n":1} "#;
+        let top = TopLevel::parse(body).unwrap();
+        assert_eq!(top.model().unwrap(), "x\u{e9}");
+        assert_eq!(top.get("model"), Some(r#""x\u00e9""#));
+        assert_eq!(&top.body()[top.span("model").unwrap()], r#""x\u00e9""#);
+        assert_eq!(top.messages(), Messages::Ok);
+        assert_eq!(
+            top.small(&["stream", "stream_options", "absent"]).unwrap(),
+            serde_json::json!({"stream": true, "stream_options": {"include_usage": false}})
+        );
+        assert!(top.get("role").is_none(), "nested keys are not top-level");
+    }
+
+    #[test]
+    fn malformed_bodies_are_invalid_json() {
+        for body in [
+            &b""[..],
+            b"{",
+            b"{\"model\":\"a\"",
+            b"{\"model\":\"a\"} x",
+            b"{\"model\":\"a\",}",
+            b"{\"model\":\"a\nb\"}",
+            b"{\"model\":\"a\\q\"}",
+            b"{\"model\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"]}",
+            b"{\"model\":\"a\",\"n\":01}",
+            b"{\"model\":\"a\",\"n\":tru}",
+            b"{\"model\":\"a\",\"model\":\"b\"}",
+            b"{\"messages\":[],\"messages\":[]}",
+            b"{\"model\":\"\xff\"}",
+            b"[]",
+            b"\"model\"",
+            b"nope",
+        ] {
+            assert_eq!(
+                code(body),
+                "invalid_json",
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        let e = TopLevel::parse(b"[1]").unwrap_err();
+        assert_eq!(e.message, "Request body must be a JSON object");
+        let e = TopLevel::parse(br#"{"model":"a","model":"b"}"#).unwrap_err();
+        assert!(
+            e.message.contains("'model' is given twice"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn model_and_messages_errors_match_a_parsed_body() {
+        let model = |b: &[u8]| TopLevel::parse(b).unwrap().model().unwrap_err().message;
+        assert_eq!(model(b"{}"), "Missing required parameter: 'model'");
+        assert_eq!(
+            model(br#"{"model":null}"#),
+            "Missing required parameter: 'model'"
+        );
+        assert!(model(br#"{"model":""}"#).contains("non-empty string"));
+        assert!(model(br#"{"model":1}"#).contains("non-empty string"));
+        let shape = |b: &[u8]| TopLevel::parse(b).unwrap().messages();
+        assert_eq!(shape(b"{}"), Messages::Absent);
+        assert_eq!(shape(br#"{"messages":null}"#), Messages::Null);
+        assert_eq!(
+            shape(br#"{"messages":{"role":"user"}}"#),
+            Messages::NotArray
+        );
+        assert_eq!(shape(br#"{"messages":"hi"}"#), Messages::NotArray);
+        assert_eq!(shape(br#"{"messages":[]}"#), Messages::Empty);
+        assert_eq!(
+            shape(br#"{"messages":[{"role":"user"},{"content":"x"},{"role":1}]}"#),
+            Messages::BadRole(1)
+        );
+        assert_eq!(
+            shape(br#"{"messages":[{"role":"user"},[1],"x"]}"#),
+            Messages::BadRole(1)
+        );
+        assert_eq!(
+            shape(br#"{"messages":[{"role":1,"role":"user"}]}"#),
+            Messages::Ok,
+            "the last role wins, as in a parsed body"
+        );
+        let e = TopLevel::parse(br#"{"messages":[{"role":"u"},{}]}"#)
+            .unwrap()
+            .check_messages()
+            .unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages[1].role"));
+    }
+
+    #[test]
+    fn a_leading_plain_model_is_read_without_a_scan() {
+        assert_eq!(
+            leading_model(br#" { "model" : "smart", "messages": ["#),
+            Some("smart")
+        );
+        assert_eq!(leading_model(br#"{"model":"a/b"}"#), Some("a/b"));
+        for body in [
+            &br#"{"messages":[],"model":"smart"}"#[..],
+            br#"{"model":"sm\u0061rt"}"#,
+            br#"{"model":1}"#,
+            br#"{"model":"smart"#,
+            br#"["model"]"#,
+            b"{\"model\":\"a\nb\"}",
+        ] {
+            assert_eq!(
+                leading_model(body),
+                None,
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
+
+    #[test]
+    fn edits_replace_only_the_prefix_they_reach() {
+        let body = r#"{"model":"a/b","messages":[]}"#;
+        let (prefix, replaced) =
+            edit_prefix(body, &[(1..1, "\"x\":1,".into()), (9..14, "\"b\"".into())]);
+        assert_eq!(replaced, 14);
+        let mut whole = prefix;
+        whole.extend_from_slice(&body.as_bytes()[replaced..]);
+        assert_eq!(whole, br#"{"x":1,"model":"b","messages":[]}"#);
+        assert_eq!(edit_prefix(body, &[]), (Vec::new(), 0));
+    }
+}

@@ -1,0 +1,1041 @@
+//! The Anthropic Messages front door (`POST /v1/messages`,
+//! `POST /v1/messages/count_tokens`).
+//!
+//! Anthropic providers get a **passthrough** ([`AnthropicPassthrough`]): the
+//! client's body goes upstream untouched when it already names the upstream
+//! model (bare names such as `claude-sonnet-4-5`), with only `model`,
+//! `stream` and the answer's usage read; `anthropic-version` and
+//! `anthropic-beta` travel with it (see `plan`).
+//!
+//! Every other provider family goes through one adapter ([`Adapter`]) around
+//! its existing OpenAI translator, so there is one request representation
+//! for both front doors: the Anthropic body becomes an OpenAI chat request
+//! ([`to_chat`]), the provider's answer comes back from that translator as an
+//! OpenAI `chat.completion` and becomes an Anthropic `message`
+//! ([`to_message`]); streams are the OpenAI chunks turned into Anthropic
+//! events by [`super::messages_stream`]. What the target cannot carry
+//! (`cache_control` markers, `thinking`, `top_k`-free sampling fields the
+//! gateway does not know) is dropped and named in the response header
+//! [`DROPPED_HEADER`].
+//!
+//! `count_tokens` for a non-Anthropic model is answered by the gateway with
+//! an estimate ([`estimate_input_tokens`]): ⌈characters / 4⌉ of every text
+//! the model would read (system, message text, tool inputs and results,
+//! tool names, descriptions and schemas), the rule the gateway already uses
+//! where a provider reports no usage.
+
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::messages_stream::{AnthropicUsageStream, MessagesStream};
+use super::openai_anthropic::{parse_usage, OpenAiAnthropic};
+use super::{
+    for_kind, stream_flag, upstream_error, Endpoint, Front, RequestCtx, ResponseCtx,
+    StreamTranslator, Translated, Translator, UpstreamRequest, Usage,
+};
+use crate::config::{Key, Kind, Provider};
+use crate::error::{echo, ApiError, SERVER};
+
+/// Response header naming the Anthropic request fields a translated request
+/// could not carry to its provider (comma-separated, e.g.
+/// `cache_control,thinking`).
+pub const DROPPED_HEADER: &str = "x-tollgate-dropped";
+
+/// The translator for a provider kind on a Messages route.
+pub fn translator(kind: Kind, front: Front) -> &'static dyn Translator {
+    match (kind, front) {
+        (Kind::Anthropic, Front::CountTokens) => &AnthropicPassthrough { count: true },
+        (Kind::Anthropic, _) => &AnthropicPassthrough { count: false },
+        (Kind::Openai, _) => &Adapter(Kind::Openai),
+        (Kind::Azure, _) => &Adapter(Kind::Azure),
+        (Kind::Gemini, _) => &Adapter(Kind::Gemini),
+        (Kind::Bedrock, _) => &Adapter(Kind::Bedrock),
+    }
+}
+
+fn malformed() -> ApiError {
+    ApiError::new(
+        502,
+        SERVER,
+        "provider_error",
+        "The provider returned a malformed response",
+    )
+}
+
+/// The provider's message of an Anthropic error body.
+fn anthropic_error_message(body: &[u8]) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Body<'a> {
+        #[serde(borrow)]
+        error: Detail<'a>,
+    }
+    #[derive(Deserialize)]
+    struct Detail<'a> {
+        #[serde(borrow)]
+        message: std::borrow::Cow<'a, str>,
+    }
+    serde_json::from_slice::<Body<'_>>(body)
+        .ok()
+        .map(|b| b.error.message.into_owned())
+}
+
+// ---------------------------------------------------------------------------
+// Anthropic passthrough
+
+/// Messages (or count_tokens) to an Anthropic provider, untouched.
+pub struct AnthropicPassthrough {
+    /// `count_tokens` rather than `messages`.
+    count: bool,
+}
+
+impl Translator for AnthropicPassthrough {
+    fn kind(&self) -> Kind {
+        Kind::Anthropic
+    }
+
+    fn request(&self, ctx: &RequestCtx<'_>, body: &Value) -> Result<UpstreamRequest, ApiError> {
+        let stream = !self.count && stream_flag(body)?;
+        // Untouched (an empty body tells the planner to send the client's
+        // bytes) unless the client named the model another way
+        // (`provider/model`, an alias).
+        let bytes = if body.get("model").and_then(Value::as_str) == Some(ctx.model) {
+            Vec::new()
+        } else {
+            let mut b = body.clone();
+            if let Some(o) = b.as_object_mut() {
+                o.insert("model".into(), Value::String(ctx.model.to_string()));
+            }
+            serde_json::to_vec(&b).map_err(|e| ApiError::invalid_json(&e.to_string()))?
+        };
+        let path = if self.count {
+            format!("{}/messages/count_tokens", ctx.provider.base_path)
+        } else {
+            format!("{}/messages", ctx.provider.base_path)
+        };
+        Ok(UpstreamRequest {
+            path,
+            body: bytes,
+            stream,
+            include_usage: false,
+            json_mode: false,
+            prompt_estimate: 0,
+            embed_base64: false,
+            fan_out: Vec::new(),
+        })
+    }
+
+    fn auth_headers(
+        &self,
+        provider: &Provider,
+        key: &Key,
+        req: &UpstreamRequest,
+        now_ms: u64,
+    ) -> Result<Vec<(&'static str, String)>, ApiError> {
+        // The same credentials and version as the OpenAI → Anthropic route.
+        OpenAiAnthropic.auth_headers(provider, key, req, now_ms)
+    }
+
+    fn passthrough(&self) -> bool {
+        true
+    }
+
+    fn response(&self, _ctx: &ResponseCtx, body: &[u8]) -> Result<Translated, ApiError> {
+        if self.count {
+            // No generation: nothing to debit (the reservation is refunded).
+            return Ok(Translated {
+                body: None,
+                usage: Some(Usage::default()),
+            });
+        }
+        #[derive(Deserialize)]
+        struct Answer {
+            usage: Option<Value>,
+        }
+        let a: Answer = serde_json::from_slice(body).map_err(|_| malformed())?;
+        Ok(Translated {
+            body: None,
+            usage: a.usage.as_ref().map(parse_usage),
+        })
+    }
+
+    fn error(&self, status: u16, body: &[u8]) -> ApiError {
+        upstream_error(status, anthropic_error_message(body))
+    }
+
+    fn stream(&self, _ctx: &ResponseCtx) -> Box<dyn StreamTranslator> {
+        Box::new(AnthropicUsageStream::default())
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Every other provider: Anthropic in, OpenAI chat through the kind's
+// translator, Anthropic out.
+
+/// The Messages adapter around a provider kind's OpenAI translator.
+pub struct Adapter(Kind);
+
+impl Adapter {
+    fn inner(&self) -> &'static dyn Translator {
+        for_kind(self.0)
+    }
+}
+
+impl Translator for Adapter {
+    fn kind(&self) -> Kind {
+        self.0
+    }
+
+    fn request(&self, ctx: &RequestCtx<'_>, body: &Value) -> Result<UpstreamRequest, ApiError> {
+        request(self.0, ctx, body).map(|(up, _)| up)
+    }
+
+    fn auth_headers(
+        &self,
+        provider: &Provider,
+        key: &Key,
+        req: &UpstreamRequest,
+        now_ms: u64,
+    ) -> Result<Vec<(&'static str, String)>, ApiError> {
+        self.inner().auth_headers(provider, key, req, now_ms)
+    }
+
+    fn is_stream(&self, content_type: &str) -> bool {
+        self.inner().is_stream(content_type)
+    }
+
+    fn response(&self, ctx: &ResponseCtx, body: &[u8]) -> Result<Translated, ApiError> {
+        let t = self.inner().response(ctx, body)?;
+        let chat = t.body.as_deref().unwrap_or(body);
+        let v: Value = serde_json::from_slice(chat).map_err(|_| malformed())?;
+        let usage = t.usage.unwrap_or_else(|| openai_usage(v.get("usage")));
+        let msg = to_message(&v, &ctx.model, usage);
+        let bytes = serde_json::to_vec(&msg).map_err(|_| malformed())?;
+        Ok(Translated {
+            body: Some(bytes),
+            usage: Some(usage),
+        })
+    }
+
+    fn error(&self, status: u16, body: &[u8]) -> ApiError {
+        self.inner().error(status, body)
+    }
+
+    fn stream(&self, ctx: &ResponseCtx) -> Box<dyn StreamTranslator> {
+        // The inner translator must write the usage chunk: the request asked
+        // for it (`stream_options.include_usage`).
+        let inner_ctx = ResponseCtx {
+            include_usage: true,
+            ..ctx.clone()
+        };
+        Box::new(MessagesStream::new(
+            self.inner().stream(&inner_ctx),
+            &ctx.model,
+        ))
+    }
+}
+
+/// Plans the upstream request of a Messages request (not count_tokens) for
+/// a provider kind: the passthrough for Anthropic, else the OpenAI chat
+/// request through the kind's translator, with the Anthropic fields it
+/// dropped (for [`DROPPED_HEADER`]).
+pub fn request(
+    kind: Kind,
+    ctx: &RequestCtx<'_>,
+    body: &Value,
+) -> Result<(UpstreamRequest, Vec<&'static str>), ApiError> {
+    if kind == Kind::Anthropic {
+        let up = AnthropicPassthrough { count: false }.request(ctx, body)?;
+        return Ok((up, Vec::new()));
+    }
+    let chat = to_chat(body, &ctx.provider.name)?;
+    let chat_ctx = RequestCtx {
+        endpoint: Endpoint::Chat,
+        ..*ctx
+    };
+    Ok((for_kind(kind).request(&chat_ctx, &chat.body)?, chat.dropped))
+}
+
+/// OpenAI `usage` → [`Usage`].
+pub(crate) fn openai_usage(u: Option<&Value>) -> Usage {
+    let g = |k: &str| {
+        u.and_then(|u| u.get(k))
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+    };
+    Usage {
+        prompt_tokens: g("prompt_tokens"),
+        completion_tokens: g("completion_tokens"),
+        cached_tokens: u
+            .and_then(|u| u.get("prompt_tokens_details"))
+            .and_then(|d| d.get("cached_tokens"))
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
+    }
+}
+
+/// Usage in Anthropic's fields: `input_tokens` excludes the cache reads
+/// (OpenAI's `prompt_tokens` includes them).
+pub(crate) fn anthropic_usage(u: &Usage) -> Value {
+    json!({
+        "input_tokens": u.prompt_tokens.saturating_sub(u.cached_tokens),
+        "output_tokens": u.completion_tokens,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": u.cached_tokens,
+    })
+}
+
+/// OpenAI `finish_reason` → Anthropic `stop_reason`.
+pub(crate) fn stop_reason(finish: &str) -> &'static str {
+    match finish {
+        "length" => "max_tokens",
+        "tool_calls" | "function_call" => "tool_use",
+        "content_filter" => "refusal",
+        _ => "end_turn",
+    }
+}
+
+/// An Anthropic message id from the provider's id.
+pub(crate) fn message_id(id: &str) -> String {
+    if id.starts_with("msg_") {
+        id.to_string()
+    } else {
+        format!("msg_{id}")
+    }
+}
+
+/// Tool-call arguments (a JSON string) as a tool_use `input` object.
+pub(crate) fn tool_input(arguments: &str) -> Value {
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(v @ Value::Object(_)) => v,
+        _ if arguments.trim().is_empty() => json!({}),
+        _ => json!({ "_raw": arguments }),
+    }
+}
+
+/// An OpenAI `chat.completion` → an Anthropic `message`.
+pub fn to_message(v: &Value, model: &str, usage: Usage) -> Value {
+    let choice = v
+        .get("choices")
+        .and_then(|c| c.get(0))
+        .unwrap_or(&Value::Null);
+    let msg = choice.get("message").unwrap_or(&Value::Null);
+    let mut content = Vec::new();
+    if let Some(t) = msg.get("content").and_then(Value::as_str) {
+        if !t.is_empty() {
+            content.push(json!({"type": "text", "text": t}));
+        }
+    }
+    if let Some(Value::Array(calls)) = msg.get("tool_calls") {
+        for c in calls {
+            let f = c.get("function").unwrap_or(&Value::Null);
+            content.push(json!({
+                "type": "tool_use",
+                "id": c.get("id").and_then(Value::as_str).unwrap_or(""),
+                "name": f.get("name").and_then(Value::as_str).unwrap_or(""),
+                "input": tool_input(f.get("arguments").and_then(Value::as_str).unwrap_or("")),
+            }));
+        }
+    }
+    let finish = choice
+        .get("finish_reason")
+        .and_then(Value::as_str)
+        .unwrap_or("stop");
+    json!({
+        "id": message_id(v.get("id").and_then(Value::as_str).unwrap_or("")),
+        "type": "message",
+        "role": "assistant",
+        "model": v.get("model").and_then(Value::as_str).filter(|m| !m.is_empty()).unwrap_or(model),
+        "content": content,
+        "stop_reason": stop_reason(finish),
+        "stop_sequence": Value::Null,
+        "usage": anthropic_usage(&usage),
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Request: Anthropic Messages → OpenAI chat
+
+/// A Messages request read into an OpenAI chat request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatRequest {
+    pub body: Value,
+    /// Anthropic fields the OpenAI request does not carry, in order of
+    /// first appearance (for [`DROPPED_HEADER`]).
+    pub dropped: Vec<&'static str>,
+}
+
+fn bad(param: &str, message: impl Into<String>) -> ApiError {
+    ApiError::bad_param(param, message)
+}
+
+fn note(dropped: &mut Vec<&'static str>, what: &'static str) {
+    if !dropped.contains(&what) {
+        dropped.push(what);
+    }
+}
+
+/// Text of a `system` value (a string or text blocks).
+fn system_text(
+    v: &Value,
+    param: &str,
+    dropped: &mut Vec<&'static str>,
+) -> Result<String, ApiError> {
+    match v {
+        Value::String(s) => Ok(s.clone()),
+        Value::Array(blocks) => {
+            let mut out = Vec::with_capacity(blocks.len());
+            for (i, b) in blocks.iter().enumerate() {
+                if b.get("cache_control").is_some() {
+                    note(dropped, "cache_control");
+                }
+                match (b.get("type").and_then(Value::as_str), b.get("text")) {
+                    (Some("text"), Some(Value::String(t))) => out.push(t.clone()),
+                    _ => {
+                        return Err(bad(
+                            &format!("{param}[{i}]"),
+                            format!("Invalid value for '{param}[{i}]': expected a text block"),
+                        ))
+                    }
+                }
+            }
+            Ok(out.join("\n\n"))
+        }
+        _ => Err(bad(
+            param,
+            format!("Invalid type for '{param}': expected a string or an array of text blocks"),
+        )),
+    }
+}
+
+/// A `tool_result`'s `content` as text (a string, or text blocks joined).
+fn tool_result_text(v: Option<&Value>, param: &str) -> Result<String, ApiError> {
+    match v {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(blocks)) => {
+            let mut out = String::new();
+            for (i, b) in blocks.iter().enumerate() {
+                match (b.get("type").and_then(Value::as_str), b.get("text")) {
+                    (Some("text"), Some(Value::String(t))) => {
+                        if !out.is_empty() {
+                            out.push('\n');
+                        }
+                        out.push_str(t);
+                    }
+                    _ => {
+                        return Err(ApiError {
+                            message: format!("Only text blocks are supported in '{param}'"),
+                            ..ApiError::unsupported_param(&format!("{param}[{i}]"), "")
+                        })
+                    }
+                }
+            }
+            Ok(out)
+        }
+        Some(_) => Err(bad(
+            param,
+            format!("Invalid type for '{param}': expected a string or an array of blocks"),
+        )),
+    }
+}
+
+/// An `image` block → an OpenAI `image_url` part.
+fn image_part(b: &Value, param: &str) -> Result<Value, ApiError> {
+    let src = b.get("source").unwrap_or(&Value::Null);
+    let s = |k: &str| src.get(k).and_then(Value::as_str);
+    let url = match s("type") {
+        Some("base64") => match (s("media_type"), s("data")) {
+            (Some(m), Some(d)) => format!("data:{m};base64,{d}"),
+            _ => {
+                return Err(bad(
+                    &format!("{param}.source"),
+                    format!("Invalid value for '{param}.source': base64 images need 'media_type' and 'data'"),
+                ))
+            }
+        },
+        Some("url") => match s("url") {
+            Some(u) => u.to_string(),
+            None => {
+                return Err(bad(
+                    &format!("{param}.source.url"),
+                    format!("Missing required parameter: '{param}.source.url'"),
+                ))
+            }
+        },
+        _ => {
+            return Err(bad(
+                &format!("{param}.source.type"),
+                format!("Invalid value for '{param}.source.type': expected base64 or url"),
+            ))
+        }
+    };
+    Ok(json!({"type": "image_url", "image_url": {"url": url}}))
+}
+
+/// One Anthropic message → OpenAI messages (tool results become `tool`
+/// messages, placed first as OpenAI wants them right after the assistant's
+/// calls).
+fn convert_message(
+    m: &Value,
+    i: usize,
+    provider: &str,
+    out: &mut Vec<Value>,
+    dropped: &mut Vec<&'static str>,
+) -> Result<(), ApiError> {
+    let param = format!("messages[{i}]");
+    let role = match m.get("role").and_then(Value::as_str) {
+        Some(r @ ("user" | "assistant" | "system")) => r,
+        _ => {
+            return Err(bad(
+                &format!("{param}.role"),
+                format!("Invalid value for '{param}.role': expected 'user' or 'assistant'"),
+            ))
+        }
+    };
+    if role == "system" {
+        // A mid-conversation system message (per-turn control): an OpenAI
+        // system message at the same place.
+        let text = system_text(
+            m.get("content").unwrap_or(&Value::Null),
+            &format!("{param}.content"),
+            dropped,
+        )?;
+        out.push(json!({"role": "system", "content": text}));
+        return Ok(());
+    }
+    let blocks: Vec<Value> = match m.get("content") {
+        Some(Value::String(s)) => {
+            out.push(json!({"role": role, "content": s}));
+            return Ok(());
+        }
+        Some(Value::Array(a)) => a.clone(),
+        _ => {
+            return Err(bad(
+                &format!("{param}.content"),
+                format!("Invalid type for '{param}.content': expected a string or an array of content blocks"),
+            ))
+        }
+    };
+    let mut parts = Vec::new();
+    let mut calls = Vec::new();
+    let mut tool_msgs = Vec::new();
+    for (j, b) in blocks.iter().enumerate() {
+        let bp = format!("{param}.content[{j}]");
+        if b.get("cache_control").is_some() {
+            note(dropped, "cache_control");
+        }
+        match b.get("type").and_then(Value::as_str) {
+            Some("text") => match b.get("text") {
+                Some(Value::String(t)) => parts.push(json!({"type": "text", "text": t})),
+                _ => {
+                    return Err(bad(
+                        &format!("{bp}.text"),
+                        format!("Invalid type for '{bp}.text': expected a string"),
+                    ))
+                }
+            },
+            Some("image") if role == "user" => parts.push(image_part(b, &bp)?),
+            Some("tool_use") if role == "assistant" => {
+                let id = b.get("id").and_then(Value::as_str);
+                let name = b.get("name").and_then(Value::as_str);
+                let (Some(id), Some(name)) = (id, name) else {
+                    return Err(bad(
+                        &bp,
+                        format!(
+                            "Invalid value for '{bp}': tool_use needs a string 'id' and 'name'"
+                        ),
+                    ));
+                };
+                let input = b.get("input").cloned().unwrap_or_else(|| json!({}));
+                calls.push(json!({
+                    "id": id, "type": "function",
+                    "function": {"name": name, "arguments": input.to_string()},
+                }));
+            }
+            Some("tool_result") if role == "user" => {
+                let Some(id) = b.get("tool_use_id").and_then(Value::as_str) else {
+                    return Err(bad(
+                        &format!("{bp}.tool_use_id"),
+                        format!("Missing required parameter: '{bp}.tool_use_id'"),
+                    ));
+                };
+                let mut text = tool_result_text(b.get("content"), &format!("{bp}.content"))?;
+                if b.get("is_error").and_then(Value::as_bool) == Some(true) {
+                    text = format!("Error: {text}");
+                }
+                tool_msgs.push(json!({"role": "tool", "tool_call_id": id, "content": text}));
+            }
+            Some("thinking") | Some("redacted_thinking") if role == "assistant" => {
+                // Earlier reasoning of an Anthropic model: no OpenAI field.
+                note(dropped, "thinking");
+            }
+            Some(other) => {
+                let what = format!("A '{}' block in a {role} message", echo(other));
+                return Err(ApiError {
+                    message: format!("{what} is not supported by provider '{provider}'"),
+                    ..ApiError::unsupported_param(&format!("{bp}.type"), provider)
+                });
+            }
+            None => {
+                return Err(bad(
+                    &format!("{bp}.type"),
+                    format!("Missing required parameter: '{bp}.type'"),
+                ))
+            }
+        }
+    }
+    out.extend(tool_msgs);
+    if role == "assistant" {
+        if parts.is_empty() && calls.is_empty() {
+            return Ok(());
+        }
+        let text: String = parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("");
+        let mut a = Map::new();
+        a.insert("role".into(), json!("assistant"));
+        a.insert(
+            "content".into(),
+            if text.is_empty() {
+                Value::Null
+            } else {
+                Value::String(text)
+            },
+        );
+        if !calls.is_empty() {
+            a.insert("tool_calls".into(), Value::Array(calls));
+        }
+        out.push(Value::Object(a));
+    } else if !parts.is_empty() {
+        out.push(json!({"role": "user", "content": parts}));
+    }
+    Ok(())
+}
+
+/// Anthropic `tools` → OpenAI `tools` (client tools only: Anthropic's
+/// server tools run on Anthropic's side and have no OpenAI counterpart).
+fn convert_tools(
+    v: &Value,
+    provider: &str,
+    dropped: &mut Vec<&'static str>,
+) -> Result<Value, ApiError> {
+    let Value::Array(tools) = v else {
+        return Err(bad("tools", "Invalid type for 'tools': expected an array"));
+    };
+    let mut out = Vec::with_capacity(tools.len());
+    for (i, t) in tools.iter().enumerate() {
+        if t.get("cache_control").is_some() {
+            note(dropped, "cache_control");
+        }
+        match t.get("type").and_then(Value::as_str) {
+            None | Some("custom") => {}
+            Some(other) => {
+                return Err(ApiError {
+                    message: format!(
+                        "Anthropic server tool '{}' is not supported by provider '{provider}'",
+                        echo(other)
+                    ),
+                    ..ApiError::unsupported_param(&format!("tools[{i}].type"), provider)
+                })
+            }
+        }
+        let Some(name) = t.get("name").and_then(Value::as_str) else {
+            return Err(bad(
+                &format!("tools[{i}].name"),
+                format!("Missing required parameter: 'tools[{i}].name'"),
+            ));
+        };
+        let mut f = Map::new();
+        f.insert("name".into(), json!(name));
+        if let Some(d) = t.get("description").and_then(Value::as_str) {
+            f.insert("description".into(), json!(d));
+        }
+        f.insert(
+            "parameters".into(),
+            t.get("input_schema")
+                .cloned()
+                .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
+        );
+        out.push(json!({"type": "function", "function": Value::Object(f)}));
+    }
+    Ok(Value::Array(out))
+}
+
+/// Anthropic `tool_choice` → OpenAI `tool_choice` (+ `parallel_tool_calls`).
+fn convert_tool_choice(v: &Value, out: &mut Map<String, Value>) -> Result<(), ApiError> {
+    let choice = match v.get("type").and_then(Value::as_str) {
+        Some("auto") => json!("auto"),
+        Some("any") => json!("required"),
+        Some("none") => json!("none"),
+        Some("tool") => match v.get("name").and_then(Value::as_str) {
+            Some(n) => json!({"type": "function", "function": {"name": n}}),
+            None => {
+                return Err(bad(
+                    "tool_choice.name",
+                    "Missing required parameter: 'tool_choice.name'",
+                ))
+            }
+        },
+        _ => {
+            return Err(bad(
+                "tool_choice.type",
+                "Invalid value for 'tool_choice.type': expected auto, any, tool or none",
+            ))
+        }
+    };
+    out.insert("tool_choice".into(), choice);
+    if v.get("disable_parallel_tool_use").and_then(Value::as_bool) == Some(true) {
+        out.insert("parallel_tool_calls".into(), json!(false));
+    }
+    Ok(())
+}
+
+/// Anthropic Messages request → OpenAI chat request (for every
+/// non-Anthropic provider). Malformed input is a 400 naming the parameter.
+pub fn to_chat(body: &Value, provider: &str) -> Result<ChatRequest, ApiError> {
+    let Some(obj) = body.as_object() else {
+        return Err(ApiError::invalid_json("expected an object"));
+    };
+    let mut dropped = Vec::new();
+    let mut out = Map::new();
+    let mut messages = Vec::new();
+    if let Some(s) = obj.get("system") {
+        if !s.is_null() {
+            let text = system_text(s, "system", &mut dropped)?;
+            messages.push(json!({"role": "system", "content": text}));
+        }
+    }
+    match obj.get("messages") {
+        Some(Value::Array(a)) if !a.is_empty() => {
+            for (i, m) in a.iter().enumerate() {
+                convert_message(m, i, provider, &mut messages, &mut dropped)?;
+            }
+        }
+        Some(Value::Array(_)) => {
+            return Err(bad(
+                "messages",
+                "'messages' must contain at least one message",
+            ))
+        }
+        None | Some(Value::Null) => {
+            return Err(bad("messages", "Missing required parameter: 'messages'"))
+        }
+        Some(_) => {
+            return Err(bad(
+                "messages",
+                "Invalid type for 'messages': expected an array",
+            ))
+        }
+    }
+    for (k, v) in obj {
+        match k.as_str() {
+            "model" => {
+                out.insert("model".into(), v.clone());
+            }
+            "system" | "messages" => {}
+            "max_tokens" => match v.as_u64() {
+                Some(n) if n > 0 => {
+                    out.insert("max_tokens".into(), json!(n));
+                }
+                _ => {
+                    return Err(bad(
+                        "max_tokens",
+                        "Invalid value for 'max_tokens': expected a positive integer",
+                    ))
+                }
+            },
+            "stream" => {
+                let s = stream_flag(body)?;
+                out.insert("stream".into(), json!(s));
+                if s {
+                    out.insert("stream_options".into(), json!({"include_usage": true}));
+                }
+            }
+            "temperature" | "top_p" => {
+                if !v.is_null() {
+                    out.insert(k.clone(), v.clone());
+                }
+            }
+            "stop_sequences" => match v {
+                Value::Array(a) if a.iter().all(Value::is_string) => {
+                    if !a.is_empty() {
+                        out.insert("stop".into(), v.clone());
+                    }
+                }
+                Value::Null => {}
+                _ => {
+                    return Err(bad(
+                        "stop_sequences",
+                        "Invalid type for 'stop_sequences': expected an array of strings",
+                    ))
+                }
+            },
+            "tools" => {
+                if !v.is_null() {
+                    let tools = convert_tools(v, provider, &mut dropped)?;
+                    if tools.as_array().is_some_and(|a| !a.is_empty()) {
+                        out.insert("tools".into(), tools);
+                    }
+                }
+            }
+            "tool_choice" => {
+                if !v.is_null() {
+                    convert_tool_choice(v, &mut out)?;
+                }
+            }
+            "metadata" => {
+                if let Some(u) = v.get("user_id").and_then(Value::as_str) {
+                    out.insert("user".into(), json!(u));
+                }
+            }
+            "thinking" => {
+                if v.get("type").and_then(Value::as_str) == Some("enabled") {
+                    note(&mut dropped, "thinking");
+                }
+            }
+            "top_k" => {
+                if !v.is_null() {
+                    return Err(ApiError::unsupported_param("top_k", provider));
+                }
+            }
+            "output_format" => match (v.get("type").and_then(Value::as_str), v.get("schema")) {
+                (Some("json_schema"), Some(schema)) => {
+                    out.insert(
+                        "response_format".into(),
+                        json!({"type": "json_schema",
+                               "json_schema": {"name": "output", "schema": schema}}),
+                    );
+                }
+                _ if v.is_null() => {}
+                _ => {
+                    return Err(bad(
+                        "output_format",
+                        "Invalid value for 'output_format': expected {\"type\": \"json_schema\", \"schema\": …}",
+                    ))
+                }
+            },
+            // Anthropic-side settings with no counterpart elsewhere (Claude
+            // Code sends context_management and output_config): dropped
+            // and named in the response header.
+            "service_tier" => {}
+            "container" | "mcp_servers" | "inference_geo" => {
+                if !v.is_null() {
+                    return Err(ApiError::unsupported_param(k, provider));
+                }
+            }
+            "context_management" => {
+                if !v.is_null() {
+                    note(&mut dropped, "context_management");
+                }
+            }
+            "output_config" => {
+                if !v.is_null() {
+                    note(&mut dropped, "output_config");
+                }
+            }
+            other => {
+                return Err(ApiError::unsupported_param(other, provider));
+            }
+        }
+    }
+    if !out.contains_key("max_tokens") {
+        return Err(bad(
+            "max_tokens",
+            "Missing required parameter: 'max_tokens'",
+        ));
+    }
+    if out.contains_key("tool_choice") && !out.contains_key("tools") {
+        // Anthropic accepts a choice without tools; OpenAI does not.
+        out.remove("tool_choice");
+        out.remove("parallel_tool_calls");
+    }
+    out.insert("messages".into(), Value::Array(messages));
+    Ok(ChatRequest {
+        body: Value::Object(out),
+        dropped,
+    })
+}
+
+// ---------------------------------------------------------------------------
+// count_tokens estimate
+
+/// `count_tokens` without a generation, for models of non-Anthropic
+/// providers: ⌈characters / 4⌉ over the system prompt, every text, tool
+/// input and tool result of the messages, and each tool's name,
+/// description and schema; the request is checked as a Messages request
+/// would be (without `max_tokens`). Returns the answer body.
+pub fn estimate_input_tokens(body: &Value, provider: &str) -> Result<(u64, Vec<u8>), ApiError> {
+    let mut probe = body.clone();
+    if let Some(o) = probe.as_object_mut() {
+        o.insert("max_tokens".into(), json!(1));
+        o.remove("stream");
+    }
+    let chat = to_chat(&probe, provider)?;
+    let mut chars = 0u64;
+    let mut add = |s: &str| chars += s.chars().count() as u64;
+    if let Some(Value::Array(msgs)) = chat.body.get("messages") {
+        for m in msgs {
+            match m.get("content") {
+                Some(Value::String(s)) => add(s),
+                Some(Value::Array(parts)) => {
+                    for p in parts {
+                        if let Some(t) = p.get("text").and_then(Value::as_str) {
+                            add(t);
+                        }
+                    }
+                }
+                _ => {}
+            }
+            if let Some(Value::Array(calls)) = m.get("tool_calls") {
+                for c in calls {
+                    add(&c.to_string());
+                }
+            }
+        }
+    }
+    if let Some(tools) = chat.body.get("tools") {
+        add(&tools.to_string());
+    }
+    let tokens = chars.div_ceil(4).max(1);
+    let bytes = serde_json::to_vec(&json!({ "input_tokens": tokens }))
+        .map_err(|e| ApiError::invalid_json(&e.to_string()))?;
+    Ok((tokens, bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_maps_system_tools_results_and_drops_markers() {
+        let body = json!({
+            "model": "gpt-4o-mini", "max_tokens": 100, "stream": true,
+            "system": [{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}],
+            "stop_sequences": ["END"],
+            "tools": [{"name": "get_weather", "description": "w", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}],
+            "tool_choice": {"type": "any", "disable_parallel_tool_use": true},
+            "thinking": {"type": "enabled", "budget_tokens": 1024},
+            "metadata": {"user_id": "u1"},
+            "messages": [
+                {"role": "user", "content": "weather in Paris?"},
+                {"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": "hm", "signature": "s"},
+                    {"type": "text", "text": "Let me check."},
+                    {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
+                {"role": "user", "content": [
+                    {"type": "text", "text": "thanks"},
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "sunny"}]}]},
+                {"role": "system", "content": "now answer in French"}
+            ]
+        });
+        let c = to_chat(&body, "openai").unwrap();
+        let b = &c.body;
+        assert_eq!(b["max_tokens"], 100);
+        assert_eq!(b["stop"], json!(["END"]));
+        assert_eq!(b["stream_options"]["include_usage"], true);
+        assert_eq!(b["tool_choice"], "required");
+        assert_eq!(b["parallel_tool_calls"], false);
+        assert_eq!(b["user"], "u1");
+        assert_eq!(
+            b["tools"][0]["function"]["parameters"]["properties"]["city"]["type"],
+            "string"
+        );
+        let m = b["messages"].as_array().unwrap();
+        assert_eq!(m[0], json!({"role": "system", "content": "be brief"}));
+        assert_eq!(m[2]["content"], "Let me check.");
+        assert_eq!(
+            m[2]["tool_calls"][0]["function"]["arguments"],
+            r#"{"city":"Paris"}"#
+        );
+        // The tool result comes right after the call, before the user's text.
+        assert_eq!(
+            m[3],
+            json!({"role": "tool", "tool_call_id": "toolu_1", "content": "sunny"})
+        );
+        assert_eq!(m[4]["content"][0]["text"], "thanks");
+        assert_eq!(
+            m[5],
+            json!({"role": "system", "content": "now answer in French"})
+        );
+        assert_eq!(c.dropped, vec!["cache_control", "thinking"]);
+    }
+
+    #[test]
+    fn request_refusals_name_the_parameter() {
+        let param = |b: Value| to_chat(&b, "openai").unwrap_err().param.unwrap_or_default();
+        let msgs = json!([{"role": "user", "content": "hi"}]);
+        assert_eq!(param(json!({"model": "m", "messages": msgs})), "max_tokens");
+        assert_eq!(
+            param(json!({"model": "m", "max_tokens": 0, "messages": msgs})),
+            "max_tokens"
+        );
+        assert_eq!(
+            param(json!({"model": "m", "max_tokens": 5, "messages": []})),
+            "messages"
+        );
+        assert_eq!(
+            param(json!({"model": "m", "max_tokens": 5, "messages": msgs, "top_k": 3})),
+            "top_k"
+        );
+        assert_eq!(
+            param(json!({"model": "m", "max_tokens": 5, "messages": msgs, "bogus": 1})),
+            "bogus"
+        );
+        assert_eq!(
+            param(
+                json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "document"}]}]})
+            ),
+            "messages[0].content[0].type"
+        );
+        assert_eq!(
+            param(
+                json!({"model": "m", "max_tokens": 5, "messages": msgs, "tools": [{"type": "web_search_20250305", "name": "web_search"}]})
+            ),
+            "tools[0].type"
+        );
+        assert_eq!(
+            param(
+                json!({"model": "m", "max_tokens": 5, "messages": [{"role": "bot", "content": "x"}]})
+            ),
+            "messages[0].role"
+        );
+    }
+
+    #[test]
+    fn response_maps_text_tool_use_stop_and_cache_usage() {
+        let v = json!({"id": "chatcmpl-1", "model": "gpt-4o-mini", "choices": [{"index": 0,
+            "message": {"role": "assistant", "content": "ok", "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{\"a\":1}"}}]},
+            "finish_reason": "tool_calls"}]});
+        let u = Usage {
+            prompt_tokens: 10,
+            completion_tokens: 3,
+            cached_tokens: 4,
+        };
+        let m = to_message(&v, "fallback", u);
+        assert_eq!(m["id"], "msg_chatcmpl-1");
+        assert_eq!(m["type"], "message");
+        assert_eq!(m["content"][0], json!({"type": "text", "text": "ok"}));
+        assert_eq!(
+            m["content"][1],
+            json!({"type": "tool_use", "id": "call_1", "name": "f", "input": {"a": 1}})
+        );
+        assert_eq!(m["stop_reason"], "tool_use");
+        assert_eq!(m["usage"]["input_tokens"], 6);
+        assert_eq!(m["usage"]["cache_read_input_tokens"], 4);
+        assert_eq!(m["usage"]["output_tokens"], 3);
+        assert_eq!(stop_reason("length"), "max_tokens");
+        assert_eq!(stop_reason("stop"), "end_turn");
+    }
+
+    #[test]
+    fn count_tokens_estimate() {
+        let body = json!({"model": "m", "system": "abcd", "messages": [{"role": "user", "content": "abcdefgh"}]});
+        let (n, bytes) = estimate_input_tokens(&body, "openai").unwrap();
+        assert_eq!(n, 3);
+        assert_eq!(bytes, br#"{"input_tokens":3}"#);
+        assert!(estimate_input_tokens(&json!({"model": "m"}), "openai").is_err());
+    }
+}

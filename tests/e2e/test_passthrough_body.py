@@ -1,0 +1,93 @@
+"""The OpenAI passthrough's body path through real Envoy: the filter reads the
+body's top level without building it and edits it in place (only the prefix up
+to its last edit is written back), and refuses malformed bodies with an
+OpenAI 400 before the provider sees them (filters/README.md, "The passthrough
+body path").
+"""
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import openai
+import pytest
+
+from helpers import assert_openai_error, post
+
+# A coding agent's turn: source text with newlines and quotes to escape.
+FILLER = 'fn main() {\n    println!("hello, {}", name); // "quoted"\n}\n'
+
+
+def mock_recent(stack) -> list[dict]:
+    with urllib.request.urlopen(f"{stack.mock_url}/_mock/stats", timeout=5) as resp:
+        return json.load(resp)["recent"]
+
+
+def last_seq(stack) -> int:
+    return max((r["seq"] for r in mock_recent(stack)), default=0)
+
+
+@pytest.fixture(scope="module")
+def auth(demo_key):
+    return {"authorization": f"Bearer {demo_key}"}
+
+
+def test_large_body_with_the_model_last_reaches_the_provider_edited(stack, auth):
+    text = FILLER * (600_000 // len(FILLER))
+    # messages first, model last (the order the openai SDK writes), a stream
+    # without stream_options: the filter rewrites the model and asks for usage.
+    body = json.dumps({"messages": [{"role": "user", "content": text}], "stream": True,
+                       "temperature": 0.5, "model": "openai/gpt-4o-mini"}).encode()
+    req = urllib.request.Request(f"{stack.base_url}/chat/completions", data=body, method="POST",
+                                 headers={"content-type": "application/json", **auth})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert resp.status == 200
+        events = resp.read().decode()
+    assert events.rstrip().endswith("data: [DONE]")
+    # The client did not ask for usage: the usage-only chunk is not passed on.
+    chunks = [json.loads(line[6:]) for line in events.splitlines()
+              if line.startswith("data: {")]
+    assert chunks and all(c.get("usage") is None for c in chunks)
+    sent = next(r for r in reversed(mock_recent(stack)) if r["path"] == "/v1/chat/completions")
+    assert sent["body"]["model"] == "gpt-4o-mini"
+    assert sent["body"]["stream_options"] == {"include_usage": True}
+    assert sent["body"]["messages"][0]["content"] == text
+    assert sent["body"]["temperature"] == 0.5
+
+
+def test_large_body_through_the_official_client(stack, demo_key):
+    client = openai.OpenAI(base_url=stack.base_url, api_key=demo_key, max_retries=0, timeout=30)
+    text = FILLER * (300_000 // len(FILLER))
+    resp = client.chat.completions.create(model="openai/gpt-4o-mini",
+                                          messages=[{"role": "system", "content": "be brief"},
+                                                    {"role": "user", "content": text}])
+    assert resp.choices[0].message.content
+    assert resp.usage.prompt_tokens > 0
+    sent = next(r for r in reversed(mock_recent(stack)) if r["path"] == "/v1/chat/completions")
+    assert sent["body"]["model"] == "gpt-4o-mini"
+    assert sent["body"]["messages"][1]["content"] == text
+
+
+@pytest.mark.parametrize("body", [
+    b'{"model":"openai/gpt-4o-mini","messages":[{"role":"user","content":"a\x01b"}]}',
+    b'{"model":"openai/gpt-4o-mini","messages":[{"role":"user","content":"a\\qb"}]}',
+    b'{"model":"openai/gpt-4o-mini","messages":[{"role":"user","content":"hi"}],}',
+    b'{"model":"openai/gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}{}',
+    b'{"messages":[{"role":"user","content":"hi"}],"model":"openai/gpt-4o-mini","n":01}',
+    b'{"model":"openai/gpt-4o","model":"openai/gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}',
+], ids=["control-char", "bad-escape", "trailing-comma", "trailing-garbage", "leading-zero", "key-twice"])
+def test_malformed_passthrough_body_is_an_openai_400(stack, auth, body):
+    before = last_seq(stack)
+    status, _, err = post(f"{stack.base_url}/chat/completions", body, auth)
+    assert status == 400
+    assert_openai_error(err, "invalid_json")
+    assert err["error"]["type"] == "invalid_request_error"
+    assert last_seq(stack) == before, "the provider got nothing"
+
+
+def test_message_without_a_role_names_it(stack, auth):
+    body = b'{"messages":[{"role":"user","content":"hi"},{"content":"x"}],"model":"openai/gpt-4o-mini"}'
+    status, _, err = post(f"{stack.base_url}/chat/completions", body, auth)
+    assert status == 400
+    assert_openai_error(err)
+    assert err["error"]["param"] == "messages[1].role"
