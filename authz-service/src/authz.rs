@@ -490,7 +490,7 @@ impl<S: Store> Authorizer<S> {
             // No token bucket caps the estimate: money budgets reserve it whole.
             reserve = estimate(tenant, input.content_length);
         }
-        *money = match self.admit_money(&policy, key, reserve).await {
+        *money = match self.admit_money(&policy, key, model, reserve).await {
             Ok(m) => m,
             Err(d) => return d,
         };

@@ -46,6 +46,10 @@ pub struct RawBudgets {
     /// Warn (header and metric) from this share of a budget on.
     #[serde(default)]
     pub soft_percent: Option<u8>,
+    /// Budgets per model: an exact `provider/model` or a pattern ending
+    /// in `*` (as in a key's `models`), each with its own caps.
+    #[serde(default)]
+    pub models: std::collections::BTreeMap<String, RawBudgets>,
 }
 
 /// A calendar window.
@@ -148,6 +152,8 @@ impl WindowCache {
 #[derive(Debug, Clone, Default)]
 pub struct Owner {
     pub budgets: Vec<Budget>,
+    /// Per-model budgets: (model or pattern, its budgets), in name order.
+    pub models: Vec<(String, Vec<Budget>)>,
 }
 
 /// The money part of a policy: prices, time zones, budgets.
@@ -166,6 +172,25 @@ pub fn zone(owner: &str, name: &str) -> Result<TimeZone, String> {
 }
 
 fn compile_budgets(owner: &str, raw: &RawBudgets) -> Result<Owner, String> {
+    let mut models = Vec::new();
+    for (pattern, b) in &raw.models {
+        if !tollgate_wire::valid_model(pattern) {
+            return Err(format!(
+                "{owner}: budgets.models key {pattern:?} must be a model name or a pattern ending in *"
+            ));
+        }
+        let who = format!("{owner} model {pattern:?}");
+        if !b.models.is_empty() {
+            return Err(format!("{who}: budgets.models cannot be nested"));
+        }
+        let inner = compile_budgets(&who, b)?;
+        if inner.budgets.is_empty() {
+            return Err(format!(
+                "{who}: a model budget needs usd_per_day or usd_per_month"
+            ));
+        }
+        models.push((pattern.clone(), inner.budgets));
+    }
     let mut budgets = Vec::new();
     for (period, field, v) in [
         (Period::Day, "usd_per_day", &raw.usd_per_day),
@@ -188,7 +213,7 @@ fn compile_budgets(owner: &str, raw: &RawBudgets) -> Result<Owner, String> {
             ));
         }
     }
-    Ok(Owner { budgets })
+    Ok(Owner { budgets, models })
 }
 
 /// What the policy says about money, before compiling.
@@ -240,6 +265,15 @@ impl Money {
         self.keys.contains_key(&key.id) || self.tenants.contains_key(&key.tenant)
     }
 
+    /// Whether a per-model budget of `key` or its tenant exists: a Check
+    /// must then declare its model (`x-tollgate-model`).
+    pub fn has_model_budgets(&self, key: &Key) -> bool {
+        [self.keys.get(&key.id), self.tenants.get(&key.tenant)]
+            .into_iter()
+            .flatten()
+            .any(|o| !o.models.is_empty())
+    }
+
     /// The time zone of a tenant (UTC when unknown).
     pub fn zone_of(&self, tenant: &str) -> (String, TimeZone) {
         self.zones
@@ -249,32 +283,63 @@ impl Money {
     }
 
     /// The budgets of `key`: its own first (scope `k:<id>`), then its
-    /// tenant's (scope `t`), each with its current window at `now_ms`.
-    pub fn plan(&self, key: &Key, now_ms: i64, windows: &WindowCache) -> Vec<Planned> {
+    /// tenant's (scope `t`), then, when `model` is known, the per-model
+    /// budgets whose pattern matches it (scopes `km:<id>:<pattern>` and
+    /// `tm:<pattern>`), each with its current window at `now_ms`.
+    pub fn plan(
+        &self,
+        key: &Key,
+        model: Option<&str>,
+        now_ms: i64,
+        windows: &WindowCache,
+    ) -> Vec<Planned> {
         let (zone, tz) = self.zone_of(&key.tenant);
         let mut out = Vec::new();
-        for (scope, owner) in [
-            (Scope::Key, self.keys.get(&key.id)),
-            (Scope::Tenant, self.tenants.get(&key.tenant)),
-        ] {
-            let Some(owner) = owner else { continue };
-            for b in &owner.budgets {
+        let mut push = |scope: Scope, pattern: Option<&str>, budgets: &[Budget]| {
+            for b in budgets {
                 let Some(w) = windows.get(&zone, &tz, b.period, now_ms) else {
                     continue;
                 };
-                let scope_key = match scope {
-                    Scope::Key => format!("k:{}", key.id),
-                    Scope::Tenant => "t".to_string(),
-                };
+                let scope_key = scope_key(scope, &key.id, pattern);
                 out.push(Planned {
                     key: counter_key(&key.tenant, b.period, &w.id, &scope_key),
                     budget: *b,
                     scope,
+                    model: pattern.map(str::to_string),
                     window: w,
                 });
             }
+        };
+        let owners = [
+            (Scope::Key, self.keys.get(&key.id)),
+            (Scope::Tenant, self.tenants.get(&key.tenant)),
+        ];
+        for (scope, owner) in owners {
+            if let Some(o) = owner {
+                push(scope, None, &o.budgets);
+            }
+        }
+        if let Some(m) = model {
+            for (scope, owner) in owners {
+                for (pattern, budgets) in owner.map(|o| o.models.as_slice()).unwrap_or_default() {
+                    if tollgate_wire::model_matches(pattern, m) {
+                        push(scope, Some(pattern), budgets);
+                    }
+                }
+            }
         }
         out
+    }
+}
+
+/// The scope part of a counter key: `k:<id>`, `t`, and with a model
+/// pattern `km:<id>:<pattern>`, `tm:<pattern>` (names from the policy).
+pub fn scope_key(scope: Scope, key_id: &str, pattern: Option<&str>) -> String {
+    match (scope, pattern) {
+        (Scope::Key, None) => format!("k:{key_id}"),
+        (Scope::Tenant, None) => "t".to_string(),
+        (Scope::Key, Some(m)) => format!("km:{key_id}:{m}"),
+        (Scope::Tenant, Some(m)) => format!("tm:{m}"),
     }
 }
 
@@ -304,7 +369,19 @@ pub struct Planned {
     pub key: String,
     pub budget: Budget,
     pub scope: Scope,
+    /// The model pattern of a per-model budget.
+    pub model: Option<String>,
     pub window: Window,
+}
+
+impl Planned {
+    /// `key`, `tenant`, `key model openai/gpt-4o`, `tenant model anthropic/*`.
+    pub fn scope_label(&self) -> String {
+        match &self.model {
+            Some(m) => format!("{} model {m}", self.scope.as_str()),
+            None => self.scope.as_str().to_string(),
+        }
+    }
 }
 
 impl Planned {
@@ -394,7 +471,7 @@ fn budget_headers(
         ));
         h.push((
             header::SCOPE,
-            format!("{}/{}", p.scope.as_str(), p.budget.period.as_str()),
+            format!("{}/{}", p.scope_label(), p.budget.period.as_str()),
         ));
     }
     let mut soft = Vec::new();
@@ -408,7 +485,7 @@ fn budget_headers(
             soft.push(i);
             warnings.push(format!(
                 "{}/{} {:.0}% used (soft cap {pct}%)",
-                p.scope.as_str(),
+                p.scope_label(),
                 p.budget.period.as_str(),
                 share.min(100.0).floor()
             ));
@@ -418,6 +495,17 @@ fn budget_headers(
         h.push((header::WARNING, warnings.join(", ")));
     }
     (h, soft)
+}
+
+/// The scope label of a budget's metrics: `key`, `tenant`, `key_model`,
+/// `tenant_model` (the model's spend is in `tollgate_authz_spend_usd_total`).
+fn metric_scope(p: &Planned) -> &'static str {
+    match (p.scope, p.model.is_some()) {
+        (Scope::Key, false) => "key",
+        (Scope::Tenant, false) => "tenant",
+        (Scope::Key, true) => "key_model",
+        (Scope::Tenant, true) => "tenant_model",
+    }
 }
 
 impl<S: Store> Authorizer<S> {
@@ -440,14 +528,27 @@ impl<S: Store> Authorizer<S> {
         &self,
         policy: &Policy,
         key: &Key,
+        model: Option<&str>,
         reserve_tokens: u64,
     ) -> Result<Option<MoneyTaken>, Decision> {
         let money = &policy.money;
         if !money.applies(key) {
             return Ok(None);
         }
+        if model.is_none() && money.has_model_budgets(key) {
+            self.record("denied", "model_not_declared");
+            let msg = format!(
+                "The virtual key {} has per-model budgets: send the request's model in the x-tollgate-model header.",
+                key.id
+            );
+            return Err(Decision::Deny {
+                status: 400,
+                body: error_body(&msg, "invalid_request_error", "model_not_declared"),
+                headers: Vec::new(),
+            });
+        }
         let now_ms = self.money.now_ms();
-        let planned = money.plan(key, now_ms, &self.money.windows);
+        let planned = money.plan(key, model, now_ms, &self.money.windows);
         if planned.is_empty() {
             return Ok(None);
         }
@@ -534,7 +635,7 @@ impl<S: Store> Authorizer<S> {
             let p = &planned[i];
             self.metrics()
                 .budget_soft_cap
-                .with_label_values(&[&key.tenant, p.scope.as_str(), p.budget.period.as_str()])
+                .with_label_values(&[&key.tenant, metric_scope(p), p.budget.period.as_str()])
                 .inc();
         }
         MoneyTaken {
@@ -590,10 +691,13 @@ impl<S: Store> Authorizer<S> {
         };
         let remaining = levels.get(i).copied().unwrap_or(0.0).floor().max(0.0) as i64;
         let reset_ms = (p.window.end_ms - now_ms).max(0) as u64;
-        let who = match p.scope {
+        let mut who = match p.scope {
             Scope::Key => format!("key {}", key.id),
             Scope::Tenant => format!("tenant {}", key.tenant),
         };
+        if let Some(m) = &p.model {
+            who.push_str(&format!(" on model {m}"));
+        }
         let msg = format!(
             "Budget exhausted for {who}: ${} per {}, ${} left, this request may cost up to ${}. The budget resets at {} (in {}).",
             format_usd(p.budget.cap),
@@ -664,7 +768,12 @@ impl<S: Store> Authorizer<S> {
             return Vec::new();
         }
         money
-            .plan(key, self.money.now_ms(), &self.money.windows)
+            .plan(
+                key,
+                report.model.as_deref(),
+                self.money.now_ms(),
+                &self.money.windows,
+            )
             .iter()
             .map(|p| p.op(take))
             .collect()
@@ -814,6 +923,7 @@ mod tests {
             key: String::new(),
             budget,
             scope,
+            model: None,
             window: w.clone(),
         };
         let planned = [
@@ -864,17 +974,34 @@ pub fn rows(
     let money = &policy.money;
     let (_, tz) = money.zone_of(tenant);
     let mut out = Vec::new();
-    let mut push = |owner: Option<&Owner>, scope: String, scope_key: String| {
-        for b in owner.map(|o| o.budgets.as_slice()).unwrap_or_default() {
-            if let Some(w) = window(b.period, &tz, now_ms) {
-                out.push(Row {
-                    key: counter_key(tenant, b.period, &w.id, &scope_key),
-                    scope: scope.clone(),
-                    period: b.period.as_str(),
-                    window: w.id,
-                    cap: b.cap,
-                    end_local: w.end_local,
-                });
+    let mut push = |owner: Option<&Owner>, scope: Scope, id: &str| {
+        let Some(owner) = owner else { return };
+        let name = match scope {
+            Scope::Key => format!("key {id}"),
+            Scope::Tenant => format!("tenant {tenant}"),
+        };
+        let all = std::iter::once((None, owner.budgets.as_slice())).chain(
+            owner
+                .models
+                .iter()
+                .map(|(m, b)| (Some(m.as_str()), b.as_slice())),
+        );
+        for (pattern, budgets) in all {
+            let label = match pattern {
+                Some(m) => format!("{name} model {m}"),
+                None => name.clone(),
+            };
+            for b in budgets {
+                if let Some(w) = window(b.period, &tz, now_ms) {
+                    out.push(Row {
+                        key: counter_key(tenant, b.period, &w.id, &scope_key(scope, id, pattern)),
+                        scope: label.clone(),
+                        period: b.period.as_str(),
+                        window: w.id,
+                        cap: b.cap,
+                        end_local: w.end_local,
+                    });
+                }
             }
         }
     };
@@ -884,14 +1011,10 @@ pub fn rows(
                 Some(k) if k.tenant == tenant => {}
                 _ => return Err(format!("unknown key {id:?} of tenant {tenant:?}")),
             }
-            push(money.keys.get(id), format!("key {id}"), format!("k:{id}"));
+            push(money.keys.get(id), Scope::Key, id);
         }
         None => {
-            push(
-                money.tenants.get(tenant),
-                format!("tenant {tenant}"),
-                "t".to_string(),
-            );
+            push(money.tenants.get(tenant), Scope::Tenant, "");
             let mut ids: Vec<&String> = money
                 .keys
                 .keys()
@@ -899,11 +1022,7 @@ pub fn rows(
                 .collect();
             ids.sort();
             for id in ids {
-                push(
-                    money.keys.get(id.as_str()),
-                    format!("key {id}"),
-                    format!("k:{id}"),
-                );
+                push(money.keys.get(id.as_str()), Scope::Key, id);
             }
         }
     }
@@ -914,14 +1033,16 @@ pub fn rows(
 /// nothing spent in that window yet).
 pub fn render(tenant: &str, zone: &str, rows: &[(Row, Option<i64>)]) -> String {
     let mut s = format!("tenant {tenant}, time zone {zone}\n");
+    // Per-model scopes are longer: the column widens to the longest.
+    let w = rows.iter().map(|(r, _)| r.scope.len()).fold(24, usize::max);
     s.push_str(&format!(
-        "{:<24} {:<6} {:<11} {:>14} {:>14} {:>14}  {}\n",
+        "{:<w$} {:<6} {:<11} {:>14} {:>14} {:>14}  {}\n",
         "scope", "period", "window", "spent_usd", "budget_usd", "remaining_usd", "resets_at"
     ));
     for (r, spent) in rows {
         let spent = spent.unwrap_or(0);
         s.push_str(&format!(
-            "{:<24} {:<6} {:<11} {:>14} {:>14} {:>14}  {}\n",
+            "{:<w$} {:<6} {:<11} {:>14} {:>14} {:>14}  {}\n",
             r.scope,
             r.period,
             r.window,

@@ -252,3 +252,158 @@ fn headers_of_reset(d: &Decision) -> String {
         .cloned()
         .unwrap_or_default()
 }
+
+/// A Check of a 400-byte request declaring `model`.
+fn declaring(model: &str) -> CheckInput {
+    CheckInput {
+        model: Some(model.into()),
+        ..input()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_budget_is_charged_only_for_its_model() {
+    let redis = RedisServer::start();
+    let clock = Arc::new(AtomicI64::new(ms("2026-11-23T12:00:00Z")));
+    let a = authz(
+        policy(
+            r#"budgets: {usd_per_month: 10, models: {"openai/gpt-4o-*": {usd_per_month: 2}}}"#,
+            r#"usd_per_day: 1, models: {"openai/gpt-4o": {usd_per_day: 0.3, soft_percent: 1}}"#,
+        ),
+        &redis,
+        &clock,
+    );
+    // Undeclared: refused, since the budget per model could not be reserved.
+    let d = a.check(&input()).await;
+    let Decision::Deny { status, body, .. } = &d else {
+        panic!("{d:?}")
+    };
+    assert_eq!(*status, 400);
+    let v: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(v["error"]["code"], "model_not_declared");
+    assert_eq!(v["error"]["type"], "invalid_request_error");
+    // Declared gpt-4o: reserved on the key's and tenant's budgets and on
+    // the key's gpt-4o budget (the tenant's `openai/gpt-4o-*` does not match).
+    let d = a.check(&declaring("openai/gpt-4o")).await;
+    assert!(matches!(d, Decision::Allow { reserved: 356, .. }), "{d:?}");
+    let h = headers(&d);
+    assert_eq!(h["x-tollgate-budget-scope"], "key model openai/gpt-4o/day");
+    assert!(
+        h["x-tollgate-budget-warning"].contains("key model openai/gpt-4o/day"),
+        "{h:?}"
+    );
+    // Declared gpt-4o-mini: the tenant's pattern matches, the key's does not.
+    let d = a.check(&declaring("openai/gpt-4o-mini")).await;
+    assert!(matches!(d, Decision::Allow { reserved: 356, .. }), "{d:?}");
+    // 2,000 prompt (1,000 cached), 1,000 completion on gpt-4o: $0.01375.
+    a.record_usage(&report("openai/gpt-4o", 2000, 1000, 1000, Some(356)))
+        .await
+        .unwrap();
+    // 1,000 prompt (200 cached), 500 completion on gpt-4o-mini: $0.000435.
+    a.record_usage(&report("openai/gpt-4o-mini", 1000, 200, 500, Some(356)))
+        .await
+        .unwrap();
+    settle_leases(&a).await;
+    assert_eq!(
+        spent(&redis, "tg:{acme}:$d:2026-11-23:km:k1:openai/gpt-4o"),
+        13_750_000
+    );
+    assert_eq!(
+        spent(&redis, "tg:{acme}:$m:2026-11:tm:openai/gpt-4o-*"),
+        435_000
+    );
+    assert_eq!(spent(&redis, "tg:{acme}:$d:2026-11-23:k:k1"), 14_185_000);
+    assert_eq!(spent(&redis, "tg:{acme}:$m:2026-11:t"), 14_185_000);
+    // The CLI's rows name every window, the per-model ones included.
+    let p = a.policy();
+    let rows = tollgate_authz::spend::rows(&p, "acme", None, ms("2026-11-23T12:00:00Z")).unwrap();
+    let keys: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|r| (r.scope.as_str(), r.key.as_str()))
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            ("tenant acme", "tg:{acme}:$m:2026-11:t"),
+            (
+                "tenant acme model openai/gpt-4o-*",
+                "tg:{acme}:$m:2026-11:tm:openai/gpt-4o-*"
+            ),
+            ("key k1", "tg:{acme}:$d:2026-11-23:k:k1"),
+            (
+                "key k1 model openai/gpt-4o",
+                "tg:{acme}:$d:2026-11-23:km:k1:openai/gpt-4o"
+            ),
+        ]
+    );
+    let table = tollgate_authz::spend::render(
+        "acme",
+        "Europe/Paris",
+        &rows
+            .iter()
+            .map(|r| (r.clone(), Some(spent(&redis, &r.key))))
+            .collect::<Vec<_>>(),
+    );
+    assert!(
+        table.contains(
+            "key k1 model openai/gpt-4o        day    2026-11-23         0.01375           0.30        0.28625"
+        ),
+        "{table}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_stay_within_a_model_budget() {
+    let redis = RedisServer::start();
+    let clock = Arc::new(AtomicI64::new(ms("2026-11-23T12:00:00Z")));
+    // The key's whole-day budget is large; gpt-4o has $0.05 a day: at most
+    // 14 requests reserving and costing $0.00356 each fit.
+    let p = || {
+        policy(
+            "",
+            r#"usd_per_day: 100, models: {"openai/gpt-4o": {usd_per_day: 0.05}}"#,
+        )
+    };
+    let (a, b) = (authz(p(), &redis, &clock), authz(p(), &redis, &clock));
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let s = if i % 2 == 0 { a.clone() } else { b.clone() };
+        tasks.push(tokio::spawn(async move {
+            let mut admitted = 0;
+            for _ in 0..4 {
+                match s.check(&declaring("openai/gpt-4o")).await {
+                    Decision::Allow { reserved, .. } => {
+                        admitted += 1;
+                        s.record_usage(&report("openai/gpt-4o", 0, 0, 356, Some(reserved)))
+                            .await
+                            .unwrap();
+                    }
+                    Decision::Deny {
+                        status: 429, body, ..
+                    } => {
+                        assert!(body.contains("on model openai/gpt-4o"), "{body}");
+                    }
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            admitted
+        }));
+    }
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += t.await.unwrap();
+    }
+    settle_leases(&a).await;
+    b.maintain().await;
+    let total = spent(&redis, "tg:{acme}:$d:2026-11-23:km:k1:openai/gpt-4o");
+    assert!((12..=14).contains(&admitted), "admitted {admitted}");
+    let stranded = total - admitted as i64 * 3_560_000;
+    assert!(
+        (0..2 * 3_560_000).contains(&stranded),
+        "total {total}, admitted {admitted}"
+    );
+    assert!(total <= 50_000_000);
+    // Another model is not held to gpt-4o's budget.
+    let d = a.check(&declaring("openai/gpt-4o-mini")).await;
+    assert!(matches!(d, Decision::Allow { .. }), "{d:?}");
+}

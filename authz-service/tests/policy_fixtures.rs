@@ -54,6 +54,18 @@ const CASES: &[(&str, &str)] = &[
     ),
     ("bad_soft_percent.yaml", "tenant \"demo\": budgets.soft_percent must be between 1 and 100"),
     (
+        "empty_model_budget.yaml",
+        "tenant \"demo\" model \"openai/gpt-4o\": a model budget needs usd_per_day or usd_per_month",
+    ),
+    (
+        "nested_model_budget.yaml",
+        "key \"k1\" model \"openai/gpt-4o\": budgets.models cannot be nested",
+    ),
+    (
+        "bad_model_budget_name.yaml",
+        "tenant \"demo\": budgets.models key \"open ai\" must be a model name or a pattern ending in *",
+    ),
+    (
         "bad_price.yaml",
         "prices: price of \"openai/gpt-4o-mini\": input must be a non-negative decimal with at most 6 places",
     ),
