@@ -535,10 +535,12 @@ impl<S: Store> Authorizer<S> {
         if !money.applies(key) {
             return Ok(None);
         }
-        if model.is_none() && money.has_model_budgets(key) {
+        // An alias names no provider, so it could not pick the budgets the
+        // report's `provider/model` will be settled on: not a declaration.
+        if !model.is_some_and(|m| m.contains('/')) && money.has_model_budgets(key) {
             self.record("denied", "model_not_declared");
             let msg = format!(
-                "The virtual key {} has per-model budgets: send the request's model in the x-tollgate-model header.",
+                "The virtual key {} has per-model budgets: send the request's model as provider/model in the x-tollgate-model header.",
                 key.id
             );
             return Err(Decision::Deny {

@@ -282,6 +282,18 @@ async fn a_model_budget_is_charged_only_for_its_model() {
     let v: serde_json::Value = serde_json::from_str(body).unwrap();
     assert_eq!(v["error"]["code"], "model_not_declared");
     assert_eq!(v["error"]["type"], "invalid_request_error");
+    // An alias is no declaration (its budgets per model are unknown here),
+    // on a key that may use it.
+    let any = Policy::from_yaml(&format!(
+        "version: 1\ntenants:\n  acme: {{}}\nkeys:\n  - id: k1\n    tenant: acme\n    sha256: {}\n    budgets: {{models: {{\"openai/gpt-4o\": {{usd_per_day: 1}}}}}}\n",
+        hash_key("tg-money")
+    ))
+    .unwrap();
+    let d = authz(any, &redis, &clock).check(&declaring("fast")).await;
+    assert!(
+        matches!(&d, Decision::Deny { status: 400, body, .. } if body.contains("model_not_declared")),
+        "{d:?}"
+    );
     // Declared gpt-4o: reserved on the key's and tenant's budgets and on
     // the key's gpt-4o budget (the tenant's `openai/gpt-4o-*` does not match).
     let d = a.check(&declaring("openai/gpt-4o")).await;

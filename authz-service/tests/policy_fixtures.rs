@@ -133,7 +133,7 @@ fn validate_flag_exits_0_or_1_with_a_clear_message() {
         .output()
         .unwrap();
     assert_eq!(ok.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&ok.stdout).contains(": OK (6 tenants, 6 keys)"));
+    assert!(String::from_utf8_lossy(&ok.stdout).contains(": OK (7 tenants, 7 keys)"));
 
     let bad = bin()
         .arg("--validate")

@@ -131,3 +131,49 @@ def test_streams_are_charged_and_the_client_sees_budget_exceeded(make_stack):
     row = next(line for line in spend_cli(s, "--tenant", "test-money", "--key", "money-key").splitlines()
                if line.startswith("key money-key "))
     assert row.split()[4] == usd(spent_nano)
+
+
+MODEL_KEY = "tg-test-model-money"
+
+
+def chat_as(stack, model: str, **headers):
+    return post(f"{stack.base_url}/chat/completions", {"model": model, "messages": HI},
+                {"authorization": f"Bearer {MODEL_KEY}", **headers})
+
+
+def test_a_model_budget_caps_its_model_only(make_stack):
+    """Key model-money-key: $0.01 a day on openai/gpt-4o-mini, nothing on
+    anthropic/claude-sonnet-4-5."""
+    s = make_stack()
+    status, _, body = chat_as(s, "openai/gpt-4o-mini")
+    assert status == 400, body
+    assert_openai_error(body, "model_not_declared")
+    assert "x-tollgate-model" in body["error"]["message"]
+
+    mini = {"x-tollgate-model": "openai/gpt-4o-mini", **LONG}
+    spent_nano, denied = 0, None
+    for _ in range(60):
+        status, headers, body = chat_as(s, "openai/gpt-4o-mini", **mini)
+        if status == 429:
+            denied = body
+            break
+        assert status == 200, body
+        assert headers["x-tollgate-budget-scope"] == "key model openai/gpt-4o-mini/day"
+        spent_nano += 150 * body["usage"]["prompt_tokens"] + 600 * body["usage"]["completion_tokens"]
+        time.sleep(0.15)  # the gateway posts usage every 100 ms
+    assert denied, "the model budget was never exhausted"
+    assert_openai_error(denied, "budget_exceeded")
+    assert "key model-money-key on model openai/gpt-4o-mini: $0.01 per day" in denied["error"]["message"]
+    assert spent_nano <= 10_000_000
+
+    # Another model of the same key is not held to it, nor charged to it.
+    status, _, body = chat_as(s, "anthropic/claude-sonnet-4-5",
+                              **{"x-tollgate-model": "anthropic/claude-sonnet-4-5"})
+    assert status == 200, body
+
+    time.sleep(1.6)  # idle leases go back to Redis
+    out = spend_cli(s, "--tenant", "test-model-money")
+    row = next(line for line in out.splitlines()
+               if line.startswith("key model-money-key model openai/gpt-4o-mini "))
+    assert row.split()[6] == usd(spent_nano), out
+    assert row.split()[7] == "0.01", out
