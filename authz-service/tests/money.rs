@@ -154,13 +154,38 @@ async fn concurrent_requests_on_two_instances_stay_within_the_budget() {
     // (356 completion tokens of gpt-4o): at most 14 fit.
     let p = || policy("", "usd_per_day: 0.05");
     let (a, b) = (authz(p(), &redis, &clock), authz(p(), &redis, &clock));
+    race(
+        &redis,
+        &a,
+        &b,
+        input,
+        "budget_exceeded",
+        "tg:{acme}:$d:2026-11-23:k:k1",
+    )
+    .await;
+}
+
+/// 16 clients on two instances send 4 Checks of `check()` each; every
+/// admitted one costs exactly its $0.00356 reservation. A $0.05 budget
+/// (counter `counter`) admits 12 to 14 of them, and Redis holds what they
+/// spent plus what each instance still leases on a budget it saw exhausted
+/// (kept until the window ends, to refuse while Redis is down): less than
+/// one reservation per instance.
+async fn race(
+    redis: &RedisServer,
+    a: &Arc<Authorizer<RedisStore>>,
+    b: &Arc<Authorizer<RedisStore>>,
+    check: fn() -> CheckInput,
+    denial: &'static str,
+    counter: &str,
+) {
     let mut tasks = Vec::new();
     for i in 0..16 {
         let s = if i % 2 == 0 { a.clone() } else { b.clone() };
         tasks.push(tokio::spawn(async move {
             let mut admitted = 0;
             for _ in 0..4 {
-                match s.check(&input()).await {
+                match s.check(&check()).await {
                     Decision::Allow { reserved, .. } => {
                         admitted += 1;
                         s.record_usage(&report("openai/gpt-4o", 0, 0, 356, Some(reserved)))
@@ -171,6 +196,7 @@ async fn concurrent_requests_on_two_instances_stay_within_the_budget() {
                         status: 429, body, ..
                     } => {
                         assert!(body.contains(r#""code":"budget_exceeded""#), "{body}");
+                        assert!(body.contains(denial), "{body}");
                     }
                     other => panic!("unexpected {other:?}"),
                 }
@@ -182,14 +208,11 @@ async fn concurrent_requests_on_two_instances_stay_within_the_budget() {
     for t in tasks {
         admitted += t.await.unwrap();
     }
-    settle_leases(&a).await;
+    settle_leases(a).await;
     b.maintain().await;
-    let total = spent(&redis, "tg:{acme}:$d:2026-11-23:k:k1");
+    let total = spent(redis, counter);
     assert!(admitted <= 14, "admitted {admitted}");
     assert!(admitted >= 12, "admitted only {admitted} of 14 possible");
-    // Redis holds what was spent plus what each instance still leases on a
-    // budget it saw exhausted (kept until the window ends, to refuse while
-    // Redis is down): less than one reservation per instance.
     let stranded = total - admitted as i64 * 3_560_000;
     assert!(
         (0..2 * 3_560_000).contains(&stranded),
@@ -377,44 +400,9 @@ async fn concurrent_requests_stay_within_a_model_budget() {
         )
     };
     let (a, b) = (authz(p(), &redis, &clock), authz(p(), &redis, &clock));
-    let mut tasks = Vec::new();
-    for i in 0..16 {
-        let s = if i % 2 == 0 { a.clone() } else { b.clone() };
-        tasks.push(tokio::spawn(async move {
-            let mut admitted = 0;
-            for _ in 0..4 {
-                match s.check(&declaring("openai/gpt-4o")).await {
-                    Decision::Allow { reserved, .. } => {
-                        admitted += 1;
-                        s.record_usage(&report("openai/gpt-4o", 0, 0, 356, Some(reserved)))
-                            .await
-                            .unwrap();
-                    }
-                    Decision::Deny {
-                        status: 429, body, ..
-                    } => {
-                        assert!(body.contains("on model openai/gpt-4o"), "{body}");
-                    }
-                    other => panic!("unexpected {other:?}"),
-                }
-            }
-            admitted
-        }));
-    }
-    let mut admitted = 0;
-    for t in tasks {
-        admitted += t.await.unwrap();
-    }
-    settle_leases(&a).await;
-    b.maintain().await;
-    let total = spent(&redis, "tg:{acme}:$d:2026-11-23:km:k1:openai/gpt-4o");
-    assert!((12..=14).contains(&admitted), "admitted {admitted}");
-    let stranded = total - admitted as i64 * 3_560_000;
-    assert!(
-        (0..2 * 3_560_000).contains(&stranded),
-        "total {total}, admitted {admitted}"
-    );
-    assert!(total <= 50_000_000);
+    let gpt_4o = || declaring("openai/gpt-4o");
+    let counter = "tg:{acme}:$d:2026-11-23:km:k1:openai/gpt-4o";
+    race(&redis, &a, &b, gpt_4o, "on model openai/gpt-4o", counter).await;
     // Another model is not held to gpt-4o's budget.
     let d = a.check(&declaring("openai/gpt-4o-mini")).await;
     assert!(matches!(d, Decision::Allow { .. }), "{d:?}");
