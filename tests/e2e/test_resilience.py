@@ -227,9 +227,17 @@ def test_a_provider_failing_every_call_is_replaced_by_the_fallback_from_the_firs
     assert stats["wasmcustom.tollgate.tenant.demo.key.demo-key.provider.openai.model.gpt-4o-mini.fallbacks"] == 6, stats
 
 
+def cluster_counter(s, name: str) -> int:
+    with urllib.request.urlopen(f"{s.admin_url}/stats?filter=^{name}$", timeout=5) as resp:
+        line = resp.read().decode().strip()
+    return int(line.partition(": ")[2] or 0)
+
+
 def test_a_provider_that_cannot_be_reached_is_replaced_by_the_fallback(make_stack, demo_key, tmp_path):
     """Mistral's cluster points at a closed port: Envoy's own 503 (connect
-    failure) is replaced by openai's answer."""
+    failure) is replaced by openai's answer, and every mistral key cools
+    (the provider is down, not a key): the next requests go to openai
+    without trying mistral."""
     port = closed_port()
 
     def envoy(doc):
@@ -237,11 +245,17 @@ def test_a_provider_that_cannot_be_reached_is_replaced_by_the_fallback(make_stac
             if c["name"] == "mistral":
                 c["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"][
                     "socket_address"]["port_value"] = port
-    cfg = envoy_variant(tmp_path / "envoy-down.yaml", plugin=fallback_alias(
-        [{"id": "mistral-1", "value": "mock-mistral-key-1"}], failure_cooldown_seconds=0), envoy=envoy)
+    keys = [{"id": "mistral-1", "value": "mock-mistral-key-1"}, {"id": "mistral-2", "value": "mock-mistral-key-2"}]
+    cfg = envoy_variant(tmp_path / "envoy-down.yaml", plugin=fallback_alias(keys, failure_cooldown_seconds=60),
+                        envoy=envoy)
     s = make_stack(envoy_config=cfg)
     client = openai.OpenAI(base_url=s.base_url, api_key=demo_key, max_retries=0, timeout=20)
+    assert_served_by_openai(client, 1)
+    failed_connects = cluster_counter(s, "cluster.mistral.upstream_cx_connect_fail")
+    assert failed_connects >= 1
     assert_served_by_openai(client, 4)
+    assert cluster_counter(s, "cluster.mistral.upstream_cx_connect_fail") == failed_connects
+    assert envoy_stats(s)["wasmcustom.tollgate.key_cooldowns.mistral"] == 2
 
 
 def test_every_target_failing_is_one_openai_error_naming_the_last_provider(make_stack, demo_key, tmp_path):

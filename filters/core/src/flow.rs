@@ -849,6 +849,17 @@ impl Flow {
         if r.retained.is_some() && fallback_worthy(status, from_upstream) {
             let (failed, key) = (r.route.provider, r.route.key);
             let rt = Arc::clone(rt);
+            if !from_upstream && matches!(status, 502 | 503) && rt.failure_cooldown_ms > 0 {
+                // Envoy's own reply after its retries (connect failure, no
+                // healthy host; local_reply_config makes it a 502): the
+                // provider is down, not one key. Every key cools, so the
+                // next requests go to the fallback at once.
+                if let Some(p) = rt.provider(failed) {
+                    for k in &p.keys {
+                        cooldown::start(h, &p.name, &k.id, status, now, rt.failure_cooldown_ms);
+                    }
+                }
+            }
             if self.fall_back(h) {
                 if from_upstream && matches!(status, 401 | 403 | 429) {
                     cool_final_key(h, &rt, failed, key, status, now);
