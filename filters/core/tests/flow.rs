@@ -775,6 +775,14 @@ fn weighted_split_over_1000_requests() {
     assert!((650..850).contains(&one), "openai-1 got {one}/1000");
 }
 
+/// A header of a [`FakeHost`] call.
+fn call_header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
 fn titan_runtime() -> Arc<Runtime> {
     Arc::new(
         Runtime::from_json(
@@ -813,12 +821,7 @@ fn titan_embeddings_fan_out_and_merge_in_order() {
     );
     for (i, (cluster, headers, call_body)) in h.calls.iter().enumerate() {
         assert_eq!(cluster, "bedrock");
-        let get = |n: &str| {
-            headers
-                .iter()
-                .find(|(k, _)| k == n)
-                .map(|(_, v)| v.as_str())
-        };
+        let get = |n: &str| call_header(headers, n);
         assert_eq!(get(":method"), Some("POST"));
         assert_eq!(
             get(":path"),
@@ -1084,12 +1087,7 @@ fn fail_first_target(stream: bool) -> (Flow, FakeHost) {
     assert_eq!(h.calls.len(), 1);
     let (cluster, headers, call_body) = &h.calls[0];
     assert_eq!(cluster, "anthropic");
-    let header = |n: &str| {
-        headers
-            .iter()
-            .find(|(k, _)| k == n)
-            .map(|(_, v)| v.as_str())
-    };
+    let header = |n: &str| call_header(headers, n);
     assert_eq!(header(":path"), Some("/v1/messages"));
     assert_eq!(header(":method"), Some("POST"));
     assert_eq!(header("x-api-key"), Some("ak-one"));
