@@ -1193,3 +1193,16 @@ fn a_model_without_fallbacks_keeps_a_failed_answer() {
     assert!(h.calls.is_empty() && h.local_reply.is_none());
     assert_eq!(h.resp_header(":status").as_deref(), Some("503"));
 }
+
+#[test]
+fn a_model_with_fallbacks_costs_no_host_call_more_when_it_succeeds() {
+    let count = |mut f: Flow, model: &str| {
+        let mut h = host("POST", "/v1/chat/completions", &chat(model));
+        f = request_with(f, &mut h, true).0;
+        respond(&mut f, &mut h, 200, "application/json", OPENAI_ANSWER);
+        assert!(h.local_reply.is_none() && h.calls.is_empty());
+        h.host_call_count()
+    };
+    // `fast` and `resilient` both serve openai/gpt-4o-mini.
+    assert_eq!(count(fallback_flow(), "resilient"), count(flow(), "fast"));
+}
