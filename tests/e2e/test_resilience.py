@@ -9,6 +9,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import anthropic
 import openai
 import yaml
 
@@ -282,3 +283,24 @@ def test_every_target_failing_is_one_openai_error_naming_the_last_provider(make_
     by_key = mock_stats(s)["by_key"]
     # Each request: mistral (with the router's retry), then openai once.
     assert by_key.get("mistral-503", 0) >= 3 and by_key.get("openai-503") == 3, by_key
+
+
+def test_the_messages_front_door_is_served_by_the_fallback_in_anthropic_shape(make_stack, demo_key, tmp_path):
+    """The same provider down, through the Anthropic client on /v1/messages:
+    openai's answer comes back as an Anthropic message (whole and streamed)."""
+    edit = fallback_alias([{"id": "mistral-503", "value": "mock-mistral-key-503"}], failure_cooldown_seconds=0)
+    s = make_stack(mock_config=mock_with_key(tmp_path, "mistral", MISTRAL_503),
+                   envoy_config=envoy_variant(tmp_path / "envoy-fallback.yaml", plugin=edit))
+    client = anthropic.Anthropic(base_url=s.base_url.removesuffix("/v1"), api_key=demo_key, max_retries=0, timeout=20)
+    raw = client.messages.with_raw_response.create(model="resilient", max_tokens=8,
+                                                   messages=[{"role": "user", "content": "hi"}])
+    assert raw.headers["x-tollgate-provider"] == "openai"
+    msg = raw.parse()
+    assert msg.model == "gpt-4o-mini"
+    assert msg.type == "message" and msg.content[0].text and msg.usage.output_tokens > 0, msg
+    with client.messages.stream(model="resilient", max_tokens=8,
+                                messages=[{"role": "user", "content": "hi"}]) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text and final.usage.output_tokens > 0 and final.model == "gpt-4o-mini", final
+    assert mock_stats(s)["by_key"].get("mistral-503", 0) >= 2
