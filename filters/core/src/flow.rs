@@ -715,6 +715,12 @@ impl Flow {
         };
         let mut headers = keep.headers.clone();
         apply_header_changes(&mut headers, &planned.headers);
+        // Routing and retry headers are for the router; a call names its
+        // cluster and is not retried.
+        headers.retain(|(n, _)| {
+            !n.eq_ignore_ascii_case(tollgate_wire::header::CLUSTER)
+                && !n.eq_ignore_ascii_case(crate::plan::MAX_RETRIES)
+        });
         let pairs: Vec<(&str, &str)> = headers
             .iter()
             .map(|(n, v)| (n.as_str(), v.as_str()))

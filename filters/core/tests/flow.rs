@@ -1092,6 +1092,9 @@ fn fail_first_target(stream: bool) -> (Flow, FakeHost) {
     assert_eq!(header(":method"), Some("POST"));
     assert_eq!(header("x-api-key"), Some("ak-one"));
     assert_eq!(header("authorization"), None, "the client's key stays");
+    assert_eq!(header("x-tollgate-cluster"), None);
+    assert_eq!(header("x-envoy-max-retries"), None);
+    assert_eq!(header("x-tollgate-tenant"), None);
     let sent: Value = serde_json::from_slice(call_body).unwrap();
     assert_eq!(sent["model"], "claude-sonnet-4-5");
     assert_eq!(
