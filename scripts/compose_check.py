@@ -3,6 +3,8 @@
 
 - the YAML parses and has the services the stack needs;
 - every build context, Dockerfile, COPY source and bind-mounted file exists;
+- a Dockerfile that builds the Cargo workspace copies every member of it
+  (cargo refuses a workspace with a member missing);
 - every `depends_on: service_healthy` target has a health check;
 - every port the compose file names is one of config/ports.env, and
   envoy.yaml listens on / points at exactly those ports;
@@ -43,8 +45,19 @@ def check_dockerfile(path: Path, context: Path) -> None:
         for src in sources:
             if not (context / src).exists():
                 problem(f"{path.relative_to(ROOT)}: COPY source {src} does not exist")
+    copied = [src.rstrip("/") for line in path.read_text().splitlines()
+              if (m := re.match(r"\s*COPY\s+(?!--from)(.+)", line)) for src in m.group(1).split()[:-1]]
+    if "Cargo.toml" in copied:
+        for member in workspace_members():
+            if not any(member == src or member.startswith(src + "/") for src in copied):
+                problem(f"{path.relative_to(ROOT)}: does not COPY workspace member {member}")
     for image in re.findall(r"FROM\s+rust:(\d+\.\d+)", path.read_text()):
         check_rust_version(path, image)
+
+
+def workspace_members() -> list[str]:
+    import tomllib
+    return tomllib.loads((ROOT / "Cargo.toml").read_text())["workspace"]["members"]
 
 
 _locked_msrv: tuple[int, int] | None = None

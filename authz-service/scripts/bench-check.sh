@@ -8,6 +8,9 @@
 #   baseline  an unknown key: gRPC + header parsing + 401, no Redis call
 #   demo      tg-demo-key: 4 buckets (key+tenant × requests+tokens), taken
 #             from this instance's leases (a Redis call per lease refill)
+#   money     tg-bench-money: the same 4 buckets plus 4 money budgets (key
+#             and tenant × day and month), also from leases; only with
+#             SCENARIOS="baseline demo money"
 # and prints the driver's client-side latency and the service's own Check
 # histogram (`tollgate_authz_check_duration_seconds`, difference of two
 # scrapes) and Redis calls per check (`tollgate_authz_redis_calls_total` /
@@ -62,8 +65,8 @@ drive() { # $1 rate, $2 key
 }
 
 for RPS in "${RATES[@]}"; do
-  for SCEN in baseline demo; do
-    KEY=tg-unknown-key; [ "$SCEN" = demo ] && KEY=tg-demo-key
+  for SCEN in ${SCENARIOS:-baseline demo}; do
+    case $SCEN in demo) KEY=tg-demo-key ;; money) KEY=tg-bench-money ;; *) KEY=tg-unknown-key ;; esac
     BEFORE=$(scrape); CPU0=$(cpu_ticks)
     echo "== $RPS checks/s, ${DURATION}s, $SCEN ($KEY), driver $DRIVER"
     echo "   client: $(drive "$RPS" "$KEY")"
@@ -80,7 +83,7 @@ for RPS in "${RATES[@]}"; do
     CALLS=$(( $(total "$AFTER" tollgate_authz_redis_calls_total) - $(total "$BEFORE" tollgate_authz_redis_calls_total) ))
     CHECKS=$(( $(total "$AFTER" tollgate_authz_checks_total) - $(total "$BEFORE" tollgate_authz_checks_total) ))
     echo "   redis calls per check: $(awk -v a="$CALLS" -v b="$CHECKS" 'BEGIN {if (b > 0) printf "%.4f (%d calls, %d checks)", a/b, a, b; else print "n/a"}')"
-    if [ "$SCEN" = demo ]; then
+    if [ "$SCEN" != baseline ]; then
       echo "   redis: $(redis-cli -p "$RP" info commandstats | grep -E '^cmdstat_evalsha' | tr -d '\r'), $(redis-cli -p "$RP" info cpu | grep -E '^used_cpu_(user|sys):' | tr -d '\r' | paste -sd' ')"
     fi
     [ -n "${SHOW_HIST:-}" ] && echo "$DIFF" | awk '{printf "     le %s: %s\n", $1, $2}'

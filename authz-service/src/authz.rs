@@ -82,6 +82,8 @@ struct QueuedDebit {
     tenant: String,
     tokens: u64,
     ops: Vec<BucketOp>,
+    /// Spend counters of money budgets (`Store::spend_debit`), not buckets.
+    counters: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -181,6 +183,13 @@ fn reservation(key: &Key, tenant: Option<&Tenant>, content_length: Option<u64>) 
         .map(|l| l.spec.capacity)
         .min();
     let Some(smallest) = smallest else { return 0 };
+    estimate(tenant, content_length).min(smallest)
+}
+
+/// The tokens a request may use, uncapped: the prompt's estimate plus the
+/// tenant's answer reservation (what money budgets reserve when no token
+/// bucket caps it).
+fn estimate(tenant: Option<&Tenant>, content_length: Option<u64>) -> u64 {
     let answer = tenant.map_or(crate::policy::DEFAULT_RESERVE_COMPLETION_TOKENS, |t| {
         t.reserve_completion_tokens
     });
@@ -188,7 +197,6 @@ fn reservation(key: &Key, tenant: Option<&Tenant>, content_length: Option<u64>) 
         .unwrap_or(0)
         .div_ceil(4)
         .saturating_add(answer)
-        .min(smallest)
 }
 
 /// "key demo-key", "tenant demo", "key demo-key model m", "tenant demo model m".
@@ -357,8 +365,10 @@ pub struct Authorizer<S: Store> {
     fail_log: Throttle,
     leases: Leases,
     /// Longest a Check waits for another Check's refill of its leases.
-    refill_wait: Duration,
+    pub(crate) refill_wait: Duration,
     usage_queue: Mutex<VecDeque<QueuedDebit>>,
+    /// Money budgets: leases on spend counters, the wall clock.
+    pub(crate) money: crate::spend::MoneyState,
 }
 
 impl<S: Store> Authorizer<S> {
@@ -372,6 +382,7 @@ impl<S: Store> Authorizer<S> {
             leases: Leases::new(),
             refill_wait: Duration::from_millis(20),
             usage_queue: Mutex::new(VecDeque::new()),
+            money: Default::default(),
         }
     }
 
@@ -407,9 +418,10 @@ impl<S: Store> Authorizer<S> {
         self.policy.store(Arc::new(policy));
         // Limits may have changed: no lease or cached refusal outlives them.
         self.leases.clear();
+        self.money.leases.clear();
     }
 
-    fn record(&self, result: &str, reason: &str) {
+    pub(crate) fn record(&self, result: &str, reason: &str) {
         self.metrics
             .decisions
             .with_label_values(&[result, reason])
@@ -419,7 +431,11 @@ impl<S: Store> Authorizer<S> {
     /// Decide one request.
     pub async fn check(&self, input: &CheckInput) -> Decision {
         let started = Instant::now();
-        let d = self.decide(input).await;
+        let mut money = None;
+        let d = self.decide(input, &mut money).await;
+        if let (Some(taken), Decision::Deny { .. } | Decision::Unavailable(_)) = (&money, &d) {
+            self.money_put_back(taken);
+        }
         self.metrics.checks.inc();
         self.metrics
             .check_duration
@@ -427,7 +443,11 @@ impl<S: Store> Authorizer<S> {
         d
     }
 
-    async fn decide(&self, input: &CheckInput) -> Decision {
+    async fn decide(
+        &self,
+        input: &CheckInput,
+        money: &mut Option<crate::spend::MoneyTaken>,
+    ) -> Decision {
         let key_str = match presented_key(input) {
             Ok(k) => k,
             Err(msg) => {
@@ -465,13 +485,31 @@ impl<S: Store> Authorizer<S> {
             }
         }
         let tenant = policy.tenant(&key.tenant);
-        let reserve = reservation(key, tenant, input.content_length);
-        let allow = |rate_headers, reserved| Decision::Allow {
-            tenant: key.tenant.clone(),
-            key_id: key.id.clone(),
-            models: key.models_header.clone(),
-            rate_headers,
-            reserved,
+        let mut reserve = reservation(key, tenant, input.content_length);
+        if reserve == 0 && policy.money.applies(key) {
+            // No token bucket caps the estimate: money budgets reserve it whole.
+            reserve = estimate(tenant, input.content_length);
+        }
+        *money = match self.admit_money(&policy, key, reserve).await {
+            Ok(m) => m,
+            Err(d) => return d,
+        };
+        let budget_headers = money.as_ref().map(|m| m.headers.clone());
+        let allow = |mut rate_headers: Vec<(&'static str, String)>, reserved| {
+            // Money was reserved for `reserve` tokens: the report settles it.
+            let reserved = if budget_headers.is_some() {
+                reserve
+            } else {
+                reserved
+            };
+            rate_headers.extend(budget_headers.iter().flatten().cloned());
+            Decision::Allow {
+                tenant: key.tenant.clone(),
+                key_id: key.id.clone(),
+                models: key.models_header.clone(),
+                rate_headers,
+                reserved,
+            }
         };
         let planned = plan(&policy, key, model, Take::Check { reserve });
         if planned.is_empty() {
@@ -613,7 +651,7 @@ impl<S: Store> Authorizer<S> {
     }
 
     /// The store failed: apply the tenant's `redis_failure` policy.
-    fn failed(
+    pub(crate) fn failed(
         &self,
         policy: &Policy,
         key: &Key,
@@ -663,7 +701,7 @@ impl<S: Store> Authorizer<S> {
         }
     }
 
-    fn count_store_error(&self, op: &str, e: &StoreError) {
+    pub(crate) fn count_store_error(&self, op: &str, e: &StoreError) {
         let kind = match e {
             StoreError::Timeout => "timeout",
             StoreError::Unavailable(_) => "unavailable",
@@ -709,15 +747,38 @@ impl<S: Store> Authorizer<S> {
             .map(|p| p.op)
             .filter(|op| op.take != 0)
             .collect();
+        let money = self.money_settlement(&policy, key, report);
+        let money = if money.is_empty() {
+            None
+        } else {
+            let debit = QueuedDebit {
+                tenant: key.tenant.clone(),
+                tokens: 0,
+                ops: money,
+                counters: true,
+            };
+            Some(self.settle(debit).await)
+        };
         if ops.is_empty() {
             self.count_debited(&key.tenant, tokens);
-            return Ok(Recorded::Debited);
+            return money.unwrap_or(Ok(Recorded::Debited));
         }
         let debit = QueuedDebit {
             tenant: key.tenant.clone(),
             tokens,
             ops,
+            counters: false,
         };
+        let buckets = self.settle(debit).await;
+        match (money, buckets) {
+            (Some(Err(e)), _) | (_, Err(e)) => Err(e),
+            (Some(Ok(Recorded::Queued)), _) | (_, Ok(Recorded::Queued)) => Ok(Recorded::Queued),
+            _ => Ok(Recorded::Debited),
+        }
+    }
+
+    /// Apply one debit, or queue it while the store is unreachable.
+    async fn settle(&self, debit: QueuedDebit) -> Result<Recorded, UsageError> {
         match self.apply_debit(&debit).await {
             Ok(()) => Ok(Recorded::Debited),
             // Never sent (store down, breaker open, no call slot): keep it.
@@ -747,12 +808,20 @@ impl<S: Store> Authorizer<S> {
 
     async fn apply_debit(&self, debit: &QueuedDebit) -> Result<(), StoreError> {
         let t = Instant::now();
-        let result = self.store.debit(&debit.ops).await;
+        let (result, op) = if debit.counters {
+            (self.store.spend_debit(&debit.ops).await, "spend_debit")
+        } else {
+            (self.store.debit(&debit.ops).await, "debit")
+        };
         self.metrics
             .redis_duration
-            .with_label_values(&["debit"])
+            .with_label_values(&[op])
             .observe(t.elapsed().as_secs_f64());
         match result {
+            Ok(outcome) if debit.counters => {
+                self.money.leases.observe(&debit.ops, &outcome.levels);
+                Ok(())
+            }
             Ok(outcome) => {
                 self.leases.observe(&debit.ops, &outcome.levels);
                 self.count_debited(&debit.tenant, debit.tokens);
@@ -793,6 +862,10 @@ impl<S: Store> Authorizer<S> {
         for op in self.leases.sweep(Instant::now()) {
             // A lost return only leaves units unused until they refill.
             let _ = self.store.debit(std::slice::from_ref(&op)).await;
+        }
+        for op in self.money.leases.sweep(Instant::now()) {
+            // A lost return leaves money unspendable until the window ends.
+            let _ = self.store.spend_debit(std::slice::from_ref(&op)).await;
         }
         loop {
             let Some(debit) = self.queue().pop_front() else {

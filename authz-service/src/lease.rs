@@ -311,6 +311,16 @@ impl Leases {
         e.exhausted_until = Some(now.after(retry));
     }
 
+    /// Take back the units this instance still leases of bucket `key` (its
+    /// cached refusal stays): one refund op for the store, if any.
+    pub fn release(&self, key: &str) -> Option<BucketOp> {
+        let mut map = self.map();
+        let e = map.get_mut(key).filter(|e| e.units > 0)?;
+        let op = refund(key, e);
+        e.units = 0;
+        Some(op)
+    }
+
     /// While the store is unreachable: the first bucket of `ops` known to be
     /// exhausted now (and not covered by a lease), with every bucket's level
     /// last seen.

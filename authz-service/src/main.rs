@@ -37,6 +37,19 @@ enum Command {
     },
     /// Check a policy file and exit (0 valid, 1 invalid).
     Validate { file: PathBuf },
+    /// Print the current money budget windows of a tenant (or one key) and
+    /// what was spent in them, read from Redis. Spend includes money still
+    /// leased by running instances (returned after 1 s idle).
+    Spend {
+        #[arg(long, value_name = "FILE")]
+        policy: PathBuf,
+        #[arg(long, value_name = "URL", default_value = defaults::REDIS_URL)]
+        redis_url: String,
+        #[arg(long, value_parser = name)]
+        tenant: String,
+        #[arg(long, value_parser = name)]
+        key: Option<String>,
+    },
 }
 
 #[derive(Args)]
@@ -103,9 +116,62 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Some(Command::Serve(s)) => serve(s),
+        Some(Command::Spend {
+            policy,
+            redis_url,
+            tenant,
+            key,
+        }) => spend(&policy, &redis_url, &tenant, key.as_deref()),
         // arg_required_else_help: clap has already printed the help.
         None => ExitCode::from(2),
     }
+}
+
+fn spend(policy: &Path, redis_url: &str, tenant: &str, key: Option<&str>) -> ExitCode {
+    let p = match Policy::from_file(policy) {
+        Ok(p) => p,
+        Err(PolicyError(msg)) => {
+            eprintln!("{}: invalid policy: {msg}", policy.display());
+            return ExitCode::from(1);
+        }
+    };
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    let rows = match tollgate_authz::spend::rows(&p, tenant, key, now_ms) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("tollgate-authz spend: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let conn = redis::Client::open(redis_url).and_then(|c| c.get_connection());
+    let mut conn = match conn {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("tollgate-authz spend: cannot reach redis at {redis_url}: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        match redis::cmd("GET")
+            .arg(&r.key)
+            .query::<Option<i64>>(&mut conn)
+        {
+            Ok(v) => out.push((r, v)),
+            Err(e) => {
+                eprintln!("tollgate-authz spend: redis GET failed: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
+    print!(
+        "{}",
+        tollgate_authz::spend::render(tenant, &p.money.zone_of(tenant).0, &out)
+    );
+    ExitCode::SUCCESS
 }
 
 fn validate(path: &Path) -> ExitCode {

@@ -35,6 +35,10 @@ pub struct Metrics {
     /// `tollgate_authz_usage_dropped_total`: queued debits dropped (oldest
     /// first) because the queue was full.
     pub usage_dropped: IntCounter,
+    /// Money spent (settled usage × prices), by tenant, key and model.
+    pub spend_usd: CounterVec,
+    /// Checks admitted past a budget's soft cap.
+    pub budget_soft_cap: IntCounterVec,
     /// `tollgate_authz_denials_total{tenant, limit, period, scope}`: 429s by
     /// the limit that refused them; every label value comes from the policy.
     pub denials: IntCounterVec,
@@ -122,6 +126,22 @@ impl Metrics {
             "tollgate_authz_usage_dropped_total",
             "Queued usage debits dropped, oldest first, because the queue was full",
         )?;
+        let spend_usd = CounterVec::new(
+            Opts::new(
+                "tollgate_authz_spend_usd_total",
+                "Money spent (settled usage priced by the price table), US dollars",
+            ),
+            &["tenant", "key", "model"],
+        )?;
+        let budget_soft_cap = IntCounterVec::new(
+            Opts::new(
+                "tollgate_authz_budget_soft_cap_total",
+                "Requests admitted past a money budget's soft cap",
+            ),
+            &["tenant", "scope", "period"],
+        )?;
+        registry.register(Box::new(spend_usd.clone()))?;
+        registry.register(Box::new(budget_soft_cap.clone()))?;
         let denials = IntCounterVec::new(
             Opts::new(
                 "tollgate_authz_denials_total",
@@ -158,6 +178,8 @@ impl Metrics {
             redis_calls,
             usage_queued,
             usage_dropped,
+            spend_usd,
+            budget_soft_cap,
             denials,
         })
     }

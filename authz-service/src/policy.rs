@@ -47,6 +47,9 @@ struct RawDefaults {
     redis_failure: Option<RedisFailure>,
     #[serde(default)]
     reserve_completion_tokens: Option<u64>,
+    /// IANA time zone of budget windows (default UTC).
+    #[serde(default)]
+    time_zone: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -60,6 +63,10 @@ struct RawTenant {
     redis_failure: Option<RedisFailure>,
     #[serde(default)]
     reserve_completion_tokens: Option<u64>,
+    #[serde(default)]
+    time_zone: Option<String>,
+    #[serde(default)]
+    budgets: Option<crate::spend::RawBudgets>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -74,6 +81,8 @@ struct RawKey {
     limits: Limits,
     #[serde(default)]
     model_limits: BTreeMap<String, Limits>,
+    #[serde(default)]
+    budgets: Option<crate::spend::RawBudgets>,
 }
 
 fn default_models() -> Vec<String> {
@@ -90,6 +99,9 @@ struct RawPolicy {
     tenants: BTreeMap<String, RawTenant>,
     #[serde(default)]
     keys: Vec<RawKey>,
+    /// Price overrides and additions (see `crate::prices`).
+    #[serde(default)]
+    prices: BTreeMap<String, crate::prices::RawPrice>,
 }
 
 /// What a limit counts.
@@ -180,6 +192,8 @@ pub struct Policy {
     by_id: HashMap<String, usize>,
     keys: Vec<Key>,
     tenants: HashMap<String, Tenant>,
+    /// Prices, time zones and money budgets (`crate::spend`).
+    pub money: crate::spend::Money,
 }
 
 /// A policy that failed to load; `Display` is the exact, user-facing message.
@@ -330,11 +344,27 @@ impl Policy {
                 model_limits,
             });
         }
+        let money = crate::spend::Money::compile(&crate::spend::MoneyInput {
+            default_zone: raw.defaults.time_zone.as_deref(),
+            prices: &raw.prices,
+            tenants: raw
+                .tenants
+                .iter()
+                .map(|(n, t)| (n.as_str(), t.time_zone.as_deref(), t.budgets.as_ref()))
+                .collect(),
+            keys: raw
+                .keys
+                .iter()
+                .map(|k| (k.id.as_str(), k.budgets.as_ref()))
+                .collect(),
+        })
+        .map_err(PolicyError)?;
         Ok(Policy {
             by_hash,
             by_id,
             keys,
             tenants,
+            money,
         })
     }
 

@@ -25,7 +25,7 @@ const CASES: &[(&str, &str)] = &[
     ),
     (
         "plaintext_key_field.yaml",
-        "keys[0]: unknown field `key`, expected one of `id`, `tenant`, `sha256`, `models`, `limits`, `model_limits` at line 7 column 5",
+        "keys[0]: unknown field `key`, expected one of `id`, `tenant`, `sha256`, `models`, `limits`, `model_limits`, `budgets` at line 7 column 5",
     ),
     ("missing_sha256.yaml", "keys[0]: missing field `sha256` at line 5 column 5"),
     (
@@ -47,6 +47,16 @@ const CASES: &[(&str, &str)] = &[
     ("uppercase_sha256.yaml", "key \"k1\": sha256 must be 64 lowercase hex characters"),
     ("empty_models.yaml", "key \"k1\": models must not be empty"),
     ("wildcard_model_limit.yaml", "tenant \"demo\": model_limits key \"openai/*\" must be an exact model name"),
+    ("unknown_time_zone.yaml", "tenant \"demo\": unknown time zone \"Europe/Atlantis\""),
+    (
+        "zero_budget.yaml",
+        "key \"k1\": budgets.usd_per_month must be a decimal greater than 0 and at most 9000000 with at most 9 places",
+    ),
+    ("bad_soft_percent.yaml", "tenant \"demo\": budgets.soft_percent must be between 1 and 100"),
+    (
+        "bad_price.yaml",
+        "prices: price of \"openai/gpt-4o-mini\": input must be a non-negative decimal with at most 6 places",
+    ),
 ];
 
 #[test]
@@ -111,7 +121,7 @@ fn validate_flag_exits_0_or_1_with_a_clear_message() {
         .output()
         .unwrap();
     assert_eq!(ok.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&ok.stdout).contains(": OK (4 tenants, 4 keys)"));
+    assert!(String::from_utf8_lossy(&ok.stdout).contains(": OK (6 tenants, 6 keys)"));
 
     let bad = bin()
         .arg("--validate")

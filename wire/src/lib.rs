@@ -75,10 +75,22 @@ pub struct UsageReport {
     pub prompt_tokens: u64,
     #[serde(default)]
     pub completion_tokens: u64,
+    /// Prompt tokens read from the provider's cache (part of
+    /// `prompt_tokens`), priced as cached input.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cached_tokens: u64,
+    /// Prompt tokens written to the provider's cache (part of
+    /// `prompt_tokens`), priced as cache writes.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
     /// Tokens authz-service reserved at Check time (`x-tollgate-reserved`),
     /// settled against the usage; absent in reports that settle nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reserved: Option<u64>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// OpenAI's error `type` values used by Tollgate.
@@ -259,6 +271,8 @@ mod tests {
             model: Some("a/m".into()),
             prompt_tokens: 3,
             completion_tokens: 4,
+            cached_tokens: 0,
+            cache_write_tokens: 0,
             reserved: None,
         };
         let bytes = serde_json::to_vec(&r).unwrap();

@@ -65,6 +65,8 @@ struct Entry {
 pub struct MemoryStore {
     clock: Box<dyn Clock>,
     inner: Mutex<Inner>,
+    /// Money budgets' spend counters.
+    pub counters: crate::spend::MemoryCounters,
 }
 
 struct Inner {
@@ -85,6 +87,7 @@ impl MemoryStore {
                 map: HashMap::new(),
                 sweep_at: 1024,
             }),
+            counters: Default::default(),
         }
     }
 
@@ -166,6 +169,14 @@ impl Store for MemoryStore {
 
     async fn debit(&self, ops: &[BucketOp]) -> Result<Outcome, StoreError> {
         self.apply(ops, false)
+    }
+
+    async fn spend_take(&self, ops: &[BucketOp]) -> Result<Outcome, StoreError> {
+        Ok(self.counters.apply(ops, true))
+    }
+
+    async fn spend_debit(&self, ops: &[BucketOp]) -> Result<Outcome, StoreError> {
+        Ok(self.counters.apply(ops, false))
     }
 }
 

@@ -63,6 +63,18 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Outcome, StoreError>> + Send;
     /// Take every op's `take` unconditionally (levels may go negative).
     fn debit(&self, ops: &[BucketOp]) -> impl Future<Output = Result<Outcome, StoreError>> + Send;
+    /// Money budgets (`crate::spend`): admit or refuse over spend counters
+    /// (`spend.lua`: capacity is the cap, `window_ms` the unix ms at which
+    /// the counter expires); levels are what is left of each cap.
+    fn spend_take(
+        &self,
+        ops: &[BucketOp],
+    ) -> impl Future<Output = Result<Outcome, StoreError>> + Send;
+    /// Add every take to its spend counter unconditionally.
+    fn spend_debit(
+        &self,
+        ops: &[BucketOp],
+    ) -> impl Future<Output = Result<Outcome, StoreError>> + Send;
 }
 
 /// Storage key of one bucket. `kind_period` is `rm`, `rd`, `tm` or `td`;
@@ -90,6 +102,20 @@ impl Store for AnyStore {
         match self {
             AnyStore::Memory(s) => s.debit(ops).await,
             AnyStore::Redis(s) => s.debit(ops).await,
+        }
+    }
+
+    async fn spend_take(&self, ops: &[BucketOp]) -> Result<Outcome, StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.spend_take(ops).await,
+            AnyStore::Redis(s) => s.spend_take(ops).await,
+        }
+    }
+
+    async fn spend_debit(&self, ops: &[BucketOp]) -> Result<Outcome, StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.spend_debit(ops).await,
+            AnyStore::Redis(s) => s.spend_debit(ops).await,
         }
     }
 }

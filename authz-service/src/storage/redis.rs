@@ -24,6 +24,8 @@ use super::{BucketOp, Outcome, Store, StoreError};
 
 /// The Lua script, with its KEYS/ARGV contract at its top.
 pub const BUCKET_LUA: &str = include_str!("bucket.lua");
+/// The money budgets' script (spend counters), contract at its top.
+pub const SPEND_LUA: &str = include_str!("spend.lua");
 
 /// How to reach Redis.
 #[derive(Debug, Clone)]
@@ -84,6 +86,7 @@ impl Conn {
         cmd: &redis::Cmd,
         calls: &Option<IntCounterVec>,
         op: &str,
+        lua: &'static str,
     ) -> Result<Value, RedisError> {
         let count = |op: &str| {
             if let Some(c) = calls {
@@ -94,7 +97,7 @@ impl Conn {
         match self.query(cmd).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 let mut load = redis::cmd("SCRIPT");
-                load.arg("LOAD").arg(BUCKET_LUA);
+                load.arg("LOAD").arg(lua);
                 count("script_load");
                 self.query(&load).await?;
                 count(op);
@@ -108,6 +111,7 @@ impl Conn {
 pub struct RedisStore {
     conn: Conn,
     sha: String,
+    spend_sha: String,
     timeout: Duration,
     breaker: Duration,
     started: Instant,
@@ -177,6 +181,7 @@ impl RedisStore {
         Ok(RedisStore {
             conn,
             sha,
+            spend_sha: redis::Script::new(SPEND_LUA).get_hash().to_string(),
             timeout: cfg.timeout,
             breaker: cfg.breaker,
             started: Instant::now(),
@@ -213,9 +218,9 @@ impl RedisStore {
         }
     }
 
-    fn command(&self, ops: &[BucketOp], mode: &str) -> redis::Cmd {
+    fn command(&self, ops: &[BucketOp], mode: &str, sha: &str) -> redis::Cmd {
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(&self.sha).arg(ops.len());
+        cmd.arg(sha).arg(ops.len());
         for op in ops {
             cmd.arg(&op.key);
         }
@@ -234,6 +239,18 @@ impl RedisStore {
     }
 
     async fn run(&self, ops: &[BucketOp], mode: &str) -> Result<Outcome, StoreError> {
+        let op = if mode == "take" { "check" } else { "debit" };
+        self.run_script(ops, mode, op, BUCKET_LUA, &self.sha).await
+    }
+
+    async fn run_script(
+        &self,
+        ops: &[BucketOp],
+        mode: &str,
+        op: &'static str,
+        lua: &'static str,
+        sha: &str,
+    ) -> Result<Outcome, StoreError> {
         if ops.is_empty() {
             return Ok(Outcome {
                 denied: None,
@@ -249,14 +266,13 @@ impl RedisStore {
         let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
             return Err(StoreError::Overloaded);
         };
-        let cmd = self.command(ops, mode);
+        let cmd = self.command(ops, mode, sha);
         let conn = self.conn.clone();
         let calls = self.calls.clone();
-        let op = if mode == "take" { "check" } else { "debit" };
         // The call runs in its own task holding the permit, so a caller that
         // gives up at its deadline still counts until Redis has answered.
         let call = tokio::spawn(async move {
-            let r = conn.evalsha(&cmd, &calls, op).await;
+            let r = conn.evalsha(&cmd, &calls, op, lua).await;
             drop(permit);
             r
         });
@@ -280,11 +296,13 @@ impl RedisStore {
             }
             Ok(v) => v,
         };
-        parse_outcome(value, ops.len())
+        // Bucket levels come in thousandths, spend counters in whole units.
+        let per_unit = if lua == BUCKET_LUA { 1000.0 } else { 1.0 };
+        parse_outcome(value, ops.len(), per_unit)
     }
 }
 
-fn parse_outcome(value: Value, n: usize) -> Result<Outcome, StoreError> {
+fn parse_outcome(value: Value, n: usize, per_unit: f64) -> Result<Outcome, StoreError> {
     let items = match value {
         Value::Array(items) if items.len() == 2 * n + 1 => items,
         other => {
@@ -315,7 +333,7 @@ fn parse_outcome(value: Value, n: usize) -> Result<Outcome, StoreError> {
     };
     Ok(Outcome {
         denied,
-        levels: ints[1..=n].iter().map(|&m| m as f64 / 1000.0).collect(),
+        levels: ints[1..=n].iter().map(|&m| m as f64 / per_unit).collect(),
         granted: ints[n + 1..].iter().map(|&g| g.max(0) as u64).collect(),
     })
 }
@@ -327,5 +345,15 @@ impl Store for RedisStore {
 
     async fn debit(&self, ops: &[BucketOp]) -> Result<Outcome, StoreError> {
         self.run(ops, "debit").await
+    }
+
+    async fn spend_take(&self, ops: &[BucketOp]) -> Result<Outcome, StoreError> {
+        self.run_script(ops, "take", "spend_check", SPEND_LUA, &self.spend_sha)
+            .await
+    }
+
+    async fn spend_debit(&self, ops: &[BucketOp]) -> Result<Outcome, StoreError> {
+        self.run_script(ops, "debit", "spend_debit", SPEND_LUA, &self.spend_sha)
+            .await
     }
 }

@@ -1109,6 +1109,8 @@ impl Flow {
             model: Some(r.route.canonical.clone()),
             prompt_tokens: u.prompt_tokens,
             completion_tokens: u.completion_tokens,
+            cached_tokens: u.cached_tokens,
+            cache_write_tokens: 0,
             // A stream cut before its end reports only what the filter saw
             // (the provider's final usage never came): it is not settled, so
             // the reservation stays charged and the usage seen is added.

@@ -34,6 +34,8 @@ impl UsageBatch {
             Some(e) => {
                 e.prompt_tokens = e.prompt_tokens.saturating_add(r.prompt_tokens);
                 e.completion_tokens = e.completion_tokens.saturating_add(r.completion_tokens);
+                e.cached_tokens = e.cached_tokens.saturating_add(r.cached_tokens);
+                e.cache_write_tokens = e.cache_write_tokens.saturating_add(r.cache_write_tokens);
                 e.reserved = match (e.reserved, r.reserved) {
                     (Some(a), Some(b)) => Some(a.saturating_add(b)),
                     (a, b) => a.or(b),
@@ -76,6 +78,8 @@ mod tests {
             model: Some(model.into()),
             prompt_tokens: p,
             completion_tokens: c,
+            cached_tokens: 0,
+            cache_write_tokens: 0,
             reserved: None,
         }
     }

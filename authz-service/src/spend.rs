@@ -1,0 +1,938 @@
+//! Money budgets: spend per key and per tenant over calendar days and
+//! months in a configured IANA time zone, priced from [`crate::prices`].
+//!
+//! Trade-off (design, reservation and accuracy bound in
+//! `docs/architecture.md`, "Money budgets"): ext_authz sees headers only, so
+//! a Check reserves the request's *maximum* cost: the tokens it reserves
+//! (`x-tollgate-reserved`) times the highest price of any model the key may
+//! use. The usage report settles the difference from the real cost. Spend
+//! counters are integers (nano-dollars) in Redis, one per budget and
+//! window, expiring after the window; this instance takes from them through
+//! the same [`Leases`] as the token buckets, so a Check rarely calls Redis.
+//!
+//! Nothing here reads a clock: the wall clock is the [`Authorizer`]'s
+//! (injectable with [`Authorizer::with_wall_clock`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use jiff::tz::TimeZone;
+use jiff::{Timestamp, ToSpan};
+use serde::Deserialize;
+
+use crate::authz::{error_body, Authorizer, Decision, UsageReport};
+use crate::bucket::{format_reset, BucketSpec};
+use crate::lease::{Leases, Local};
+use crate::policy::{Key, Policy};
+use crate::prices::{format_usd, reserve_nano, Decimal, Priced, Prices, RawPrice, Tokens};
+use crate::storage::{BucketOp, Outcome, Store, StoreError};
+
+/// Largest budget, in nano-dollars ($9,000,000): counters stay exact in
+/// the Redis script's doubles.
+pub const MAX_BUDGET_NANO: i64 = 9_000_000 * crate::prices::NANO_PER_USD;
+
+/// A counter outlives its window by this much (late settlements, the CLI).
+pub const GRACE_MS: i64 = 3_600_000;
+
+/// Budgets of one key or tenant as written in the policy.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBudgets {
+    #[serde(default)]
+    pub usd_per_day: Option<Decimal>,
+    #[serde(default)]
+    pub usd_per_month: Option<Decimal>,
+    /// Warn (header and metric) from this share of a budget on.
+    #[serde(default)]
+    pub soft_percent: Option<u8>,
+}
+
+/// A calendar window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Period {
+    Day,
+    Month,
+}
+
+impl Period {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Period::Day => "day",
+            Period::Month => "month",
+        }
+    }
+
+    fn tag(self) -> &'static str {
+        match self {
+            Period::Day => "$d",
+            Period::Month => "$m",
+        }
+    }
+}
+
+/// One budget after validation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    pub period: Period,
+    /// Nano-dollars per window.
+    pub cap: i64,
+    pub soft_percent: Option<u8>,
+}
+
+/// One window of a period: its id (local date `2026-11-23` or month
+/// `2026-11`) and bounds in unix milliseconds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Window {
+    pub id: String,
+    pub start_ms: i64,
+    pub end_ms: i64,
+    /// The end as local time with its offset, e.g. `2026-11-24T00:00:00+01:00`.
+    pub end_local: String,
+}
+
+/// The window of `period` holding `now_ms` in `tz`. `None` only for
+/// instants outside jiff's range.
+pub fn window(period: Period, tz: &TimeZone, now_ms: i64) -> Option<Window> {
+    let z = Timestamp::from_millisecond(now_ms)
+        .ok()?
+        .to_zoned_datetime(tz.clone());
+    let date = z.date();
+    let (start, end, id) = match period {
+        Period::Day => (date, date.tomorrow().ok()?, date.to_string()),
+        Period::Month => {
+            let first = date.first_of_month();
+            let id = format!("{:04}-{:02}", first.year(), first.month());
+            (first, first.checked_add(1.month()).ok()?, id)
+        }
+    };
+    let start = start.to_zoned_datetime(tz.clone()).ok()?;
+    let end = end.to_zoned_datetime(tz.clone()).ok()?;
+    Some(Window {
+        id,
+        start_ms: start.timestamp().as_millisecond(),
+        end_ms: end.timestamp().as_millisecond(),
+        end_local: end.strftime("%Y-%m-%dT%H:%M:%S%:z").to_string(),
+    })
+}
+
+/// The current window per time zone and period, so a Check computes a
+/// calendar window once per day or month, not per request.
+#[derive(Default)]
+pub struct WindowCache {
+    map: std::sync::Mutex<HashMap<String, [Option<Window>; 2]>>,
+}
+
+impl WindowCache {
+    /// [`window`], from the cache while `now_ms` is inside the cached one.
+    pub fn get(&self, zone: &str, tz: &TimeZone, period: Period, now_ms: i64) -> Option<Window> {
+        let slot = period as usize;
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(Some(w)) = map.get(zone).map(|ws| &ws[slot]) {
+            if (w.start_ms..w.end_ms).contains(&now_ms) {
+                return Some(w.clone());
+            }
+        }
+        let w = window(period, tz, now_ms)?;
+        if !map.contains_key(zone) {
+            map.insert(zone.to_string(), [None, None]);
+        }
+        if let Some(ws) = map.get_mut(zone) {
+            ws[slot] = Some(w.clone());
+        }
+        Some(w)
+    }
+}
+
+/// Budgets of one tenant or key.
+#[derive(Debug, Clone, Default)]
+pub struct Owner {
+    pub budgets: Vec<Budget>,
+}
+
+/// The money part of a policy: prices, time zones, budgets.
+#[derive(Debug, Clone, Default)]
+pub struct Money {
+    pub prices: Prices,
+    /// Per tenant: its time zone (name, zone).
+    zones: HashMap<String, (String, TimeZone)>,
+    tenants: HashMap<String, Owner>,
+    keys: HashMap<String, Owner>,
+}
+
+/// A time zone by IANA name; `Err` is the policy message.
+pub fn zone(owner: &str, name: &str) -> Result<TimeZone, String> {
+    TimeZone::get(name).map_err(|_| format!("{owner}: unknown time zone {name:?}"))
+}
+
+fn compile_budgets(owner: &str, raw: &RawBudgets) -> Result<Owner, String> {
+    let mut budgets = Vec::new();
+    for (period, field, v) in [
+        (Period::Day, "usd_per_day", &raw.usd_per_day),
+        (Period::Month, "usd_per_month", &raw.usd_per_month),
+    ] {
+        let Some(v) = v else { continue };
+        let cap = v.scaled(9).filter(|c| *c > 0 && *c <= MAX_BUDGET_NANO).ok_or(format!(
+            "{owner}: budgets.{field} must be a decimal greater than 0 and at most 9000000 with at most 9 places"
+        ))?;
+        budgets.push(Budget {
+            period,
+            cap,
+            soft_percent: raw.soft_percent,
+        });
+    }
+    if let Some(p) = raw.soft_percent {
+        if p == 0 || p > 100 {
+            return Err(format!(
+                "{owner}: budgets.soft_percent must be between 1 and 100"
+            ));
+        }
+    }
+    Ok(Owner { budgets })
+}
+
+/// What the policy says about money, before compiling.
+pub struct MoneyInput<'a> {
+    pub default_zone: Option<&'a str>,
+    pub prices: &'a std::collections::BTreeMap<String, RawPrice>,
+    /// (tenant, its time zone, its budgets)
+    pub tenants: Vec<(&'a str, Option<&'a str>, Option<&'a RawBudgets>)>,
+    /// (key id, its budgets)
+    pub keys: Vec<(&'a str, Option<&'a RawBudgets>)>,
+}
+
+impl Money {
+    /// Compile the money part of a policy; `Err` is the exact message.
+    pub fn compile(input: &MoneyInput) -> Result<Money, String> {
+        let mut prices = Prices::shipped().map_err(|e| format!("shipped price table: {e}"))?;
+        prices
+            .extend(input.prices)
+            .map_err(|e| format!("prices: {e}"))?;
+        let default_name = input.default_zone.unwrap_or("UTC");
+        let default_zone = zone("defaults", default_name)?;
+        let mut m = Money {
+            prices,
+            ..Money::default()
+        };
+        for (name, tz, budgets) in &input.tenants {
+            let owner = format!("tenant {name:?}");
+            let z = match tz {
+                Some(n) => (n.to_string(), zone(&owner, n)?),
+                None => (default_name.to_string(), default_zone.clone()),
+            };
+            m.zones.insert(name.to_string(), z);
+            if let Some(b) = budgets {
+                m.tenants
+                    .insert(name.to_string(), compile_budgets(&owner, b)?);
+            }
+        }
+        for (id, budgets) in &input.keys {
+            if let Some(b) = budgets {
+                m.keys
+                    .insert(id.to_string(), compile_budgets(&format!("key {id:?}"), b)?);
+            }
+        }
+        Ok(m)
+    }
+
+    /// Whether any budget applies to `key` (its own or its tenant's).
+    pub fn applies(&self, key: &Key) -> bool {
+        self.keys.contains_key(&key.id) || self.tenants.contains_key(&key.tenant)
+    }
+
+    /// The time zone of a tenant (UTC when unknown).
+    pub fn zone_of(&self, tenant: &str) -> (String, TimeZone) {
+        self.zones
+            .get(tenant)
+            .cloned()
+            .unwrap_or_else(|| ("UTC".to_string(), TimeZone::UTC))
+    }
+
+    /// The budgets of `key`: its own first (scope `k:<id>`), then its
+    /// tenant's (scope `t`), each with its current window at `now_ms`.
+    pub fn plan(&self, key: &Key, now_ms: i64, windows: &WindowCache) -> Vec<Planned> {
+        let (zone, tz) = self.zone_of(&key.tenant);
+        let mut out = Vec::new();
+        for (scope, owner) in [
+            (Scope::Key, self.keys.get(&key.id)),
+            (Scope::Tenant, self.tenants.get(&key.tenant)),
+        ] {
+            let Some(owner) = owner else { continue };
+            for b in &owner.budgets {
+                let Some(w) = windows.get(&zone, &tz, b.period, now_ms) else {
+                    continue;
+                };
+                let scope_key = match scope {
+                    Scope::Key => format!("k:{}", key.id),
+                    Scope::Tenant => "t".to_string(),
+                };
+                out.push(Planned {
+                    key: counter_key(&key.tenant, b.period, &w.id, &scope_key),
+                    budget: *b,
+                    scope,
+                    window: w,
+                });
+            }
+        }
+        out
+    }
+}
+
+/// Redis key of one spend counter; the tenant is the hash tag.
+pub fn counter_key(tenant: &str, period: Period, window_id: &str, scope: &str) -> String {
+    format!("tg:{{{tenant}}}:{}:{window_id}:{scope}", period.tag())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Key,
+    Tenant,
+}
+
+impl Scope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Key => "key",
+            Scope::Tenant => "tenant",
+        }
+    }
+}
+
+/// One budget of a request, in its current window.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    pub key: String,
+    pub budget: Budget,
+    pub scope: Scope,
+    pub window: Window,
+}
+
+impl Planned {
+    /// The counter operation: the spec carries the cap and the window's
+    /// end plus grace (when the counter expires).
+    pub fn op(&self, take: i64) -> BucketOp {
+        BucketOp {
+            key: self.key.clone(),
+            spec: BucketSpec {
+                capacity: self.budget.cap as u64,
+                window_ms: (self.window.end_ms + GRACE_MS).max(0) as u64,
+            },
+            take,
+            lease: 0,
+        }
+    }
+}
+
+/// This instance's money state: leases on spend counters and the wall clock.
+pub struct MoneyState {
+    pub leases: Leases,
+    windows: WindowCache,
+    wall: Arc<dyn Fn() -> i64 + Send + Sync>,
+}
+
+impl Default for MoneyState {
+    fn default() -> Self {
+        MoneyState {
+            leases: Leases::new(),
+            windows: WindowCache::default(),
+            wall: Arc::new(|| {
+                SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_millis() as i64)
+                    .unwrap_or(0)
+            }),
+        }
+    }
+}
+
+impl MoneyState {
+    pub fn now_ms(&self) -> i64 {
+        (self.wall)()
+    }
+}
+
+/// Money taken by an admitted Check: the ops (to give back if the request
+/// is refused later) and the budget headers.
+#[derive(Debug, Clone, Default)]
+pub struct MoneyTaken {
+    pub ops: Vec<BucketOp>,
+    pub headers: Vec<(&'static str, String)>,
+}
+
+/// Response header names (documented in authz-service/README.md).
+pub mod header {
+    pub const LIMIT: &str = "x-tollgate-budget-limit-usd";
+    pub const REMAINING: &str = "x-tollgate-budget-remaining-usd";
+    pub const RESET: &str = "x-tollgate-budget-reset";
+    pub const SCOPE: &str = "x-tollgate-budget-scope";
+    pub const WARNING: &str = "x-tollgate-budget-warning";
+}
+
+fn spent_share(b: &Budget, remaining: f64) -> f64 {
+    (b.cap as f64 - remaining) / b.cap as f64 * 100.0
+}
+
+/// Budget headers from the most constrained budget (least remaining; key
+/// before tenant on a tie), and the warnings of every budget past its
+/// soft cap: (headers, soft-capped budgets).
+fn budget_headers(
+    planned: &[Planned],
+    remaining: &[f64],
+    now_ms: i64,
+) -> (Vec<(&'static str, String)>, Vec<usize>) {
+    let mut h = Vec::with_capacity(5);
+    let best = planned
+        .iter()
+        .zip(remaining)
+        .min_by(|a, b| a.1.floor().total_cmp(&b.1.floor()));
+    if let Some((p, r)) = best {
+        h.push((header::LIMIT, format_usd(p.budget.cap)));
+        h.push((header::REMAINING, format_usd(r.floor().max(0.0) as i64)));
+        h.push((
+            header::RESET,
+            format_reset((p.window.end_ms - now_ms).max(0) as u64),
+        ));
+        h.push((
+            header::SCOPE,
+            format!("{}/{}", p.scope.as_str(), p.budget.period.as_str()),
+        ));
+    }
+    let mut soft = Vec::new();
+    let mut warnings = Vec::new();
+    for (i, (p, r)) in planned.iter().zip(remaining).enumerate() {
+        let Some(pct) = p.budget.soft_percent else {
+            continue;
+        };
+        let share = spent_share(&p.budget, *r);
+        if share >= f64::from(pct) {
+            soft.push(i);
+            warnings.push(format!(
+                "{}/{} {:.0}% used (soft cap {pct}%)",
+                p.scope.as_str(),
+                p.budget.period.as_str(),
+                share.min(100.0).floor()
+            ));
+        }
+    }
+    if !warnings.is_empty() {
+        h.push((header::WARNING, warnings.join(", ")));
+    }
+    (h, soft)
+}
+
+impl<S: Store> Authorizer<S> {
+    /// Use `wall` (unix milliseconds) as the clock of budget windows.
+    pub fn with_wall_clock(mut self, wall: impl Fn() -> i64 + Send + Sync + 'static) -> Self {
+        self.money.wall = Arc::new(wall);
+        self
+    }
+
+    /// Money leases of this instance.
+    pub fn money_leases(&self) -> &Leases {
+        &self.money.leases
+    }
+
+    /// Reserve the maximum cost of a request on every budget of `key`:
+    /// `reserve_tokens` at the highest price of the key's models. `Ok(None)`:
+    /// no budget applies (or the store failed and the tenant fails open);
+    /// `Err`: the answer (429 `budget_exceeded`, or the failure policy's).
+    pub(crate) async fn admit_money(
+        &self,
+        policy: &Policy,
+        key: &Key,
+        reserve_tokens: u64,
+    ) -> Result<Option<MoneyTaken>, Decision> {
+        let money = &policy.money;
+        if !money.applies(key) {
+            return Ok(None);
+        }
+        let now_ms = self.money.now_ms();
+        let planned = money.plan(key, now_ms, &self.money.windows);
+        if planned.is_empty() {
+            return Ok(None);
+        }
+        let take = reserve_nano(reserve_tokens, money.prices.highest_for(&key.models));
+        let mut ops: Vec<BucketOp> = planned.iter().map(|p| p.op(take)).collect();
+        let leases = &self.money.leases;
+        let from_memory = |ops: &[BucketOp], now| match leases.try_take(ops, now) {
+            Local::Taken(levels) => Some(Ok(self.money_taken(key, &planned, ops, &levels, now_ms))),
+            Local::Denied { index, levels } => Some(Err(
+                self.budget_exceeded(key, &planned, index, &levels, take, now_ms)
+            )),
+            Local::Miss => None,
+        };
+        if let Some(d) = from_memory(&ops, Instant::now()) {
+            return d.map(Some);
+        }
+        let refill = leases.refill(&ops[0], Instant::now());
+        let waiting = refill.wait();
+        let Ok(_guard) = tokio::time::timeout(self.refill_wait, refill.lock.lock()).await else {
+            drop(waiting);
+            return self.money_unreachable(policy, key, &planned, &ops, take, StoreError::Timeout);
+        };
+        let now = Instant::now();
+        if let Some(d) = from_memory(&ops, now) {
+            return d.map(Some);
+        }
+        let wants = leases.wants(&ops, &refill, now);
+        for (op, want) in ops.iter_mut().zip(wants) {
+            op.lease = want;
+        }
+        drop(waiting);
+        let t = Instant::now();
+        let result = self.store().spend_take(&ops).await;
+        self.metrics()
+            .redis_duration
+            .with_label_values(&["spend_check"])
+            .observe(t.elapsed().as_secs_f64());
+        let now = Instant::now();
+        match result {
+            Ok(outcome @ Outcome { denied: None, .. }) => {
+                let levels = leases.grant(&ops, &outcome, now);
+                Ok(Some(self.money_taken(key, &planned, &ops, &levels, now_ms)))
+            }
+            Ok(Outcome {
+                denied: Some(i),
+                levels,
+                ..
+            }) if i < planned.len() => {
+                let retry = (planned[i].window.end_ms - now_ms).max(1000) as u64;
+                let level = levels.get(i).copied().unwrap_or(0.0);
+                leases.deny(&ops[i], level, Duration::from_millis(retry), now);
+                // What is still leased of an exhausted budget would stay
+                // unspendable (and count as spent) until the window ends:
+                // give it back now (the refusal stays cached).
+                if let Some(back) = leases.release(&ops[i].key) {
+                    let _ = self.store().spend_debit(std::slice::from_ref(&back)).await;
+                }
+                Err(self.budget_exceeded(key, &planned, i, &levels, take, now_ms))
+            }
+            Ok(Outcome {
+                denied: Some(i), ..
+            }) => self.money_unreachable(
+                policy,
+                key,
+                &planned,
+                &ops,
+                take,
+                StoreError::Protocol(format!("store refused unknown counter {i}")),
+            ),
+            Err(e) => self.money_unreachable(policy, key, &planned, &ops, take, e),
+        }
+    }
+
+    fn money_taken(
+        &self,
+        key: &Key,
+        planned: &[Planned],
+        ops: &[BucketOp],
+        levels: &[f64],
+        now_ms: i64,
+    ) -> MoneyTaken {
+        let (headers, soft) = budget_headers(planned, levels, now_ms);
+        for i in soft {
+            let p = &planned[i];
+            self.metrics()
+                .budget_soft_cap
+                .with_label_values(&[&key.tenant, p.scope.as_str(), p.budget.period.as_str()])
+                .inc();
+        }
+        MoneyTaken {
+            ops: ops
+                .iter()
+                .map(|o| BucketOp {
+                    lease: 0,
+                    ..o.clone()
+                })
+                .collect(),
+            headers,
+        }
+    }
+
+    fn money_unreachable(
+        &self,
+        policy: &Policy,
+        key: &Key,
+        planned: &[Planned],
+        ops: &[BucketOp],
+        take: i64,
+        e: StoreError,
+    ) -> Result<Option<MoneyTaken>, Decision> {
+        let now_ms = self.money.now_ms();
+        if let Some((i, levels)) = self.money.leases.known_exhausted(ops, Instant::now()) {
+            self.count_store_error("spend_check", &e);
+            return Err(self.budget_exceeded(key, planned, i, &levels, take, now_ms));
+        }
+        match self.failed(policy, key, e, |_| Decision::Allow {
+            tenant: String::new(),
+            key_id: String::new(),
+            models: String::new(),
+            rate_headers: Vec::new(),
+            reserved: 0,
+        }) {
+            Decision::Allow { .. } => Ok(None),
+            d => Err(d),
+        }
+    }
+
+    /// A 429 naming budget `i` of `planned`.
+    fn budget_exceeded(
+        &self,
+        key: &Key,
+        planned: &[Planned],
+        i: usize,
+        levels: &[f64],
+        take: i64,
+        now_ms: i64,
+    ) -> Decision {
+        let Some(p) = planned.get(i) else {
+            return Decision::Unavailable(format!("no budget {i}"));
+        };
+        let remaining = levels.get(i).copied().unwrap_or(0.0).floor().max(0.0) as i64;
+        let reset_ms = (p.window.end_ms - now_ms).max(0) as u64;
+        let who = match p.scope {
+            Scope::Key => format!("key {}", key.id),
+            Scope::Tenant => format!("tenant {}", key.tenant),
+        };
+        let msg = format!(
+            "Budget exhausted for {who}: ${} per {}, ${} left, this request may cost up to ${}. The budget resets at {} (in {}).",
+            format_usd(p.budget.cap),
+            p.budget.period.as_str(),
+            format_usd(remaining),
+            format_usd(take),
+            p.window.end_local,
+            format_reset(reset_ms),
+        );
+        self.record("denied", "budget_exceeded");
+        let mut headers = vec![("retry-after", reset_ms.div_ceil(1000).max(1).to_string())];
+        headers.extend(budget_headers(planned, levels, now_ms).0);
+        Decision::Deny {
+            status: 429,
+            body: error_body(&msg, "insufficient_quota", "budget_exceeded"),
+            headers,
+        }
+    }
+
+    /// Give back money taken for a request that was refused afterwards.
+    pub(crate) fn money_put_back(&self, taken: &MoneyTaken) {
+        let back: Vec<BucketOp> = taken
+            .ops
+            .iter()
+            .map(|o| BucketOp {
+                take: -o.take,
+                ..o.clone()
+            })
+            .collect();
+        // Into the lease it came from (no store call); a lease already
+        // dropped keeps the reservation charged until the window ends.
+        let _ = self.money.leases.try_take(&back, Instant::now());
+    }
+
+    /// The money part of a usage report: its cost, and the counter debits
+    /// (cost minus the reserved maximum cost) of the key's budgets.
+    pub(crate) fn money_settlement(
+        &self,
+        policy: &Policy,
+        key: &Key,
+        report: &UsageReport,
+    ) -> Vec<BucketOp> {
+        let money = &policy.money;
+        let model = report.model.as_deref().unwrap_or("");
+        let tokens = Tokens {
+            prompt: report.prompt_tokens,
+            completion: report.completion_tokens,
+            cached: report.cached_tokens,
+            cache_write: report.cache_write_tokens,
+        };
+        let (cost, priced) = money.prices.cost(model, &tokens);
+        let label = match priced {
+            Priced::Listed => model,
+            Priced::Unlisted => "unlisted",
+        };
+        self.metrics()
+            .spend_usd
+            .with_label_values(&[&key.tenant, &key.id, label])
+            .inc_by(cost as f64 / crate::prices::NANO_PER_USD as f64);
+        if !money.applies(key) {
+            return Vec::new();
+        }
+        let reserved = report.reserved.map_or(0, |r| {
+            reserve_nano(r, money.prices.highest_for(&key.models))
+        });
+        let take = cost.saturating_sub(reserved);
+        if take == 0 {
+            return Vec::new();
+        }
+        money
+            .plan(key, self.money.now_ms(), &self.money.windows)
+            .iter()
+            .map(|p| p.op(take))
+            .collect()
+    }
+}
+
+/// Spend counters in process memory (the `memory://` store and tests):
+/// the rules of `spend.lua`, windows kept until restart.
+#[derive(Default)]
+pub struct MemoryCounters {
+    map: std::sync::Mutex<HashMap<String, i64>>,
+}
+
+impl MemoryCounters {
+    pub fn apply(&self, ops: &[BucketOp], take_mode: bool) -> Outcome {
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        let spent: Vec<i64> = ops
+            .iter()
+            .map(|o| map.get(&o.key).copied().unwrap_or(0))
+            .collect();
+        let denied = if take_mode {
+            ops.iter().zip(&spent).position(|(o, s)| {
+                let cap = o.spec.capacity as i64;
+                *s >= cap || s.saturating_add(o.take) > cap
+            })
+        } else {
+            None
+        };
+        let mut levels = Vec::with_capacity(ops.len());
+        let mut granted = Vec::with_capacity(ops.len());
+        for (o, s) in ops.iter().zip(spent) {
+            let cap = o.spec.capacity as i64;
+            let mut g = 0;
+            let mut s = s;
+            if denied.is_none() {
+                if take_mode && o.lease > 0 {
+                    g = ((cap - s - o.take) / 8).clamp(0, o.lease as i64);
+                }
+                s = s.saturating_add(o.take + g);
+                map.insert(o.key.clone(), s);
+            }
+            levels.push((cap - s) as f64);
+            granted.push(g as u64);
+        }
+        Outcome {
+            denied,
+            levels,
+            granted,
+        }
+    }
+
+    /// The spend recorded under `key` (tests, the CLI's memory path).
+    pub fn get(&self, key: &str) -> Option<i64> {
+        self.map
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(s: &str) -> i64 {
+        s.parse::<Timestamp>().unwrap().as_millisecond()
+    }
+
+    #[test]
+    fn day_rolls_over_at_local_midnight() {
+        let tz = TimeZone::get("Europe/Paris").unwrap();
+        // 22:59:59.999 UTC on 2026-11-23 is 23:59:59.999 in Paris (UTC+1).
+        let before = window(Period::Day, &tz, ms("2026-11-23T22:59:59.999Z")).unwrap();
+        let after = window(Period::Day, &tz, ms("2026-11-23T23:00:00Z")).unwrap();
+        assert_eq!(before.id, "2026-11-23");
+        assert_eq!(after.id, "2026-11-24");
+        assert_eq!(before.end_ms, after.start_ms);
+        assert_eq!(before.end_ms, ms("2026-11-23T23:00:00Z"));
+        assert_eq!(before.end_local, "2026-11-24T00:00:00+01:00");
+    }
+
+    #[test]
+    fn month_rolls_over_at_local_month_end() {
+        let tz = TimeZone::get("America/New_York").unwrap();
+        // 04:59:59 UTC on Dec 1 is 23:59:59 on Nov 30 in New York (UTC-5).
+        let nov = window(Period::Month, &tz, ms("2026-12-01T04:59:59Z")).unwrap();
+        let dec = window(Period::Month, &tz, ms("2026-12-01T05:00:00Z")).unwrap();
+        assert_eq!((nov.id.as_str(), dec.id.as_str()), ("2026-11", "2026-12"));
+        assert_eq!(nov.end_ms, ms("2026-12-01T05:00:00Z"));
+        // November started under daylight saving time (UTC-4).
+        assert_eq!(nov.start_ms, ms("2026-11-01T04:00:00Z"));
+    }
+
+    #[test]
+    fn the_window_cache_follows_the_clock() {
+        let tz = TimeZone::get("Europe/Paris").unwrap();
+        let c = WindowCache::default();
+        let at = |t| c.get("Europe/Paris", &tz, Period::Day, ms(t)).unwrap().id;
+        assert_eq!(at("2026-11-23T22:59:59.999Z"), "2026-11-23");
+        assert_eq!(at("2026-11-23T23:00:00Z"), "2026-11-24");
+        assert_eq!(at("2026-11-23T12:00:00Z"), "2026-11-23", "a clock set back");
+    }
+
+    #[test]
+    fn a_dst_day_is_23_hours_long() {
+        let tz = TimeZone::get("Europe/Paris").unwrap();
+        let w = window(Period::Day, &tz, ms("2026-03-29T12:00:00Z")).unwrap();
+        assert_eq!(w.end_ms - w.start_ms, 23 * 3_600_000);
+    }
+
+    #[test]
+    fn counters_refuse_past_the_cap_and_lease_an_eighth() {
+        let c = MemoryCounters::default();
+        let op = |take, lease| BucketOp {
+            key: "k".into(),
+            spec: BucketSpec {
+                capacity: 1000,
+                window_ms: 0,
+            },
+            take,
+            lease,
+        };
+        let o = c.apply(&[op(200, 1000)], true);
+        assert_eq!((o.denied, o.levels[0], o.granted[0]), (None, 700.0, 100));
+        assert_eq!(c.apply(&[op(701, 0)], true).denied, Some(0));
+        assert_eq!(c.get("k"), Some(300));
+        c.apply(&[op(-100, 0)], false);
+        assert_eq!(c.apply(&[op(800, 0)], true).levels[0], 0.0);
+        assert_eq!(c.apply(&[op(0, 0)], true).denied, Some(0), "at the cap");
+    }
+
+    #[test]
+    fn headers_name_the_tightest_budget_and_soft_caps() {
+        let b = |cap, soft| Budget {
+            period: Period::Day,
+            cap,
+            soft_percent: soft,
+        };
+        let w = Window {
+            id: "d".into(),
+            start_ms: 0,
+            end_ms: 60_000,
+            end_local: String::new(),
+        };
+        let p = |scope, budget| Planned {
+            key: String::new(),
+            budget,
+            scope,
+            window: w.clone(),
+        };
+        let planned = [
+            p(Scope::Key, b(5_000_000_000, Some(80))),
+            p(Scope::Tenant, b(100_000_000_000, Some(80))),
+        ];
+        let (h, soft) = budget_headers(&planned, &[900_000_000.0, 90_000_000_000.0], 0);
+        assert_eq!(
+            h,
+            vec![
+                (header::LIMIT, "5.00".to_string()),
+                (header::REMAINING, "0.90".to_string()),
+                (header::RESET, "1m0s".to_string()),
+                (header::SCOPE, "key/day".to_string()),
+                (
+                    header::WARNING,
+                    "key/day 82% used (soft cap 80%)".to_string()
+                ),
+            ]
+        );
+        assert_eq!(soft, vec![0]);
+    }
+}
+
+/// One budget window as `tollgate-authz spend` prints it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    pub scope: String,
+    pub period: &'static str,
+    pub window: String,
+    /// Redis key of the counter.
+    pub key: String,
+    pub cap: i64,
+    pub end_local: String,
+}
+
+/// The current windows of every budget of `tenant` (and of its keys, or of
+/// key `key_id` only) at `now_ms`; `Err` names what is unknown.
+pub fn rows(
+    policy: &Policy,
+    tenant: &str,
+    key_id: Option<&str>,
+    now_ms: i64,
+) -> Result<Vec<Row>, String> {
+    if policy.tenant(tenant).is_none() {
+        return Err(format!("unknown tenant {tenant:?}"));
+    }
+    let money = &policy.money;
+    let (_, tz) = money.zone_of(tenant);
+    let mut out = Vec::new();
+    let mut push = |owner: Option<&Owner>, scope: String, scope_key: String| {
+        for b in owner.map(|o| o.budgets.as_slice()).unwrap_or_default() {
+            if let Some(w) = window(b.period, &tz, now_ms) {
+                out.push(Row {
+                    key: counter_key(tenant, b.period, &w.id, &scope_key),
+                    scope: scope.clone(),
+                    period: b.period.as_str(),
+                    window: w.id,
+                    cap: b.cap,
+                    end_local: w.end_local,
+                });
+            }
+        }
+    };
+    match key_id {
+        Some(id) => {
+            match policy.key_by_id(id) {
+                Some(k) if k.tenant == tenant => {}
+                _ => return Err(format!("unknown key {id:?} of tenant {tenant:?}")),
+            }
+            push(money.keys.get(id), format!("key {id}"), format!("k:{id}"));
+        }
+        None => {
+            push(
+                money.tenants.get(tenant),
+                format!("tenant {tenant}"),
+                "t".to_string(),
+            );
+            let mut ids: Vec<&String> = money
+                .keys
+                .keys()
+                .filter(|id| policy.key_by_id(id).is_some_and(|k| k.tenant == tenant))
+                .collect();
+            ids.sort();
+            for id in ids {
+                push(
+                    money.keys.get(id.as_str()),
+                    format!("key {id}"),
+                    format!("k:{id}"),
+                );
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The `spend` command's table: `rows` with each counter's spend (`None`:
+/// nothing spent in that window yet).
+pub fn render(tenant: &str, zone: &str, rows: &[(Row, Option<i64>)]) -> String {
+    let mut s = format!("tenant {tenant}, time zone {zone}\n");
+    s.push_str(&format!(
+        "{:<24} {:<6} {:<11} {:>14} {:>14} {:>14}  {}\n",
+        "scope", "period", "window", "spent_usd", "budget_usd", "remaining_usd", "resets_at"
+    ));
+    for (r, spent) in rows {
+        let spent = spent.unwrap_or(0);
+        s.push_str(&format!(
+            "{:<24} {:<6} {:<11} {:>14} {:>14} {:>14}  {}\n",
+            r.scope,
+            r.period,
+            r.window,
+            format_usd(spent),
+            format_usd(r.cap),
+            format_usd((r.cap - spent).max(0)),
+            r.end_local
+        ));
+    }
+    if rows.is_empty() {
+        s.push_str("(no money budgets)\n");
+    }
+    s
+}

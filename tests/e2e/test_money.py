@@ -1,0 +1,133 @@
+"""Money budgets end to end: the real gateway, Redis, mock provider and the
+official OpenAI client.
+
+Key tg-test-money (config/policy.yaml): $0.002 a day on openai/gpt-4o-mini
+($0.15 / $0.60 per million tokens, config/prices.yaml), soft cap 50 %; its
+tenant test-money: $1 a month, in Europe/Paris. Each test starts a private
+stack, so its budgets start unspent.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import openai
+import pytest
+
+from helpers import HI, assert_openai_error, post
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY = "tg-test-money"
+# Each answer is ~500 completion tokens ($0.0003): the day's $0.002 lasts a few requests.
+LONG = {"x-mock-response-bytes": "2000"}
+
+
+def chat(stack, **headers):
+    return post(f"{stack.base_url}/chat/completions", {"model": "openai/gpt-4o-mini", "messages": HI},
+                {"authorization": f"Bearer {KEY}", **headers})
+
+
+def metrics(stack) -> str:
+    with urllib.request.urlopen(f"{stack.authz_http_url}/metrics", timeout=5) as resp:
+        return resp.read().decode()
+
+
+def metric(text: str, name: str, **labels) -> float:
+    total = 0.0
+    for m in re.finditer(rf"^{name}(?:{{([^}}]*)}})? (\S+)$", text, re.M):
+        got = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1) or ""))
+        if all(got.get(k) == v for k, v in labels.items()):
+            total += float(m.group(2))
+    return total
+
+
+def spend_cli(stack, *args: str) -> str:
+    out = subprocess.run(
+        [str(ROOT / "target" / "release" / "tollgate-authz"), "spend", "--policy", str(stack.policy),
+         "--redis-url", f"redis://127.0.0.1:{stack.ports['TG_REDIS_PORT']}", *args],
+        capture_output=True, text=True, timeout=20, check=True)
+    return out.stdout
+
+
+def usd(nano: int) -> str:
+    whole, frac = divmod(nano, 10**9)
+    frac = f"{frac:09d}".rstrip("0")
+    return f"{whole}.{frac:0<2}"
+
+
+def test_budget_headers_soft_cap_hard_cap_and_exact_spend(make_stack):
+    s = make_stack()
+    status, headers, body = chat(s)
+    assert status == 200, body
+    assert headers["x-tollgate-budget-limit-usd"] == "0.002"
+    assert headers["x-tollgate-budget-scope"] == "key/day"
+    assert re.fullmatch(r"\d+h\d+m\d+s|\d+m\d+s|\d+s", headers["x-tollgate-budget-reset"])
+    remaining = float(headers["x-tollgate-budget-remaining-usd"])
+    assert 0.0015 < remaining < 0.002  # the request's maximum cost is reserved
+    spent_nano = 150 * body["usage"]["prompt_tokens"] + 600 * body["usage"]["completion_tokens"]
+
+    warned, denied = False, None
+    for _ in range(40):
+        status, headers, body = chat(s, **LONG)
+        if status == 429:
+            denied = (headers, body)
+            break
+        assert status == 200, body
+        spent_nano += 150 * body["usage"]["prompt_tokens"] + 600 * body["usage"]["completion_tokens"]
+        warned |= "x-tollgate-budget-warning" in headers
+        time.sleep(0.15)  # the gateway posts usage every 100 ms
+    assert denied, "the budget was never exhausted"
+    headers, body = denied
+    assert_openai_error(body, "budget_exceeded")
+    assert body["error"]["type"] == "insufficient_quota"
+    assert "Budget exhausted for key money-key: $0.002 per day" in body["error"]["message"]
+    assert re.search(r"resets at \d{4}-\d\d-\d\dT00:00:00\+0[12]:00", body["error"]["message"])
+    assert int(headers["retry-after"]) >= 1
+    assert warned, "no soft-cap warning before the hard cap"
+    assert spent_nano <= 2_000_000 + 600 * 600  # at most one answer past the cap
+
+    # Another tenant's key is not affected.
+    assert post(f"{s.base_url}/chat/completions", {"model": "openai/gpt-4o-mini", "messages": HI},
+                {"authorization": "Bearer tg-demo-key"})[0] == 200
+
+    text = metrics(s)
+    assert metric(text, "tollgate_authz_spend_usd_total", tenant="test-money", key="money-key",
+                  model="openai/gpt-4o-mini") == pytest.approx(spent_nano / 1e9, rel=1e-9)
+    assert metric(text, "tollgate_authz_budget_soft_cap_total", tenant="test-money") >= 1
+    assert metric(text, "tollgate_authz_decisions_total", reason="budget_exceeded") >= 1
+
+    # The CLI reads the same spend from Redis once idle leases went back (1 s).
+    time.sleep(1.6)
+    out = spend_cli(s, "--tenant", "test-money")
+    assert "time zone Europe/Paris" in out
+    key_row = next(line for line in out.splitlines() if line.startswith("key money-key "))
+    tenant_row = next(line for line in out.splitlines() if line.startswith("tenant test-money "))
+    assert key_row.split()[4] == usd(spent_nano), out
+    assert key_row.split()[5] == "0.002", out
+    assert tenant_row.split()[4] == usd(spent_nano), out
+    assert tenant_row.split()[2] == "month" and re.fullmatch(r"\d{4}-\d\d", tenant_row.split()[3])
+    only_key = spend_cli(s, "--tenant", "test-money", "--key", "money-key")
+    assert "tenant test-money " not in only_key.split("\n", 2)[2] and "key money-key" in only_key
+
+
+def test_streams_are_charged_and_the_client_sees_budget_exceeded(make_stack):
+    s = make_stack()
+    client = openai.OpenAI(base_url=s.base_url, api_key=KEY, max_retries=0)
+    spent_nano = 0
+    with pytest.raises(openai.RateLimitError) as exc:
+        for _ in range(40):
+            stream = client.chat.completions.create(
+                model="openai/gpt-4o-mini", messages=HI, stream=True,
+                stream_options={"include_usage": True}, extra_headers=LONG)
+            usage = [c.usage for c in stream if c.usage][-1]
+            spent_nano += 150 * usage.prompt_tokens + 600 * usage.completion_tokens
+            time.sleep(0.15)
+    assert exc.value.code == "budget_exceeded"
+    assert spent_nano > 1_000_000  # streamed usage was settled, not only reserved
+    time.sleep(1.6)
+    row = next(line for line in spend_cli(s, "--tenant", "test-money", "--key", "money-key").splitlines()
+               if line.startswith("key money-key "))
+    assert row.split()[4] == usd(spent_nano)
