@@ -281,7 +281,9 @@ const ROLES: &[&str] = &[
     "function",
 ];
 
-/// Reasoning models (the `o1`/`o3`/`o4` and `gpt-5` families, by name, the
+/// OpenAI's own rules (providers without a path prefix: OpenAI and Azure;
+/// OpenAI-compatible servers under a prefix differ and are left alone):
+/// reasoning models (the `o1`/`o3`/`o4` and `gpt-5` families, by name, the
 /// deployment name on Azure) take `reasoning_effort` and refuse
 /// `max_tokens`; other models refuse `reasoning_effort`.
 fn is_reasoning_model(model: &str) -> bool {
@@ -368,8 +370,10 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
             m,
         );
     }
-    if let Some(r) = reasoning_refusal(&req, &model) {
-        return (r, m);
+    if ctx.provider.prefix.is_empty() {
+        if let Some(r) = reasoning_refusal(&req, &model) {
+            return (r, m);
+        }
     }
     for (p, hi) in [
         ("temperature", 2.0),

@@ -279,12 +279,12 @@ fn thinking_budget(body: &Value) -> Option<u64> {
     t.get("budget_tokens").and_then(Value::as_u64)
 }
 
-/// A thinking budget → OpenAI `reasoning_effort`: below 4096 tokens `low`,
-/// below 16384 `medium`, else `high`.
+/// A thinking budget → OpenAI `reasoning_effort`: below 2048 tokens `low`,
+/// below 8192 `medium`, else `high`.
 pub fn reasoning_effort(budget_tokens: u64) -> &'static str {
     match budget_tokens {
-        0..=4095 => "low",
-        4096..=16383 => "medium",
+        0..=2047 => "low",
+        2048..=8191 => "medium",
         _ => "high",
     }
 }
@@ -979,7 +979,14 @@ pub fn to_chat(body: &Value, provider: &str) -> Result<ChatRequest, ApiError> {
                 // Mapped by `request` where the target has a reasoning
                 // control; named dropped otherwise.
                 if v.get("type").and_then(Value::as_str) == Some("enabled") {
+                    let max = obj.get("max_tokens").and_then(Value::as_u64);
                     match v.get("budget_tokens").and_then(Value::as_u64) {
+                        Some(n) if max.is_some_and(|m| n >= m) => {
+                            return Err(bad(
+                                "thinking.budget_tokens",
+                                "'max_tokens' must be greater than 'thinking.budget_tokens'",
+                            ))
+                        }
                         Some(n) if n >= 1024 => {}
                         _ => {
                             return Err(bad(
@@ -1107,7 +1114,7 @@ mod tests {
     #[test]
     fn request_maps_system_tools_results_and_drops_markers() {
         let body = json!({
-            "model": "gpt-4o-mini", "max_tokens": 100, "stream": true,
+            "model": "gpt-4o-mini", "max_tokens": 2000, "stream": true,
             "system": [{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}],
             "stop_sequences": ["END"],
             "tools": [{"name": "get_weather", "description": "w", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}],
@@ -1128,7 +1135,7 @@ mod tests {
         });
         let c = to_chat(&body, "openai").unwrap();
         let b = &c.body;
-        assert_eq!(b["max_tokens"], 100);
+        assert_eq!(b["max_tokens"], 2000);
         assert_eq!(b["stop"], json!(["END"]));
         assert_eq!(b["stream_options"]["include_usage"], true);
         assert_eq!(b["tool_choice"], "required");
