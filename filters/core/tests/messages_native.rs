@@ -192,3 +192,37 @@ fn other_targets_name_cache_control_dropped() {
         assert!(!b.to_string().contains("cache_control"));
     }
 }
+
+#[test]
+fn bedrock_cache_write_tokens_come_back_in_anthropic_fields() {
+    use tollgate_core::config::Kind;
+    use tollgate_core::translate::{Front, ResponseCtx};
+    let ctx = ResponseCtx {
+        endpoint: Endpoint::Chat,
+        stream: false,
+        include_usage: false,
+        created: 1_700_000_000,
+        json_mode: false,
+        prompt_estimate: 0,
+        embed_base64: false,
+        model: "amazon.nova-lite-v1:0".into(),
+    };
+    let answer = json!({"output": {"message": {"role": "assistant", "content": [{"text": "hi"}]}},
+        "stopReason": "end_turn",
+        "usage": {"inputTokens": 10, "outputTokens": 3, "cacheReadInputTokens": 200,
+                  "cacheWriteInputTokens": 40, "totalTokens": 253}});
+    let t = messages::translator(Kind::Bedrock, Front::Messages)
+        .response(&ctx, answer.to_string().as_bytes())
+        .unwrap();
+    let msg: Value = serde_json::from_slice(&t.body.unwrap()).unwrap();
+    assert_eq!(
+        msg["usage"],
+        json!({"input_tokens": 10, "output_tokens": 3,
+               "cache_read_input_tokens": 200, "cache_creation_input_tokens": 40})
+    );
+    let u = t.usage.unwrap();
+    assert_eq!(
+        (u.prompt_tokens, u.cached_tokens, u.cache_write_tokens),
+        (250, 200, 40)
+    );
+}

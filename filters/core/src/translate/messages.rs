@@ -455,6 +455,7 @@ pub(crate) fn openai_usage(u: Option<&Value>) -> Usage {
             .and_then(|d| d.get("cached_tokens"))
             .and_then(Value::as_u64)
             .unwrap_or(0),
+        cache_write_tokens: 0,
     }
 }
 
@@ -462,9 +463,12 @@ pub(crate) fn openai_usage(u: Option<&Value>) -> Usage {
 /// (OpenAI's `prompt_tokens` includes them).
 pub(crate) fn anthropic_usage(u: &Usage) -> Value {
     json!({
-        "input_tokens": u.prompt_tokens.saturating_sub(u.cached_tokens),
+        "input_tokens": u
+            .prompt_tokens
+            .saturating_sub(u.cached_tokens)
+            .saturating_sub(u.cache_write_tokens),
         "output_tokens": u.completion_tokens,
-        "cache_creation_input_tokens": 0,
+        "cache_creation_input_tokens": u.cache_write_tokens,
         "cache_read_input_tokens": u.cached_tokens,
     })
 }
@@ -1216,6 +1220,7 @@ mod tests {
             prompt_tokens: 10,
             completion_tokens: 3,
             cached_tokens: 4,
+            cache_write_tokens: 0,
         };
         let m = to_message(&v, "fallback", u);
         assert_eq!(m["id"], "msg_chatcmpl-1");
