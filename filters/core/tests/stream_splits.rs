@@ -126,7 +126,7 @@ fn anthropic_tool_stream_every_split() {
                 prompt_tokens: 130,
                 completion_tokens: 89,
                 cached_tokens: 100,
-                cache_write_tokens: 0,
+                cache_write_tokens: 5,
             })
         );
         for i in 0..=input.len() {
