@@ -13,10 +13,12 @@
 //! ([`to_chat`]), the provider's answer comes back from that translator as an
 //! OpenAI `chat.completion` and becomes an Anthropic `message`
 //! ([`to_message`]); streams are the OpenAI chunks turned into Anthropic
-//! events by [`super::messages_stream`]. What the target cannot carry
-//! (`cache_control` markers, `thinking`, `top_k`-free sampling fields the
-//! gateway does not know) is dropped and named in the response header
-//! [`DROPPED_HEADER`].
+//! events by [`super::messages_stream`]. `thinking` and `cache_control`
+//! reach the target's own controls where it has them (`reasoning_effort`
+//! on OpenAI/Azure reasoning models, Gemini `thinkingConfig`, Bedrock
+//! `additionalModelRequestFields.thinking` and `cachePoint` blocks: see
+//! `native_extras`); what the target cannot carry is dropped and named in
+//! the response header [`DROPPED_HEADER`].
 //!
 //! `count_tokens` for a non-Anthropic model is answered by the gateway with
 //! an estimate ([`estimate_input_tokens`]): ⌈characters / 4⌉ of every text
