@@ -274,7 +274,7 @@ async fn bedrock_rules() {
         (r#"{"messages":[{"role":"user","content":[{"text":"a"},{"cachePoint":{"type":"hot"}}]}]}"#.into(), "cachePoint.type"),
         (r#"{"system":[{"text":"s"},{"cachePoint":{}}],"messages":[{"role":"user","content":[{"text":"a"}]}]}"#.into(), "system.2.member.cachePoint.type"),
         (r#"{"system":[{"text":"s","cachePoint":{"type":"default"}}],"messages":[{"role":"user","content":[{"text":"a"}]}]}"#.into(), "SystemContentBlock"),
-        (format!(r#"{{"messages":[{{"role":"user","content":[{{"text":"a"}}]}}],"toolConfig":{{"tools":[{{"toolSpec":{{"name":"f","inputSchema":{{"json":{{}}}}}}}},{{"cachePoint":{{"type":"x"}}}}]}}}}"#), "toolConfig.tools.2.member.cachePoint.type"),
+        (r#"{"messages":[{"role":"user","content":[{"text":"a"}]}],"toolConfig":{"tools":[{"toolSpec":{"name":"f","inputSchema":{"json":{}}}},{"cachePoint":{"type":"x"}}]}}"#.into(), "toolConfig.tools.2.member.cachePoint.type"),
         (r#"{"messages":[{"role":"user","content":[{"text":"a"}]}],"toolConfig":{"tools":[{"bogus":{}}]}}"#.into(), "exactly one of toolSpec, cachePoint"),
         (r#"{"messages":[{"role":"user","content":[{"text":"a"}]}],"inferenceConfig":{"maxTokens":4000},"additionalModelRequestFields":{"thinking":{"type":"enabled","budget_tokens":512}}}"#.into(), "greater than or equal to 1024"),
         (r#"{"messages":[{"role":"user","content":[{"text":"a"}]}],"inferenceConfig":{"maxTokens":2000},"additionalModelRequestFields":{"thinking":{"type":"enabled","budget_tokens":2048}}}"#.into(), "must be greater than `thinking.budget_tokens`"),
