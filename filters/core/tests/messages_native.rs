@@ -5,9 +5,11 @@
 //! `cache_control` → Bedrock `cachePoint` blocks; what is not mapped is
 //! named in the dropped list (the `x-tollgate-dropped` header).
 
+mod common;
+
 use serde_json::{json, Value};
 use tollgate_core::config::Runtime;
-use tollgate_core::translate::{messages, Endpoint, RequestCtx};
+use tollgate_core::translate::{messages, Endpoint};
 
 const CONFIG: &str = r#"{"providers": {
   "openai": {"kind": "openai", "cluster": "openai",
@@ -25,18 +27,12 @@ type Out = Result<(Value, Vec<&'static str>), (u16, Option<String>)>;
 
 fn plan(model: &str, body: Value) -> Out {
     let rt = Runtime::from_json(CONFIG.as_bytes(), &|_| None).unwrap();
-    let r = rt.resolve(model).unwrap();
-    let p = rt.provider(r.provider).unwrap();
-    let ctx = RequestCtx {
-        provider: p,
-        model: &r.model,
-        model_cfg: &p.models[&r.model],
-        endpoint: Endpoint::Chat,
-    };
-    match messages::request(p.kind(), &ctx, &body) {
-        Ok((up, dropped)) => Ok((serde_json::from_slice(&up.body).unwrap(), dropped)),
-        Err(e) => Err((e.status, e.param)),
-    }
+    common::with_chat_ctx(&rt, model, |kind, ctx| {
+        match messages::request(kind, ctx, &body) {
+            Ok((up, dropped)) => Ok((serde_json::from_slice(&up.body).unwrap(), dropped)),
+            Err(e) => Err((e.status, e.param)),
+        }
+    })
 }
 
 fn thinking(budget: u64) -> Value {
