@@ -121,6 +121,19 @@ async fn gemini_rules() {
     );
     let hot = r#"{"contents":[{"parts":[{"text":"x"}]}],"generationConfig":{"temperature":2.5}}"#;
     assert_eq!(call(&app, "POST", GEN, &[GK], hot).await.status, 400);
+    for (tc, status) in [
+        (r#"{"thinkingBudget":2048}"#, 200),
+        (r#"{"thinkingBudget":-1,"includeThoughts":false}"#, 200),
+        (r#"{"thinkingBudget":40000}"#, 400),
+        (r#"{"thinkingBudget":"2048"}"#, 400),
+        (r#"{"budget":2048}"#, 400),
+    ] {
+        let body = format!(
+            r#"{{"contents":[{{"parts":[{{"text":"x"}}]}}],"generationConfig":{{"thinkingConfig":{tc}}}}}"#
+        );
+        let r = call(&app, "POST", GEN, &[GK], &body).await;
+        assert_eq!(r.status, status, "{tc} -> {}", r.text());
+    }
     // max output tokens: MAX_TOKENS finish.
     let body =
         r#"{"contents":[{"parts":[{"text":"hello"}]}],"generationConfig":{"maxOutputTokens":2}}"#;
@@ -258,6 +271,13 @@ async fn bedrock_rules() {
         (format!(r#"{{"messages":[{{"role":"user","content":[{{"text":"a"}}]}},{{"role":"assistant","content":[{{"toolUse":{{"toolUseId":"t1","name":"f","input":{{}}}}}}]}},{{"role":"user","content":[{{"text":"b"}}]}}],{tc}}}"#), "Expected toolResult blocks"),
         (r#"{"messages":[{"role":"user","content":[{"text":"a"}]}],"inferenceConfig":{"maxTokens":0}}"#.into(), "maxTokens"),
         (r#"{"messages":[{"role":"user","content":[{"text":"a"}]}],"inferenceConfig":{"temperature":1.5}}"#.into(), "inferenceConfig.temperature"),
+        (r#"{"messages":[{"role":"user","content":[{"text":"a"},{"cachePoint":{"type":"hot"}}]}]}"#.into(), "cachePoint.type"),
+        (r#"{"system":[{"text":"s"},{"cachePoint":{}}],"messages":[{"role":"user","content":[{"text":"a"}]}]}"#.into(), "system.2.member.cachePoint.type"),
+        (r#"{"system":[{"text":"s","cachePoint":{"type":"default"}}],"messages":[{"role":"user","content":[{"text":"a"}]}]}"#.into(), "SystemContentBlock"),
+        (r#"{"messages":[{"role":"user","content":[{"text":"a"}]}],"toolConfig":{"tools":[{"toolSpec":{"name":"f","inputSchema":{"json":{}}}},{"cachePoint":{"type":"x"}}]}}"#.into(), "toolConfig.tools.2.member.cachePoint.type"),
+        (r#"{"messages":[{"role":"user","content":[{"text":"a"}]}],"toolConfig":{"tools":[{"bogus":{}}]}}"#.into(), "exactly one of toolSpec, cachePoint"),
+        (r#"{"messages":[{"role":"user","content":[{"text":"a"}]}],"inferenceConfig":{"maxTokens":4000},"additionalModelRequestFields":{"thinking":{"type":"enabled","budget_tokens":512}}}"#.into(), "greater than or equal to 1024"),
+        (r#"{"messages":[{"role":"user","content":[{"text":"a"}]}],"inferenceConfig":{"maxTokens":2000},"additionalModelRequestFields":{"thinking":{"type":"enabled","budget_tokens":2048}}}"#.into(), "must be greater than `thinking.budget_tokens`"),
     ];
     for (body, needle) in &cases {
         let r = bedrock(&app, "converse", body, "mock-bedrock-secret-1").await;
@@ -285,6 +305,20 @@ async fn bedrock_rules() {
     )
     .await;
     assert_eq!(r.status, 200);
+    let cached = json!({
+        "system": [{"text": "s"}, {"cachePoint": {"type": "default"}}],
+        "messages": [{"role": "user", "content": [{"text": "a"}, {"cachePoint": {"type": "default"}}]}],
+        "toolConfig": {"tools": [{"toolSpec": {"name": "f", "inputSchema": {"json": {}}}}, {"cachePoint": {"type": "default"}}]},
+        "inferenceConfig": {"maxTokens": 4000},
+        "additionalModelRequestFields": {"thinking": {"type": "enabled", "budget_tokens": 2048}}});
+    let r = bedrock(
+        &app,
+        "converse",
+        &cached.to_string(),
+        "mock-bedrock-secret-1",
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
     // The model id arrives percent-encoded in the path and is reported decoded.
     let st = call(&app, "GET", "/_mock/stats", &[], "").await.json();
     assert!(st["by_model"][MODEL].as_u64().unwrap() >= 1, "{st}");

@@ -463,3 +463,37 @@ async fn streamed_pieces_are_escaped_like_the_whole_answer() {
     let r = openai(&app, &sbody, &[("x-mock-response-bytes", "300")]).await;
     assert_eq!(streamed_text(&r), whole);
 }
+
+#[tokio::test]
+async fn reasoning_effort_only_for_reasoning_models() {
+    let app = app();
+    let cases: &[(&str, u16, &str)] = &[
+        (
+            r#"{"model":"gpt-4o-mini","reasoning_effort":"low","messages":[{"role":"user","content":"x"}]}"#,
+            400,
+            "'reasoning_effort' is not supported with this model",
+        ),
+        (
+            r#"{"model":"o4-mini","max_tokens":50,"messages":[{"role":"user","content":"x"}]}"#,
+            400,
+            "Use 'max_completion_tokens' instead",
+        ),
+        (
+            r#"{"model":"o4-mini","reasoning_effort":"extreme","messages":[{"role":"user","content":"x"}]}"#,
+            400,
+            "Invalid value for 'reasoning_effort'",
+        ),
+    ];
+    for (body, status, needle) in cases {
+        let r = openai(&app, body, &[]).await;
+        assert_eq!(r.status, *status, "{body} -> {}", r.text());
+        assert!(
+            err_of(&r)["message"].as_str().unwrap().contains(needle),
+            "{body} -> {}",
+            r.text()
+        );
+    }
+    let ok = r#"{"model":"o4-mini","reasoning_effort":"high","max_completion_tokens":50,"messages":[{"role":"user","content":"x"}]}"#;
+    let r = openai(&app, ok, &[]).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+}

@@ -17,6 +17,7 @@ import anthropic
 import pytest
 
 from helpers import post
+from plugin_config import envoy_variant
 
 # One model per provider family of the default config.
 FAMILIES = {
@@ -210,3 +211,94 @@ def test_stream_error_event_is_anthropic_shaped(client):
                                         extra_headers={"x-mock-error": "error-event"}) as s:
                 for _ in s.text_stream:
                     pass
+
+
+# --- thinking and cache_control on translated targets --------------------
+
+THINK = {"type": "enabled", "budget_tokens": 2048}
+EPH = {"type": "ephemeral"}
+
+
+def test_thinking_becomes_gemini_thinking_budget(stack, client):
+    raw = client.messages.with_raw_response.create(
+        model=FAMILIES["gemini"], max_tokens=4000, thinking=THINK, messages=HI)
+    assert "x-tollgate-dropped" not in raw.headers
+    assert raw.parse().content[0].text
+    gc = mock_last(stack)["body"]["generationConfig"]
+    assert gc["thinkingConfig"] == {"thinkingBudget": 2048} and gc["maxOutputTokens"] == 4000
+
+
+def test_thinking_becomes_bedrock_anthropic_thinking(stack, client):
+    with client.messages.stream(model=FAMILIES["bedrock"], max_tokens=4000, thinking=THINK, messages=HI) as s:
+        text = "".join(s.text_stream)
+        assert "x-tollgate-dropped" not in s.response.headers
+    assert text.startswith("mock response to: hello there gateway")
+    body = mock_last(stack)["body"]
+    assert body["additionalModelRequestFields"] == {"thinking": {"type": "enabled", "budget_tokens": 2048}}
+
+
+def test_thinking_on_a_model_without_reasoning_control_is_dropped_and_named(stack, client):
+    raw = client.messages.with_raw_response.create(
+        model=FAMILIES["openai"], max_tokens=4000, thinking=THINK, messages=HI)
+    assert raw.headers["x-tollgate-dropped"] == "thinking"
+    assert "reasoning_effort" not in mock_last(stack)["body"]
+    raw = client.messages.with_raw_response.create(
+        model=FAMILIES["openai"], max_tokens=50, thinking={"type": "disabled"}, messages=HI)
+    assert "x-tollgate-dropped" not in raw.headers
+
+
+def test_thinking_budget_is_checked(client):
+    with pytest.raises(anthropic.BadRequestError) as e:
+        client.messages.create(model=FAMILIES["gemini"], max_tokens=4000,
+                               thinking={"type": "enabled", "budget_tokens": 100}, messages=HI)
+    assert_anthropic_error(e.value.body, "invalid_request_error")
+    assert "budget_tokens" in e.value.body["error"]["message"]
+    with pytest.raises(anthropic.BadRequestError) as e:
+        client.messages.create(model=FAMILIES["bedrock"], max_tokens=2000, thinking=THINK, messages=HI)
+    assert "'max_tokens' must be greater than 'thinking.budget_tokens'" in e.value.body["error"]["message"]
+
+
+def test_thinking_becomes_reasoning_effort_on_openai_reasoning_models(make_stack, demo_key, tmp_path):
+    def edit(cfg):
+        p = cfg["providers"]["openai"]
+        p["models"] = {**{m: {} for m in p["models"]}, "o4-mini": {"reasoning": True}}
+
+    s = make_stack(envoy_config=envoy_variant(tmp_path / "envoy-reasoning.yaml", plugin=edit))
+    c = anthropic.Anthropic(base_url=root(s), api_key=demo_key, max_retries=0, timeout=20)
+    for budget, effort in ((1024, "low"), (4096, "medium"), (12000, "high")):
+        raw = c.messages.with_raw_response.create(
+            model="openai/o4-mini", max_tokens=16000,
+            thinking={"type": "enabled", "budget_tokens": budget}, messages=HI)
+        assert "x-tollgate-dropped" not in raw.headers
+        assert raw.parse().content[0].text
+        body = mock_last(s)["body"]
+        assert body["reasoning_effort"] == effort
+        assert body["max_completion_tokens"] == 16000 and "max_tokens" not in body
+
+
+def test_cache_control_becomes_bedrock_cache_points(stack, client):
+    tools = [WEATHER, {**WEATHER, "name": "get_time", "cache_control": EPH}]
+    ask = [{"role": "user", "content": [
+        {"type": "text", "text": "a long shared document", "cache_control": EPH}]},
+        {"role": "assistant", "content": "noted"},
+        {"role": "user", "content": "What is the weather in Paris?"}]
+    raw = client.messages.with_raw_response.create(
+        model=FAMILIES["bedrock"], max_tokens=300, tools=tools,
+        system=[{"type": "text", "text": "You are terse.", "cache_control": EPH}], messages=ask)
+    assert "x-tollgate-dropped" not in raw.headers
+    assert raw.parse().content
+    body = mock_last(stack)["body"]
+    point = {"cachePoint": {"type": "default"}}
+    assert body["system"] == [{"text": "You are terse."}, point]
+    assert [t.get("toolSpec", {}).get("name", t) for t in body["toolConfig"]["tools"]] == [
+        "get_weather", "get_time", point]
+    assert body["messages"][0]["content"] == [{"text": "a long shared document"}, point]
+    assert point not in body["messages"][1]["content"] + body["messages"][2]["content"]
+
+
+def test_cache_control_on_gemini_is_dropped_and_named(stack, client):
+    raw = client.messages.with_raw_response.create(
+        model=FAMILIES["gemini"], max_tokens=50,
+        messages=[{"role": "user", "content": [{"type": "text", "text": "hello", "cache_control": EPH}]}])
+    assert raw.headers["x-tollgate-dropped"] == "cache_control"
+    assert "cache" not in json.dumps(mock_last(stack)["body"]).lower()

@@ -9,8 +9,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import anthropic
 import openai
-import pytest
 import yaml
 
 from helpers import HI, assert_openai_error, post
@@ -142,8 +142,9 @@ def test_cooldown_follows_retry_after_and_the_key_returns(make_stack, demo_key, 
 
 def test_alias_falls_back_to_its_next_target_while_the_first_cools(make_stack, demo_key, tmp_path):
     """`resilient` → mistral, then openai. Mistral's only key answers 429
-    (retry-after 30): the first request gets that 429, every request after
-    it is served by openai, which says so in x-tollgate-provider and in the
+    (retry-after 30): the first request fails on it and is served by openai
+    within the request; the key cools, so every request after it goes to
+    openai at once. openai says so in x-tollgate-provider and in the
     answer's model."""
     def edit(cfg):
         cfg["providers"]["mistral"]["keys"] = [{"id": "mistral-429", "value": "mock-mistral-key-429"}]
@@ -152,9 +153,6 @@ def test_alias_falls_back_to_its_next_target_while_the_first_cools(make_stack, d
     s = make_stack(envoy_config=envoy_variant(tmp_path / "envoy-fallback.yaml", plugin=edit))
     client = openai.OpenAI(base_url=s.base_url, api_key=demo_key, max_retries=0, timeout=20,
                            default_headers={"x-mock-retry-after": "30"})
-    with pytest.raises(openai.RateLimitError) as e:
-        client.chat.completions.create(model="resilient", messages=HI)
-    assert "mistral" in e.value.body["message"]
     for i in range(10):
         raw = client.chat.completions.with_raw_response.create(model="resilient", messages=HI, stream=bool(i % 2))
         assert raw.headers["x-tollgate-provider"] == "openai"
@@ -168,3 +166,141 @@ def test_alias_falls_back_to_its_next_target_while_the_first_cools(make_stack, d
     # Two attempts on mistral's key (the only one, tried again), then none.
     assert by_key.get("mistral-429") == 2, by_key
     assert by_key.get("openai-1", 0) + by_key.get("openai-2", 0) == 10, by_key
+
+
+MISTRAL_503 = {"name": "mistral-503", "key": "mock-mistral-key-503", "faults": {"seed": 1, "503": 1.0}}
+
+
+def fallback_alias(mistral_keys: list[dict], **settings):
+    def edit(cfg):
+        cfg["providers"]["mistral"]["keys"] = mistral_keys
+        cfg["aliases"]["resilient"] = ["mistral/mistral-small-latest", "openai/gpt-4o-mini"]
+        cfg.update(settings)
+    return edit
+
+
+def closed_port() -> int:
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def assert_served_by_openai(client, n: int):
+    for i in range(n):
+        stream = bool(i % 2)
+        kwargs = {"stream_options": {"include_usage": True}} if stream else {}
+        raw = client.chat.completions.with_raw_response.create(model="resilient", messages=HI, max_tokens=4,
+                                                               stream=stream, **kwargs)
+        assert raw.status_code == 200
+        assert raw.headers["x-tollgate-provider"] == "openai"
+        resp = raw.parse()
+        if stream:
+            chunks = list(resp)
+            assert {c.model for c in chunks} == {"gpt-4o-mini"}, chunks
+            assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0, chunks[-1]
+        else:
+            assert resp.model == "gpt-4o-mini"
+            assert resp.choices[0].message.content
+            assert resp.usage.completion_tokens > 0
+
+
+def test_a_provider_failing_every_call_is_replaced_by_the_fallback_from_the_first_request(
+        make_stack, demo_key, tmp_path):
+    """Mistral's only key answers 503 to every call and never cools
+    (failure_cooldown_seconds 0): each request fails on mistral (after the
+    router's retry) and is then served by openai within the same request,
+    streams included."""
+    edit = fallback_alias([{"id": "mistral-503", "value": "mock-mistral-key-503"}], failure_cooldown_seconds=0)
+    s = make_stack(mock_config=mock_with_key(tmp_path, "mistral", MISTRAL_503),
+                   envoy_config=envoy_variant(tmp_path / "envoy-fallback.yaml", plugin=edit))
+    client = openai.OpenAI(base_url=s.base_url, api_key=demo_key, max_retries=0, timeout=20)
+    assert_served_by_openai(client, 6)
+    by_key = mock_stats(s)["by_key"]
+    # Every request went to mistral first (with its retry), then to openai.
+    assert by_key.get("mistral-503", 0) >= 6, by_key
+    assert by_key.get("openai-1", 0) + by_key.get("openai-2", 0) == 6, by_key
+    stats = envoy_stats(s)
+    assert stats["wasmcustom.tollgate.tenant.demo.key.demo-key.provider.openai.model.gpt-4o-mini.fallbacks"] == 6, stats
+
+
+def cluster_counter(s, name: str) -> int:
+    with urllib.request.urlopen(f"{s.admin_url}/stats?filter=^{name}$", timeout=5) as resp:
+        line = resp.read().decode().strip()
+    return int(line.partition(": ")[2] or 0)
+
+
+def test_a_provider_that_cannot_be_reached_is_replaced_by_the_fallback(make_stack, demo_key, tmp_path):
+    """Mistral's cluster points at a closed port: Envoy's own 503 (connect
+    failure) is replaced by openai's answer, and every mistral key cools
+    (the provider is down, not a key): the next requests go to openai
+    without trying mistral."""
+    port = closed_port()
+
+    def envoy(doc):
+        for c in doc["static_resources"]["clusters"]:
+            if c["name"] == "mistral":
+                c["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"][
+                    "socket_address"]["port_value"] = port
+    keys = [{"id": "mistral-1", "value": "mock-mistral-key-1"}, {"id": "mistral-2", "value": "mock-mistral-key-2"}]
+    cfg = envoy_variant(tmp_path / "envoy-down.yaml", plugin=fallback_alias(keys, failure_cooldown_seconds=60),
+                        envoy=envoy)
+    s = make_stack(envoy_config=cfg)
+    client = openai.OpenAI(base_url=s.base_url, api_key=demo_key, max_retries=0, timeout=20)
+    assert_served_by_openai(client, 1)
+    failed_connects = cluster_counter(s, "cluster.mistral.upstream_cx_connect_fail")
+    assert failed_connects >= 1
+    assert_served_by_openai(client, 4)
+    assert cluster_counter(s, "cluster.mistral.upstream_cx_connect_fail") == failed_connects
+    assert envoy_stats(s)["wasmcustom.tollgate.key_cooldowns.mistral"] == 2
+
+
+def test_every_target_failing_is_one_openai_error_naming_the_last_provider(make_stack, demo_key, tmp_path):
+    """Both targets answer 503 to every call (and never cool): the client
+    gets one OpenAI error naming openai, the last target tried; no key
+    value appears."""
+    openai_503 = {"name": "openai-503", "key": "mock-openai-key-503", "faults": {"seed": 2, "503": 1.0}}
+    mock = mock_with_key(tmp_path, "mistral", MISTRAL_503)
+    doc = yaml.safe_load(mock.read_text())
+    doc["providers"]["openai"]["keys"].append(openai_503)
+    mock.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+    def edit(cfg):
+        fallback_alias([{"id": "mistral-503", "value": "mock-mistral-key-503"}], failure_cooldown_seconds=0)(cfg)
+        cfg["providers"]["openai"]["keys"] = [{"id": "openai-503", "value": "mock-openai-key-503"}]
+    s = make_stack(mock_config=mock, envoy_config=envoy_variant(tmp_path / "envoy-all-down.yaml", plugin=edit))
+    auth = {"authorization": f"Bearer {demo_key}"}
+    for stream in (False, True, False):
+        status, headers, body = post(f"{s.base_url}/chat/completions",
+                                     {"model": "resilient", "messages": HI, "stream": stream}, auth)
+        assert status == 503, (status, body)
+        assert_openai_error(body)
+        assert body["error"]["message"].startswith("provider openai:"), body
+        assert headers["x-tollgate-provider"] == "openai"
+        text = json.dumps(body)
+        assert "mock-openai-key" not in text and "mock-mistral-key" not in text
+    by_key = mock_stats(s)["by_key"]
+    # Each request: mistral (with the router's retry), then openai once.
+    assert by_key.get("mistral-503", 0) >= 3 and by_key.get("openai-503") == 3, by_key
+
+
+def test_the_messages_front_door_is_served_by_the_fallback_in_anthropic_shape(make_stack, demo_key, tmp_path):
+    """The same provider down, through the Anthropic client on /v1/messages:
+    openai's answer comes back as an Anthropic message (whole and streamed)."""
+    edit = fallback_alias([{"id": "mistral-503", "value": "mock-mistral-key-503"}], failure_cooldown_seconds=0)
+    s = make_stack(mock_config=mock_with_key(tmp_path, "mistral", MISTRAL_503),
+                   envoy_config=envoy_variant(tmp_path / "envoy-fallback.yaml", plugin=edit))
+    client = anthropic.Anthropic(base_url=s.base_url.removesuffix("/v1"), api_key=demo_key, max_retries=0, timeout=20)
+    raw = client.messages.with_raw_response.create(model="resilient", max_tokens=8,
+                                                   messages=[{"role": "user", "content": "hi"}])
+    assert raw.headers["x-tollgate-provider"] == "openai"
+    msg = raw.parse()
+    assert msg.model == "gpt-4o-mini"
+    assert msg.type == "message" and msg.content[0].text and msg.usage.output_tokens > 0, msg
+    with client.messages.stream(model="resilient", max_tokens=8,
+                                messages=[{"role": "user", "content": "hi"}]) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text and final.usage.output_tokens > 0 and final.model == "gpt-4o-mini", final
+    assert mock_stats(s)["by_key"].get("mistral-503", 0) >= 2

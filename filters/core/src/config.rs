@@ -203,6 +203,9 @@ enum RawModels {
 struct RawModel {
     #[serde(default)]
     max_tokens: Option<u32>,
+    /// OpenAI / Azure: a reasoning model (takes `reasoning_effort`).
+    #[serde(default)]
+    reasoning: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -259,6 +262,9 @@ pub struct ModelCfg {
     pub max_tokens: u32,
     /// Keys allowed for this model, weights expanded.
     pub pool: KeyPool,
+    /// OpenAI / Azure: a reasoning model, which takes `reasoning_effort`
+    /// (the Messages front door maps `thinking` to it).
+    pub reasoning: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -504,17 +510,17 @@ impl Runtime {
                 return err(format!("{at}.max_tokens: must be greater than 0"));
             }
             let default_max = p.max_tokens.unwrap_or(DEFAULT_ANTHROPIC_MAX_TOKENS);
-            let mut model_max: Vec<(String, u32)> = Vec::new();
+            let mut model_max: Vec<(String, u32, bool)> = Vec::new();
             match p.models {
                 RawModels::List(list) => {
                     for (i, m) in list.into_iter().enumerate() {
                         if m.is_empty() {
                             return err(format!("{at}.models[{i}]: must not be empty"));
                         }
-                        if model_max.iter().any(|(n, _)| *n == m) {
+                        if model_max.iter().any(|(n, _, _)| *n == m) {
                             return err(format!("{at}.models[{i}]: duplicate model {m}"));
                         }
-                        model_max.push((m, default_max));
+                        model_max.push((m, default_max, false));
                     }
                 }
                 RawModels::Map(map) => {
@@ -532,7 +538,12 @@ impl Runtime {
                                 "{at}.models.{m}.max_tokens: must be greater than 0"
                             ));
                         }
-                        model_max.push((m, cfg.max_tokens.unwrap_or(default_max)));
+                        if cfg.reasoning && !matches!(p.kind, Kind::Openai | Kind::Azure) {
+                            return err(format!(
+                                "{at}.models.{m}.reasoning: only valid for kinds openai and azure"
+                            ));
+                        }
+                        model_max.push((m, cfg.max_tokens.unwrap_or(default_max), cfg.reasoning));
                     }
                 }
             }
@@ -607,7 +618,7 @@ impl Runtime {
                 }
                 if let Some(ms) = &k.models {
                     for (j, m) in ms.iter().enumerate() {
-                        if !model_max.iter().any(|(n, _)| n == m) {
+                        if !model_max.iter().any(|(n, _, _)| n == m) {
                             return err(format!(
                                 "{kat}.models[{j}]: {m} is not one of {at}.models"
                             ));
@@ -624,7 +635,7 @@ impl Runtime {
                 key_models.push(k.models);
             }
             let mut models = BTreeMap::new();
-            for (m, max_tokens) in model_max {
+            for (m, max_tokens, reasoning) in model_max {
                 let allowed: Vec<(u16, u32)> = (0..keys.len())
                     .filter(|&i| match key_models.get(i) {
                         Some(Some(list)) => list.contains(&m),
@@ -640,6 +651,7 @@ impl Runtime {
                     ModelCfg {
                         max_tokens,
                         pool: KeyPool::new(&allowed),
+                        reasoning,
                     },
                 );
             }

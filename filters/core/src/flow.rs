@@ -114,6 +114,22 @@ struct Routed {
     /// A stream whose last upstream byte reached the filter (false when the
     /// client or the provider left first).
     stream_ended: bool,
+    /// The client's request, kept when its model names fallback targets.
+    retained: Option<Box<Retained>>,
+    /// The call that sends the request to a fallback target, under way.
+    fallback_call: Option<u32>,
+}
+
+/// What a fallback within the request needs: the client's request as it
+/// came, and the providers that failed it.
+struct Retained {
+    endpoint: Endpoint,
+    front: Front,
+    allowed: Option<String>,
+    declared_model: Option<String>,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+    tried: Vec<usize>,
 }
 
 /// A fan-out under way: one answer slot per call, in request order.
@@ -125,6 +141,14 @@ struct FanOut {
 
 /// How long a fan-out's calls may take.
 pub const FAN_OUT_TIMEOUT_MS: u64 = 60_000;
+/// How long a fallback target's call may take (the route's `timeout`).
+pub const FALLBACK_TIMEOUT_MS: u64 = 600_000;
+
+/// A final answer that a fallback target may replace: a refusal, a server
+/// failure, or Envoy's own reply (connect failure, timeout).
+fn fallback_worthy(status: u16, from_upstream: bool) -> bool {
+    !from_upstream || matches!(status, 401 | 403 | 408 | 429) || status >= 500
+}
 
 enum RespMode {
     None,
@@ -398,7 +422,22 @@ impl Flow {
             envoy_reply: false,
             fanned_out: false,
             stream_ended: false,
+            retained: None,
+            fallback_call: None,
         };
+        if planned.fallbacks && planned.calls.is_empty() && planned.local.is_none() {
+            if let Some(headers) = &pending.headers {
+                routed.retained = Some(Box::new(Retained {
+                    endpoint: pending.endpoint,
+                    front: pending.front,
+                    allowed: pending.allowed.clone(),
+                    declared_model: pending.declared_model.clone(),
+                    headers: headers.clone(),
+                    body: body.to_vec(),
+                    tried: Vec::new(),
+                }));
+            }
+        }
         if !planned.calls.is_empty() {
             return self.fan_out(h, routed, planned.calls);
         }
@@ -418,12 +457,7 @@ impl Flow {
         // change.
         let mut ok = match pending.headers {
             Some(mut all) => {
-                for (name, value) in &planned.headers {
-                    all.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
-                    if let Some(v) = value {
-                        all.push((name.to_string(), v.clone()));
-                    }
-                }
+                apply_header_changes(&mut all, &planned.headers);
                 let pairs: Vec<(&str, &str)> =
                     all.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
                 h.set_request_headers(&pairs)
@@ -535,6 +569,12 @@ impl Flow {
     /// client gets the merged answers, or the first failure in request
     /// order as an OpenAI error.
     pub fn on_call_response(&mut self, h: &mut dyn Host, token: u32, status: u16, body: Vec<u8>) {
+        if let Phase::Routed(r) = &self.phase {
+            if r.fallback_call == Some(token) {
+                self.fallback_answer(h, status, body);
+            }
+            return;
+        }
         let Phase::FanOut(f) = &mut self.phase else {
             return;
         };
@@ -618,6 +658,174 @@ impl Flow {
         );
     }
 
+    /// Sends the request to the next target of its alias that has not
+    /// failed it (translated for that target, with one of its keys), as a
+    /// call whose answer replaces the failed one
+    /// ([`Flow::fallback_answer`]). False when there is none.
+    fn fall_back(&mut self, h: &mut dyn Host) -> bool {
+        let Phase::Routed(r) = &mut self.phase else {
+            return false;
+        };
+        let Some(keep) = r.retained.as_mut() else {
+            return false;
+        };
+        keep.tried.push(r.route.provider);
+        let rt = Arc::clone(&self.rt);
+        let now = h.now_ms();
+        let random = h.random_u32();
+        let names: Vec<String> = keep.headers.iter().map(|(n, _)| n.clone()).collect();
+        let facts = RequestFacts {
+            endpoint: keep.endpoint,
+            front: keep.front,
+            body: &keep.body,
+            header_names: Some(&names),
+            allowed: keep.allowed.as_deref().unwrap_or(""),
+            declared_model: keep.declared_model.as_deref(),
+            now_ms: now,
+            random,
+        };
+        // The providers that failed this request count as cooling.
+        let failed: Vec<&str> = keep
+            .tried
+            .iter()
+            .filter_map(|&p| rt.provider(p))
+            .flat_map(|p| p.keys.iter().map(|k| k.id.as_str()))
+            .collect();
+        let planned = {
+            let host: &dyn Host = &*h;
+            plan(&rt, &facts, &|id| {
+                if failed.contains(&id) {
+                    u64::MAX / 4
+                } else {
+                    cooldown::remaining_ms(host, id, now)
+                }
+            })
+        };
+        let Ok(planned) = planned else {
+            return false;
+        };
+        if keep.tried.contains(&planned.route.provider)
+            || !planned.calls.is_empty()
+            || planned.local.is_some()
+        {
+            return false;
+        }
+        let Some(provider) = rt.provider(planned.route.provider) else {
+            return false;
+        };
+        let mut headers = keep.headers.clone();
+        apply_header_changes(&mut headers, &planned.headers);
+        // Routing and retry headers are for the router; a call names its
+        // cluster and is not retried.
+        headers.retain(|(n, _)| {
+            !n.eq_ignore_ascii_case(tollgate_wire::header::CLUSTER)
+                && !n.eq_ignore_ascii_case(crate::plan::MAX_RETRIES)
+        });
+        let pairs: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
+        let body = planned.upstream_body(&keep.body);
+        let Some(token) = h.call(&provider.cluster, &pairs, &body, FALLBACK_TIMEOUT_MS) else {
+            h.log(
+                Level::Error,
+                &format!(
+                    "tollgate: the host refused a call to cluster {}",
+                    provider.cluster
+                ),
+            );
+            return false;
+        };
+        r.route = planned.route;
+        r.fallback_call = Some(token);
+        r.series = None;
+        r.usage = None;
+        r.resp = RespMode::None;
+        let mut routed = std::mem::replace(&mut self.phase, Phase::Idle);
+        if let Phase::Routed(r) = &mut routed {
+            self.count_request(h, r);
+        }
+        self.phase = routed;
+        true
+    }
+
+    /// A fallback target's answer: the client gets it translated, or, when
+    /// it failed too, the next target's ([`Flow::fall_back`]), or this
+    /// failure as the API's error naming the provider (`status` 0: no
+    /// answer).
+    fn fallback_answer(&mut self, h: &mut dyn Host, status: u16, body: Vec<u8>) {
+        if let Phase::Routed(r) = &mut self.phase {
+            r.fallback_call = None;
+            r.upstream_status = status;
+        }
+        if fallback_worthy(status, status != 0) && self.fall_back(h) {
+            return;
+        }
+        let rt = Arc::clone(&self.rt);
+        let anthropic = self.anthropic;
+        let Phase::Routed(r) = &mut self.phase else {
+            return;
+        };
+        let Some(provider) = rt.provider(r.route.provider) else {
+            return;
+        };
+        let tr = for_route(provider, r.route.endpoint, r.route.front);
+        let now = h.now_ms();
+        r.fanned_out = true;
+        if let Some(s) = &r.series {
+            let ms = now.saturating_sub(r.route.sent_ms);
+            metrics::record(h, MetricKind::Histogram, s.upstream_latency_ms, ms);
+        }
+        let mut ctype = "application/json";
+        let answer = if status == 0 {
+            Err(ApiError::new(
+                502,
+                SERVER,
+                "upstream_unavailable",
+                "The provider could not be reached or did not answer in time",
+            ))
+        } else if status >= 400 {
+            let e = tr.error(status, &body);
+            if matches!(status, 401 | 403 | 429)
+                || e.code.as_deref() == Some("provider_auth_failed")
+            {
+                if let Some(key) = provider.keys.get(r.route.key) {
+                    cooldown::start(h, &provider.name, &key.id, status, now, rt.cooldown_ms);
+                }
+            }
+            Err(e)
+        } else if r.route.stream {
+            // The whole stream at once: its events, translated.
+            let mut t = tr.stream(&r.route.response_ctx(true, now / 1000));
+            let mut out = Vec::with_capacity(body.len() + 64);
+            t.feed(&body, &mut out);
+            t.finish(&mut out);
+            r.usage = t.usage();
+            r.stream_ended = true;
+            ctype = "text/event-stream";
+            Ok(out)
+        } else {
+            tr.response(&r.route.response_ctx(false, now / 1000), &body)
+                .map(|t| {
+                    r.usage = t.usage;
+                    t.body.unwrap_or(body)
+                })
+        };
+        let (code, out) = match answer {
+            Ok(out) => (200, out),
+            Err(mut e) => {
+                e.message = format!("provider {}: {}", provider.name, e.message);
+                (e.status, e.body_for(anthropic))
+            }
+        };
+        expose_usage(h, r);
+        let mut headers = vec![("content-type", ctype), (PROVIDER, provider.name.as_str())];
+        if !r.route.dropped.is_empty() {
+            headers.push((DROPPED_HEADER, r.route.dropped.as_str()));
+        }
+        h.send_local_reply(code, &headers, &out);
+    }
+
     /// Error and translated bodies hold the response headers until the body
     /// is complete (status, content-type and content-length are final then);
     /// streams and passthrough bodies go on at once.
@@ -643,7 +851,34 @@ impl Flow {
         let provider_request_id = provider_request_id_header(provider.kind()).and_then(header);
         let ctype = header("content-type").unwrap_or_default();
         let now = h.now_ms();
-        if !h.response_from_upstream() {
+        let from_upstream = h.response_from_upstream();
+        if r.retained.is_some() && fallback_worthy(status, from_upstream) {
+            let (failed, key) = (r.route.provider, r.route.key);
+            let rt = Arc::clone(rt);
+            if !from_upstream && matches!(status, 502 | 503) && rt.failure_cooldown_ms > 0 {
+                // Envoy's own reply after its retries (connect failure, no
+                // healthy host; local_reply_config makes it a 502): the
+                // provider is down, not one key. Every key cools, so the
+                // next requests go to the fallback at once.
+                if let Some(p) = rt.provider(failed) {
+                    for k in &p.keys {
+                        cooldown::start(h, &p.name, &k.id, status, now, rt.failure_cooldown_ms);
+                    }
+                }
+            }
+            if self.fall_back(h) {
+                if from_upstream && matches!(status, 401 | 403 | 429) {
+                    cool_final_key(h, &rt, failed, key, status, now);
+                }
+                return Action::Pause;
+            }
+            let Phase::Routed(r2) = &mut self.phase else {
+                return Action::Continue;
+            };
+            r2.retained = None;
+            return self.on_response_headers(h, end_of_stream);
+        }
+        if !from_upstream {
             // Envoy's own reply (connect failure, timeout, overflow…): its
             // body is already OpenAI-shaped by local_reply_config.
             r.envoy_reply = true;
@@ -741,6 +976,10 @@ impl Flow {
         let Phase::Routed(r) = &mut self.phase else {
             return Action::Continue;
         };
+        if r.fallback_call.is_some() {
+            // A failed answer held while a fallback target answers instead.
+            return Action::Pause;
+        }
         let rt = &self.rt;
         let Some(provider) = rt.provider(r.route.provider) else {
             return Action::Continue;
@@ -871,7 +1110,7 @@ impl Flow {
             prompt_tokens: u.prompt_tokens,
             completion_tokens: u.completion_tokens,
             cached_tokens: u.cached_tokens,
-            cache_write_tokens: 0,
+            cache_write_tokens: u.cache_write_tokens,
             // A stream cut before its end reports only what the filter saw
             // (the provider's final usage never came): it is not settled, so
             // the reservation stays charged and the usage seen is added.
@@ -902,6 +1141,19 @@ impl Flow {
                     target.cluster
                 ),
             );
+        }
+    }
+}
+
+/// Applies a plan's header changes (`Some` sets, `None` removes) to a list.
+fn apply_header_changes(
+    all: &mut Vec<(String, String)>,
+    changes: &[(std::borrow::Cow<'static, str>, Option<String>)],
+) {
+    for (name, value) in changes {
+        all.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+        if let Some(v) = value {
+            all.push((name.to_string(), v.clone()));
         }
     }
 }

@@ -99,6 +99,9 @@ pub struct Plan {
     /// Answered by the gateway without a provider call (count_tokens of a
     /// non-Anthropic model): the 200 JSON body.
     pub local: Option<Vec<u8>>,
+    /// The client's model names fallback targets (an alias with more than
+    /// one target): a failed answer may be served by the next one.
+    pub fallbacks: bool,
 }
 
 impl Plan {
@@ -222,6 +225,7 @@ pub fn plan(
         Err(e) => return Err(e),
     };
     let canonical_is_fallback = rt.fallbacks(&model).contains(&resolved);
+    let fallbacks = !rt.fallbacks(&model).is_empty();
     let Target {
         provider,
         model_cfg,
@@ -300,6 +304,7 @@ pub fn plan(
         body_replaces,
         calls,
         local,
+        fallbacks,
     })
 }
 

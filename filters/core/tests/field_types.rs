@@ -313,7 +313,8 @@ fn openai_usage() {
             Some(Usage {
                 prompt_tokens: 5,
                 completion_tokens: 2,
-                cached_tokens: 1
+                cached_tokens: 1,
+                cache_write_tokens: 0,
             }),
             "{kind:?}"
         );

@@ -777,6 +777,14 @@ fn weighted_split_over_1000_requests() {
     assert!((650..850).contains(&one), "openai-1 got {one}/1000");
 }
 
+/// A header of a [`FakeHost`] call.
+fn call_header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
 fn titan_runtime() -> Arc<Runtime> {
     Arc::new(
         Runtime::from_json(
@@ -815,12 +823,7 @@ fn titan_embeddings_fan_out_and_merge_in_order() {
     );
     for (i, (cluster, headers, call_body)) in h.calls.iter().enumerate() {
         assert_eq!(cluster, "bedrock");
-        let get = |n: &str| {
-            headers
-                .iter()
-                .find(|(k, _)| k == n)
-                .map(|(_, v)| v.as_str())
-        };
+        let get = |n: &str| call_header(headers, n);
         assert_eq!(get(":method"), Some("POST"));
         assert_eq!(
             get(":path"),
@@ -1049,4 +1052,162 @@ fn host_calls_per_request() {
     ];
     // OpenAI passthrough, OpenAI stream, OpenAI→Anthropic.
     assert_eq!(calls, [(13, 15), (13, 18), (13, 17)]);
+}
+
+/// `resilient`: openai first, then anthropic.
+fn fallback_flow() -> Flow {
+    let config = common::CONFIG.replace(
+        r#""aliases": {"#,
+        r#""aliases": {"resilient": ["openai/gpt-4o-mini", "anthropic/claude-sonnet-4-5"], "#,
+    );
+    Flow::new(Arc::new(
+        Runtime::from_json(config.as_bytes(), &common::env).unwrap(),
+    ))
+}
+
+/// A failed final answer on the first target: held, and the request sent
+/// to the next target with a call, translated for it.
+fn fail_first_target(stream: bool) -> (Flow, FakeHost) {
+    let body = serde_json::to_vec(&json!({"model": "resilient", "stream": stream,
+        "messages": [{"role": "user", "content": "hi"}]}))
+    .unwrap();
+    let mut h = host("POST", "/v1/chat/completions", &body);
+    let (mut f, fwd) = request_with(fallback_flow(), &mut h, true);
+    assert!(fwd);
+    assert_eq!(
+        h.req_header("x-tollgate-cluster").as_deref(),
+        Some("openai")
+    );
+    h.resp_headers = vec![
+        (":status".into(), "503".into()),
+        ("content-type".into(), "application/json".into()),
+    ];
+    h.resp_body = br#"{"error":{"message":"down"}}"#.to_vec();
+    assert_eq!(f.on_response_headers(&mut h, false), Action::Pause);
+    assert_eq!(f.on_response_body(&mut h, 27, true), Action::Pause);
+    assert!(h.local_reply.is_none());
+    assert_eq!(h.calls.len(), 1);
+    let (cluster, headers, call_body) = &h.calls[0];
+    assert_eq!(cluster, "anthropic");
+    let header = |n: &str| call_header(headers, n);
+    assert_eq!(header(":path"), Some("/v1/messages"));
+    assert_eq!(header(":method"), Some("POST"));
+    assert_eq!(header("x-api-key"), Some("ak-one"));
+    assert_eq!(header("authorization"), None, "the client's key stays");
+    assert_eq!(header("x-tollgate-cluster"), None);
+    assert_eq!(header("x-envoy-max-retries"), None);
+    assert_eq!(header("x-tollgate-tenant"), None);
+    let sent: Value = serde_json::from_slice(call_body).unwrap();
+    assert_eq!(sent["model"], "claude-sonnet-4-5");
+    assert_eq!(
+        header("content-length"),
+        Some(call_body.len().to_string().as_str())
+    );
+    (f, h)
+}
+
+#[test]
+fn a_failed_first_target_is_answered_by_the_fallback_within_the_request() {
+    let (mut f, mut h) = fail_first_target(false);
+    f.on_call_response(&mut h, 1, 200, ANTHROPIC_ANSWER.to_vec());
+    let (status, headers, _) = h.local_reply.clone().unwrap();
+    assert_eq!(status, 200);
+    assert!(headers.contains(&("x-tollgate-provider".into(), "anthropic".into())));
+    let (_, body) = reply(&h);
+    assert_eq!(body["object"], "chat.completion");
+    assert_eq!(body["model"], "claude-sonnet-4-5");
+    assert_eq!(body["choices"][0]["message"]["content"], "Hello");
+    // A failed answer's body that still arrives is not passed on.
+    assert_eq!(f.on_response_body(&mut h, 0, true), Action::Continue);
+    f.on_log(&mut h);
+    // The fallback's usage and model are reported.
+    let (_, _, report) = h.posts.last().expect("usage report");
+    let report: Value = serde_json::from_slice(report).unwrap();
+    let report = if report.is_array() {
+        report[0].clone()
+    } else {
+        report
+    };
+    assert_eq!(report["model"], "anthropic/claude-sonnet-4-5", "{report}");
+    assert_eq!(report["prompt_tokens"], 7);
+    assert_eq!(report["completion_tokens"], 2);
+    assert_eq!(
+        h.metrics
+            .get("tollgate.tenant.demo.key.demo-key.provider.anthropic.model.claude-sonnet-4-5.fallbacks")
+            .copied(),
+        Some(1),
+        "{:?}",
+        h.metrics
+    );
+}
+
+#[test]
+fn a_stream_served_by_the_fallback_comes_whole_and_translated() {
+    let (mut f, mut h) = fail_first_target(true);
+    let events = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"model\":\"claude-sonnet-4-5\",\"usage\":{\"input_tokens\":7,\"output_tokens\":0}}}\n\n\
+event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n\
+event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":2}}\n\n\
+event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+    f.on_call_response(&mut h, 1, 200, events.to_vec());
+    let (status, headers, body) = h.local_reply.clone().unwrap();
+    assert_eq!(status, 200);
+    assert!(headers.contains(&("content-type".into(), "text/event-stream".into())));
+    let text = String::from_utf8(body).unwrap();
+    assert!(text.contains(r#""content":"Hi""#), "{text}");
+    assert!(text.contains(r#""model":"claude-sonnet-4-5""#), "{text}");
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+}
+
+#[test]
+fn every_target_failing_is_the_last_ones_error() {
+    let (mut f, mut h) = fail_first_target(false);
+    f.on_call_response(
+        &mut h,
+        1,
+        529,
+        br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#.to_vec(),
+    );
+    let (status, body) = reply(&h);
+    assert_eq!(status, 503);
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with("provider anthropic:"), "{body}");
+    assert!(!body.to_string().contains("ak-one") && !body.to_string().contains("sk-"));
+    // No answer at all (connect failure, timeout): a 502 naming it too.
+    let (mut f, mut h) = fail_first_target(false);
+    f.on_call_response(&mut h, 1, 0, Vec::new());
+    let (status, body) = reply(&h);
+    assert_eq!(status, 502);
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("provider anthropic:"));
+}
+
+#[test]
+fn a_model_without_fallbacks_keeps_a_failed_answer() {
+    let mut h = host("POST", "/v1/chat/completions", &chat("fast"));
+    let (mut f, fwd) = request(&mut h, true);
+    assert!(fwd);
+    respond(
+        &mut f,
+        &mut h,
+        503,
+        "application/json",
+        br#"{"error":{"message":"down"}}"#,
+    );
+    assert!(h.calls.is_empty() && h.local_reply.is_none());
+    assert_eq!(h.resp_header(":status").as_deref(), Some("503"));
+}
+
+#[test]
+fn a_model_with_fallbacks_costs_no_host_call_more_when_it_succeeds() {
+    let count = |mut f: Flow, model: &str| {
+        let mut h = host("POST", "/v1/chat/completions", &chat(model));
+        f = request_with(f, &mut h, true).0;
+        respond(&mut f, &mut h, 200, "application/json", OPENAI_ANSWER);
+        assert!(h.local_reply.is_none() && h.calls.is_empty());
+        h.host_call_count()
+    };
+    // `fast` and `resilient` both serve openai/gpt-4o-mini.
+    assert_eq!(count(fallback_flow(), "resilient"), count(flow(), "fast"));
 }

@@ -311,3 +311,53 @@ data: {\"error\":{\"message\":\"overloaded\",\"type\":\"server_error\",\"code\":
     assert_eq!(said.text, "hi");
     assert!(said.error.is_some());
 }
+
+/// The last `message_delta` event's usage in an Anthropic event stream.
+fn final_usage(out: &[u8]) -> Value {
+    let text = String::from_utf8(out.to_vec()).unwrap();
+    text.split("\n\n")
+        .filter_map(|ev| ev.split_once("data: ").map(|(_, d)| d))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter(|v| v["type"] == "message_delta")
+        .last()
+        .expect("a message_delta event")["usage"]
+        .clone()
+}
+
+#[test]
+fn bedrock_cache_reads_and_writes_reach_the_final_usage_at_every_split() {
+    let mut input = Vec::new();
+    for (name, body) in [
+        ("messageStart", r#"{"role":"assistant"}"#),
+        (
+            "contentBlockDelta",
+            r#"{"contentBlockIndex":0,"delta":{"text":"hi"}}"#,
+        ),
+        ("contentBlockStop", r#"{"contentBlockIndex":0}"#),
+        ("messageStop", r#"{"stopReason":"end_turn"}"#),
+        (
+            "metadata",
+            r#"{"usage":{"inputTokens":12,"outputTokens":7,"cacheReadInputTokens":100,"cacheWriteInputTokens":50,"totalTokens":169}}"#,
+        ),
+    ] {
+        input.extend(event(name, body.as_bytes()));
+    }
+    let (out, usage) = every_split(Kind::Bedrock, &input);
+    assert_eq!(
+        final_usage(&out),
+        json!({"input_tokens": 12, "output_tokens": 7,
+               "cache_read_input_tokens": 100, "cache_creation_input_tokens": 50})
+    );
+    let u = usage.expect("usage");
+    // The usage report (the budget debit) counts cache reads and writes as
+    // prompt tokens, and names both.
+    assert_eq!(
+        (
+            u.prompt_tokens,
+            u.cached_tokens,
+            u.cache_write_tokens,
+            u.completion_tokens
+        ),
+        (162, 100, 50, 7)
+    );
+}

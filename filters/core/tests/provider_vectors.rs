@@ -428,7 +428,8 @@ fn gemini_response_vectors() {
         Some(Usage {
             prompt_tokens: 10,
             completion_tokens: 7,
-            cached_tokens: 4
+            cached_tokens: 4,
+            cache_write_tokens: 0,
         })
     );
     assert_eq!(v["usage"]["total_tokens"], 17);
@@ -502,7 +503,8 @@ fn bedrock_response_vectors() {
         Some(Usage {
             prompt_tokens: 25,
             completion_tokens: 8,
-            cached_tokens: 5
+            cached_tokens: 5,
+            cache_write_tokens: 0,
         })
     );
     assert_eq!(v["model"], "m-1");
@@ -832,7 +834,8 @@ fn every_split(model: &str, input: &[u8], id: &str) {
             Some(Usage {
                 prompt_tokens: 11,
                 completion_tokens: 6,
-                cached_tokens: 0
+                cached_tokens: 0,
+                cache_write_tokens: 0,
             })
         );
         for i in 0..=input.len() {

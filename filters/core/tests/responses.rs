@@ -331,6 +331,7 @@ fn native_streams_pass_through_and_give_usage_at_every_split() {
             prompt_tokens: 11,
             completion_tokens: 6,
             cached_tokens: 4,
+            cache_write_tokens: 0,
         });
         let input = NATIVE.as_bytes();
         for i in 0..=input.len() {

@@ -125,7 +125,8 @@ fn anthropic_tool_stream_every_split() {
             Some(Usage {
                 prompt_tokens: 130,
                 completion_tokens: 89,
-                cached_tokens: 100
+                cached_tokens: 100,
+                cache_write_tokens: 5,
             })
         );
         for i in 0..=input.len() {
@@ -256,7 +257,8 @@ fn openai_stream_every_split() {
             Some(Usage {
                 prompt_tokens: 9,
                 completion_tokens: 4,
-                cached_tokens: 0
+                cached_tokens: 0,
+                cache_write_tokens: 0,
             })
         );
         for i in 0..=input.len() {

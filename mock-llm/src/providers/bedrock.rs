@@ -5,7 +5,11 @@
 //! Rules follow the Bedrock API reference: `messages` required; roles
 //! `user`/`assistant`, first `user`, alternating; each content block holds
 //! exactly one member; `toolUse`/`toolResult` blocks need `toolConfig`; a
-//! `toolResult` answers a `toolUse` of the previous assistant message.
+//! `toolResult` answers a `toolUse` of the previous assistant message;
+//! `cachePoint` blocks (in system, message content and `toolConfig.tools`)
+//! are exactly `{"type": "default"}`; `additionalModelRequestFields.thinking`
+//! is accepted for Anthropic models only, with `budget_tokens` ≥ 1024 and
+//! below `inferenceConfig.maxTokens`.
 //! Errors: JSON `{"message"}` with the `x-amzn-ErrorType` header, which is
 //! how AWS SDKs recognise the exception.
 
@@ -163,6 +167,52 @@ const BLOCK_MEMBERS: &[&str] = &[
     "searchResult",
 ];
 
+/// A `cachePoint` member that is not exactly `{"type": "default"}`: the
+/// error, naming where it is.
+fn bad_cache_point(b: &Value, at: &str) -> Option<String> {
+    let cp = b.get("cachePoint")?;
+    (*cp != json!({"type": "default"})).then(|| format!("1 validation error detected: Value at '{at}.cachePoint.type' failed to satisfy constraint: Member must satisfy enum value set: [default]"))
+}
+
+/// `additionalModelRequestFields.thinking`, as Bedrock's Anthropic models
+/// take it.
+fn check_thinking(req: &Value, model: &str) -> Result<(), String> {
+    let Some(extra) = req
+        .get("additionalModelRequestFields")
+        .filter(|v| !v.is_null())
+    else {
+        return Ok(());
+    };
+    let Some(extra) = extra.as_object() else {
+        return Err("additionalModelRequestFields must be an object".into());
+    };
+    for (k, v) in extra {
+        if !model.contains("anthropic.") {
+            return Err(format!(
+                "The model returned the following errors: {k}: Extra inputs are not permitted"
+            ));
+        }
+        if k != "thinking" {
+            continue;
+        }
+        if v.get("type").and_then(Value::as_str) != Some("enabled") {
+            return Err("The model returned the following errors: thinking.type: Input should be 'enabled' or 'disabled'".into());
+        }
+        let budget = v.get("budget_tokens").and_then(Value::as_u64).unwrap_or(0);
+        if budget < 1024 {
+            return Err("The model returned the following errors: thinking.enabled.budget_tokens: Input should be greater than or equal to 1024".into());
+        }
+        let max = req
+            .pointer("/inferenceConfig/maxTokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        if budget >= max {
+            return Err("The model returned the following errors: `max_tokens` must be greater than `thinking.budget_tokens`".into());
+        }
+    }
+    Ok(())
+}
+
 fn block_text(b: &Value, out: &mut String) {
     if let Some(t) = b.get("text").and_then(Value::as_str) {
         out.push_str(t);
@@ -227,9 +277,24 @@ pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
     let has_tool_config = req.get("toolConfig").is_some_and(|v| !v.is_null());
     let mut prompt = String::new();
     if let Some(sys) = req.get("system").and_then(Value::as_array) {
-        for s in sys {
+        for (j, s) in sys.iter().enumerate() {
+            let members: Vec<&String> = s
+                .as_object()
+                .map(|o| o.keys().collect())
+                .unwrap_or_default();
+            if members.len() != 1
+                || !["text", "guardContent", "cachePoint"].contains(&members[0].as_str())
+            {
+                return (validation(ctx, &format!("system.{j}: a SystemContentBlock must contain exactly one supported member")), m);
+            }
+            if let Some(e) = bad_cache_point(s, &format!("system.{}.member", j + 1)) {
+                return (validation(ctx, &e), m);
+            }
             block_text(s, &mut prompt);
         }
+    }
+    if let Err(e) = check_thinking(&req, &model) {
+        return (validation(ctx, &e), m);
     }
     let mut echo = String::new();
     let mut prev_role = "";
@@ -261,6 +326,12 @@ pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
                 .unwrap_or_default();
             if members.len() != 1 || !BLOCK_MEMBERS.contains(&members[0].as_str()) {
                 return (validation(ctx, &format!("messages.{i}.content.{j}: a ContentBlock must contain exactly one supported member")), m);
+            }
+            if let Some(e) = bad_cache_point(
+                b,
+                &format!("messages.{}.member.content.{}.member", i + 1, j + 1),
+            ) {
+                return (validation(ctx, &e), m);
             }
             if let Some(tu) = b.get("toolUse") {
                 if !has_tool_config {
@@ -321,9 +392,19 @@ pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
         else {
             return (validation(ctx, "1 validation error detected: Value at 'toolConfig.tools' failed to satisfy constraint: Member must have length greater than or equal to 1"), m);
         };
-        for t in arr {
+        for (j, t) in arr.iter().enumerate() {
             let Some(spec) = t.get("toolSpec") else {
-                continue;
+                if t.as_object().is_some_and(|o| o.len() == 1) {
+                    if let Some(e) =
+                        bad_cache_point(t, &format!("toolConfig.tools.{}.member", j + 1))
+                    {
+                        return (validation(ctx, &e), m);
+                    }
+                    if t.get("cachePoint").is_some() {
+                        continue;
+                    }
+                }
+                return (validation(ctx, &format!("toolConfig.tools.{j}: a Tool must contain exactly one of toolSpec, cachePoint")), m);
             };
             let Some(name) = spec.get("name").and_then(Value::as_str) else {
                 return (validation(ctx, "1 validation error detected: Value null at 'toolConfig.tools.member.toolSpec.name' failed to satisfy constraint: Member must not be null"), m);

@@ -141,6 +141,34 @@ const GEN_FIELDS: &[&str] = &[
     "cached_content",
 ];
 
+/// `generationConfig.thinkingConfig`: `thinkingBudget` an integer in
+/// [-1, 32768] (-1: dynamic), `includeThoughts` a boolean, nothing else.
+fn check_thinking(tc: &Value) -> Result<(), String> {
+    let Some(o) = tc.as_object() else {
+        return Err(
+            "Invalid value at 'generation_config.thinking_config': expected an object".into(),
+        );
+    };
+    for (k, v) in o {
+        match k.as_str() {
+            "thinkingBudget" | "thinking_budget" => {
+                if !v.as_i64().is_some_and(|n| (-1..=32768).contains(&n)) {
+                    return Err(format!("Invalid value at 'generation_config.thinking_config.thinking_budget' ({v}): expected an integer in [-1, 32768]"));
+                }
+            }
+            "includeThoughts" | "include_thoughts" => {
+                if !v.is_boolean() {
+                    return Err(format!("Invalid value at 'generation_config.thinking_config.include_thoughts' (TYPE_BOOL), {v}"));
+                }
+            }
+            _ => {
+                return Err(format!("Invalid JSON payload received. Unknown name \"{k}\" at 'generation_config.thinking_config': Cannot find field."));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn get<'a>(v: &'a Value, camel: &str, snake: &str) -> Option<&'a Value> {
     v.get(camel)
         .or_else(|| v.get(snake))
@@ -340,6 +368,11 @@ pub async fn generate(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
         for (camel, snake, hi) in [("temperature", "temperature", 2.0), ("topP", "top_p", 1.0)] {
             if !http::in_range(get(gc, camel, snake), 0.0, hi) {
                 return (invalid(&format!("* GenerateContentRequest.generation_config.{snake}: must be within [0, {hi}]")), m);
+            }
+        }
+        if let Some(tc) = get(gc, "thinkingConfig", "thinking_config") {
+            if let Err(e) = check_thinking(tc) {
+                return (invalid(&e), m);
             }
         }
     }

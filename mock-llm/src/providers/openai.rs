@@ -281,6 +281,41 @@ const ROLES: &[&str] = &[
     "function",
 ];
 
+/// OpenAI's own rules (providers without a path prefix: OpenAI and Azure;
+/// OpenAI-compatible servers under a prefix differ and are left alone):
+/// reasoning models (the `o1`/`o3`/`o4` and `gpt-5` families, by name, the
+/// deployment name on Azure) take `reasoning_effort` and refuse
+/// `max_tokens`; other models refuse `reasoning_effort`.
+fn is_reasoning_model(model: &str) -> bool {
+    ["o1", "o3", "o4", "gpt-5"].iter().any(|p| {
+        model
+            .strip_prefix(p)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('-'))
+    })
+}
+
+fn reasoning_refusal(req: &Value, model: &str) -> Option<Reply> {
+    let given = |p: &str| req.get(p).is_some_and(|v| !v.is_null());
+    if is_reasoning_model(model) {
+        if given("max_tokens") {
+            return Some(invalid("Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.", Some("max_tokens"), Some("unsupported_parameter")));
+        }
+        let effort = req.get("reasoning_effort").filter(|v| !v.is_null());
+        if effort
+            .is_some_and(|e| !matches!(e.as_str(), Some("minimal" | "low" | "medium" | "high")))
+        {
+            return Some(invalid("Invalid value for 'reasoning_effort': expected one of 'minimal', 'low', 'medium' or 'high'.", Some("reasoning_effort"), Some("invalid_value")));
+        }
+    } else if given("reasoning_effort") {
+        return Some(invalid(
+            "Unsupported parameter: 'reasoning_effort' is not supported with this model.",
+            Some("reasoning_effort"),
+            Some("unsupported_parameter"),
+        ));
+    }
+    None
+}
+
 pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
     let (req, model) = match request_and_model(ctx, &deployment) {
         Ok(x) => x,
@@ -334,6 +369,11 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
             ),
             m,
         );
+    }
+    if ctx.provider.prefix.is_empty() {
+        if let Some(r) = reasoning_refusal(&req, &model) {
+            return (r, m);
+        }
     }
     for (p, hi) in [
         ("temperature", 2.0),

@@ -148,6 +148,7 @@ mod tests {
                 prompt_tokens: 2,
                 completion_tokens: 3,
                 cached_tokens: 0,
+                cache_write_tokens: 0,
             },
         );
         assert!(w.is_done());

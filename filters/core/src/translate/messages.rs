@@ -13,10 +13,12 @@
 //! ([`to_chat`]), the provider's answer comes back from that translator as an
 //! OpenAI `chat.completion` and becomes an Anthropic `message`
 //! ([`to_message`]); streams are the OpenAI chunks turned into Anthropic
-//! events by [`super::messages_stream`]. What the target cannot carry
-//! (`cache_control` markers, `thinking`, `top_k`-free sampling fields the
-//! gateway does not know) is dropped and named in the response header
-//! [`DROPPED_HEADER`].
+//! events by [`super::messages_stream`]. `thinking` and `cache_control`
+//! reach the target's own controls where it has them (`reasoning_effort`
+//! on OpenAI/Azure reasoning models, Gemini `thinkingConfig`, Bedrock
+//! `additionalModelRequestFields.thinking` and `cachePoint` blocks: see
+//! `native_extras`); what the target cannot carry is dropped and named in
+//! the response header [`DROPPED_HEADER`].
 //!
 //! `count_tokens` for a non-Anthropic model is answered by the gateway with
 //! an estimate ([`estimate_input_tokens`]): ⌈characters / 4⌉ of every text
@@ -247,12 +249,197 @@ pub fn request(
         let up = AnthropicPassthrough { count: false }.request(ctx, body)?;
         return Ok((up, Vec::new()));
     }
-    let chat = to_chat(body, &ctx.provider.name)?;
+    let mut chat = to_chat(body, &ctx.provider.name)?;
     let chat_ctx = RequestCtx {
         endpoint: Endpoint::Chat,
         ..*ctx
     };
-    Ok((for_kind(kind).request(&chat_ctx, &chat.body)?, chat.dropped))
+    let budget = thinking_budget(body);
+    if let (Some(n), true) = (budget, ctx.model_cfg.reasoning) {
+        // OpenAI / Azure reasoning models: an effort, and
+        // `max_completion_tokens` (they refuse `max_tokens`).
+        if let Value::Object(o) = &mut chat.body {
+            if let Some(max) = o.remove("max_tokens") {
+                o.insert("max_completion_tokens".into(), max);
+            }
+            o.insert("reasoning_effort".into(), json!(reasoning_effort(n)));
+        }
+        forget(&mut chat.dropped, "thinking");
+    }
+    let mut up = for_kind(kind).request(&chat_ctx, &chat.body)?;
+    native_extras(kind, ctx.model, body, budget, &mut up, &mut chat.dropped)?;
+    Ok((up, chat.dropped))
+}
+
+/// `thinking: {"type": "enabled", "budget_tokens": N}` → N (checked by
+/// [`to_chat`]).
+fn thinking_budget(body: &Value) -> Option<u64> {
+    let t = body.get("thinking")?;
+    if t.get("type").and_then(Value::as_str) != Some("enabled") {
+        return None;
+    }
+    t.get("budget_tokens").and_then(Value::as_u64)
+}
+
+/// A thinking budget → OpenAI `reasoning_effort`: below 2048 tokens `low`,
+/// below 8192 `medium`, else `high`.
+pub fn reasoning_effort(budget_tokens: u64) -> &'static str {
+    match budget_tokens {
+        0..=2047 => "low",
+        2048..=8191 => "medium",
+        _ => "high",
+    }
+}
+
+fn forget(dropped: &mut Vec<&'static str>, what: &str) {
+    dropped.retain(|d| *d != what);
+}
+
+/// Whether a Messages block (system, content or tool) carries a
+/// `cache_control` marker.
+fn marked(v: &Value) -> bool {
+    v.get("cache_control").is_some_and(|c| !c.is_null())
+}
+
+/// Bedrock model ids of Anthropic models (`anthropic.claude-…`, with or
+/// without a cross-region prefix such as `us.`).
+fn bedrock_anthropic(model: &str) -> bool {
+    model.starts_with("anthropic.") || model.contains(".anthropic.")
+}
+
+/// Maps what the provider's native body can carry but the OpenAI chat
+/// request cannot: the thinking budget (Gemini `thinkingConfig`, Anthropic
+/// models on Bedrock `additionalModelRequestFields.thinking`) and Bedrock
+/// `cachePoint` blocks after the system prompt, the marked tools and the
+/// turns holding a marked block. What is mapped leaves `dropped`.
+fn native_extras(
+    kind: Kind,
+    model: &str,
+    body: &Value,
+    budget: Option<u64>,
+    up: &mut UpstreamRequest,
+    dropped: &mut Vec<&'static str>,
+) -> Result<(), ApiError> {
+    let think = budget
+        .filter(|_| kind == Kind::Gemini || (kind == Kind::Bedrock && bedrock_anthropic(model)));
+    let cache = kind == Kind::Bedrock && dropped.contains(&"cache_control");
+    if think.is_none() && !cache {
+        return Ok(());
+    }
+    let mut native: Value = serde_json::from_slice(&up.body).map_err(|_| malformed())?;
+    let Some(obj) = native.as_object_mut() else {
+        return Err(malformed());
+    };
+    if let Some(n) = think {
+        if kind == Kind::Gemini {
+            let gc = obj.entry("generationConfig").or_insert_with(|| json!({}));
+            if let Value::Object(gc) = gc {
+                gc.insert("thinkingConfig".into(), json!({"thinkingBudget": n}));
+            }
+        } else {
+            let extra = obj
+                .entry("additionalModelRequestFields")
+                .or_insert_with(|| json!({}));
+            if let Value::Object(extra) = extra {
+                extra.insert(
+                    "thinking".into(),
+                    json!({"type": "enabled", "budget_tokens": n}),
+                );
+            }
+        }
+        forget(dropped, "thinking");
+    }
+    if cache && bedrock_cache_points(body, obj) {
+        forget(dropped, "cache_control");
+    }
+    up.body = serde_json::to_vec(&native).map_err(|_| malformed())?;
+    Ok(())
+}
+
+/// Puts Bedrock `cachePoint` blocks into a Converse body: after the system
+/// blocks when any system block (or mid-conversation system message) is
+/// marked, after each marked tool, and at the end of each turn holding a
+/// marked block. Bedrock caches the prefix up to a cache point, so a point
+/// at the end of the marked turn caches at least what the marker asked
+/// for. False (nothing changed) when the Converse turns do not line up
+/// with the Messages turns.
+fn bedrock_cache_points(body: &Value, native: &mut Map<String, Value>) -> bool {
+    let point = || json!({"cachePoint": {"type": "default"}});
+    let blocks = |m: &Value| -> bool {
+        m.get("content")
+            .and_then(Value::as_array)
+            .is_some_and(|a| a.iter().any(marked))
+    };
+    // Messages turns (consecutive same-role messages merged, system
+    // messages outside them), each with whether it holds a marker.
+    let mut system = body
+        .get("system")
+        .and_then(Value::as_array)
+        .is_some_and(|a| a.iter().any(marked));
+    let mut turns: Vec<(&str, bool)> = Vec::new();
+    for m in body
+        .get("messages")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let role = m.get("role").and_then(Value::as_str).unwrap_or("");
+        if role == "system" {
+            system |= blocks(m);
+            continue;
+        }
+        let empty = match m.get("content") {
+            Some(Value::String(s)) => s.is_empty(),
+            Some(Value::Array(a)) => a.is_empty(),
+            _ => true,
+        };
+        if empty {
+            continue;
+        }
+        match turns.last_mut() {
+            Some((r, mark)) if *r == role => *mark |= blocks(m),
+            _ => turns.push((role, blocks(m))),
+        }
+    }
+    let Some(msgs) = native.get_mut("messages").and_then(Value::as_array_mut) else {
+        return false;
+    };
+    if msgs.len() != turns.len() {
+        return false;
+    }
+    for (m, (_, mark)) in msgs.iter_mut().zip(&turns) {
+        if *mark {
+            if let Some(c) = m.get_mut("content").and_then(Value::as_array_mut) {
+                c.push(point());
+            }
+        }
+    }
+    if system {
+        if let Some(s) = native.get_mut("system").and_then(Value::as_array_mut) {
+            s.push(point());
+        }
+    }
+    let marked_tools: Vec<usize> = body
+        .get("tools")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .filter(|(_, t)| marked(t))
+        .map(|(i, _)| i)
+        .collect();
+    if let Some(tools) = native
+        .get_mut("toolConfig")
+        .and_then(|t| t.get_mut("tools"))
+        .and_then(Value::as_array_mut)
+    {
+        for i in marked_tools.into_iter().rev() {
+            if i < tools.len() {
+                tools.insert(i + 1, point());
+            }
+        }
+    }
+    true
 }
 
 /// OpenAI `usage` → [`Usage`].
@@ -270,6 +457,7 @@ pub(crate) fn openai_usage(u: Option<&Value>) -> Usage {
             .and_then(|d| d.get("cached_tokens"))
             .and_then(Value::as_u64)
             .unwrap_or(0),
+        cache_write_tokens: 0,
     }
 }
 
@@ -277,9 +465,12 @@ pub(crate) fn openai_usage(u: Option<&Value>) -> Usage {
 /// (OpenAI's `prompt_tokens` includes them).
 pub(crate) fn anthropic_usage(u: &Usage) -> Value {
     json!({
-        "input_tokens": u.prompt_tokens.saturating_sub(u.cached_tokens),
+        "input_tokens": u
+            .prompt_tokens
+            .saturating_sub(u.cached_tokens)
+            .saturating_sub(u.cache_write_tokens),
         "output_tokens": u.completion_tokens,
-        "cache_creation_input_tokens": 0,
+        "cache_creation_input_tokens": u.cache_write_tokens,
         "cache_read_input_tokens": u.cached_tokens,
     })
 }
@@ -791,7 +982,25 @@ pub fn to_chat(body: &Value, provider: &str) -> Result<ChatRequest, ApiError> {
                 }
             }
             "thinking" => {
+                // Mapped by `request` where the target has a reasoning
+                // control; named dropped otherwise.
                 if v.get("type").and_then(Value::as_str) == Some("enabled") {
+                    let max = obj.get("max_tokens").and_then(Value::as_u64);
+                    match v.get("budget_tokens").and_then(Value::as_u64) {
+                        Some(n) if max.is_some_and(|m| n >= m) => {
+                            return Err(bad(
+                                "thinking.budget_tokens",
+                                "'max_tokens' must be greater than 'thinking.budget_tokens'",
+                            ))
+                        }
+                        Some(n) if n >= 1024 => {}
+                        _ => {
+                            return Err(bad(
+                                "thinking.budget_tokens",
+                                "'thinking.budget_tokens' must be an integer of at least 1024",
+                            ))
+                        }
+                    }
                     note(&mut dropped, "thinking");
                 }
             }
@@ -911,7 +1120,7 @@ mod tests {
     #[test]
     fn request_maps_system_tools_results_and_drops_markers() {
         let body = json!({
-            "model": "gpt-4o-mini", "max_tokens": 100, "stream": true,
+            "model": "gpt-4o-mini", "max_tokens": 2000, "stream": true,
             "system": [{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}],
             "stop_sequences": ["END"],
             "tools": [{"name": "get_weather", "description": "w", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}],
@@ -932,7 +1141,7 @@ mod tests {
         });
         let c = to_chat(&body, "openai").unwrap();
         let b = &c.body;
-        assert_eq!(b["max_tokens"], 100);
+        assert_eq!(b["max_tokens"], 2000);
         assert_eq!(b["stop"], json!(["END"]));
         assert_eq!(b["stream_options"]["include_usage"], true);
         assert_eq!(b["tool_choice"], "required");
@@ -1013,6 +1222,7 @@ mod tests {
             prompt_tokens: 10,
             completion_tokens: 3,
             cached_tokens: 4,
+            cache_write_tokens: 0,
         };
         let m = to_message(&v, "fallback", u);
         assert_eq!(m["id"], "msg_chatcmpl-1");

@@ -316,6 +316,7 @@ impl AnthropicUsageStream {
         if ty == "message_start" || u.get("input_tokens").is_some() {
             total.prompt_tokens = seen.prompt_tokens;
             total.cached_tokens = seen.cached_tokens;
+            total.cache_write_tokens = seen.cache_write_tokens;
         }
         if u.get("output_tokens").is_some() {
             total.completion_tokens = seen.completion_tokens;

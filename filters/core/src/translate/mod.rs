@@ -34,6 +34,10 @@ pub struct Usage {
     pub completion_tokens: u64,
     /// Prompt tokens read from the provider's cache (subset of prompt_tokens).
     pub cached_tokens: u64,
+    /// Prompt tokens written to the provider's cache (subset of
+    /// prompt_tokens): Anthropic `cache_creation_input_tokens`, Bedrock
+    /// `cacheWriteInputTokens`; 0 where the provider reports none.
+    pub cache_write_tokens: u64,
 }
 
 impl Usage {
@@ -557,6 +561,7 @@ pub fn merge_embeddings(lists: &[Vec<u8>], model: &str) -> Result<(Vec<u8>, Usag
             prompt_tokens,
             completion_tokens: 0,
             cached_tokens: 0,
+            cache_write_tokens: 0,
         },
     ))
 }

@@ -404,6 +404,7 @@ mod native {
                     + read,
                 completion_tokens: self.output_tokens.unwrap_or(0),
                 cached_tokens: read,
+                cache_write_tokens: self.cache_creation_input_tokens.unwrap_or(0),
             }
         }
     }

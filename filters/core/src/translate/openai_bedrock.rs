@@ -320,6 +320,7 @@ impl Translator for OpenAiBedrock {
                     prompt_tokens: n,
                     completion_tokens: 0,
                     cached_tokens: 0,
+                    cache_write_tokens: 0,
                 };
                 (
                     embedding_list(
@@ -510,6 +511,7 @@ mod native {
                     + self.cache_write_input_tokens.unwrap_or(0),
                 completion_tokens: self.output_tokens.unwrap_or(0),
                 cached_tokens: read,
+                cache_write_tokens: self.cache_write_input_tokens.unwrap_or(0),
             }
         }
     }

@@ -338,6 +338,7 @@ fn embeddings_response(
         prompt_tokens: ctx.prompt_estimate,
         completion_tokens: 0,
         cached_tokens: 0,
+        cache_write_tokens: 0,
     };
     Ok((embedding_list(data, &ctx.model, usage.prompt_tokens), usage))
 }
@@ -525,6 +526,7 @@ mod native {
                 prompt_tokens: g(self.prompt_token_count) + g(self.tool_use_prompt_token_count),
                 completion_tokens: g(self.candidates_token_count) + g(self.thoughts_token_count),
                 cached_tokens: g(self.cached_content_token_count),
+                cache_write_tokens: 0,
             }
         }
     }

@@ -239,6 +239,7 @@ mod native {
                     .as_ref()
                     .and_then(|d| d.cached_tokens)
                     .unwrap_or(0),
+                cache_write_tokens: 0,
             })
         }
     }
@@ -508,7 +509,8 @@ data: [DONE]\n\n";
                 Some(Usage {
                     prompt_tokens: 5,
                     completion_tokens: 2,
-                    cached_tokens: 0
+                    cached_tokens: 0,
+                    cache_write_tokens: 0,
                 })
             );
         }

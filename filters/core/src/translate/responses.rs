@@ -324,6 +324,7 @@ pub fn parse_usage(u: &Value) -> Option<Usage> {
             .and_then(|d| d.get("cached_tokens"))
             .and_then(Value::as_u64)
             .unwrap_or(0),
+        cache_write_tokens: 0,
     })
 }
 

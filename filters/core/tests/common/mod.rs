@@ -27,3 +27,21 @@ pub fn env(name: &str) -> Option<String> {
 pub fn runtime() -> Runtime {
     Runtime::from_json(CONFIG.as_bytes(), &env).unwrap()
 }
+
+/// Runs `f` with the chat request context of `model` (`provider/model` or
+/// an alias) in `rt`, and the provider's kind.
+pub fn with_chat_ctx<R>(
+    rt: &Runtime,
+    model: &str,
+    f: impl FnOnce(tollgate_core::config::Kind, &tollgate_core::translate::RequestCtx<'_>) -> R,
+) -> R {
+    let r = rt.resolve(model).unwrap();
+    let p = rt.provider(r.provider).unwrap();
+    let ctx = tollgate_core::translate::RequestCtx {
+        provider: p,
+        model: &r.model,
+        model_cfg: &p.models[&r.model],
+        endpoint: tollgate_core::translate::Endpoint::Chat,
+    };
+    f(p.kind(), &ctx)
+}
