@@ -86,6 +86,8 @@ for RPS in "${RATES[@]}"; do
     if [ "$SCEN" != baseline ]; then
       echo "   redis: $(redis-cli -p "$RP" info commandstats | grep -E '^cmdstat_evalsha' | tr -d '\r'), $(redis-cli -p "$RP" info cpu | grep -E '^used_cpu_(user|sys):' | tr -d '\r' | paste -sd' ')"
     fi
-    [ -n "${SHOW_HIST:-}" ] && echo "$DIFF" | awk '{printf "     le %s: %s\n", $1, $2}'
+    if [ -n "${SHOW_HIST:-}" ]; then
+      echo "$DIFF" | awk '{printf "     le %s: %s\n", $1, $2}'
+    fi
   done
 done
