@@ -421,16 +421,7 @@ fn target<'r>(
                 Front::CountTokens if provider.kind() != Kind::Anthropic => {
                     let (_, body) = messages::estimate_input_tokens(value, &provider.name)?;
                     local = Some(body);
-                    UpstreamRequest {
-                        path: String::new(),
-                        body: Vec::new(),
-                        stream: false,
-                        include_usage: false,
-                        json_mode: false,
-                        prompt_estimate: 0,
-                        embed_base64: false,
-                        fan_out: Vec::new(),
-                    }
+                    UpstreamRequest::default()
                 }
                 _ => tr.request(&ctx, value)?,
             };

@@ -118,11 +118,7 @@ impl Translator for AnthropicPassthrough {
             path,
             body: bytes,
             stream,
-            include_usage: false,
-            json_mode: false,
-            prompt_estimate: 0,
-            embed_base64: false,
-            fan_out: Vec::new(),
+            ..UpstreamRequest::default()
         })
     }
 

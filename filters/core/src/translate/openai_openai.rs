@@ -85,10 +85,7 @@ pub(crate) fn upstream(
         body,
         stream,
         include_usage,
-        json_mode: false,
-        prompt_estimate: 0,
-        embed_base64: false,
-        fan_out: Vec::new(),
+        ..UpstreamRequest::default()
     }
 }
 
