@@ -222,8 +222,10 @@ impl Attempt {
                 for (name, value) in headers {
                     h.set_request_header(name, Some(&value));
                 }
+                // Debug: retries are counted in metrics; a line each would
+                // flood the log at Envoy's usual info level in a 429 storm.
                 h.log(
-                    Level::Info,
+                    Level::Debug,
                     &format!(
                         "tollgate: retrying on provider {} with key {}",
                         provider.name, key.id
