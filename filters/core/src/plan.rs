@@ -210,10 +210,10 @@ pub fn plan(
     // The first target with a key not cooling serves the request; an alias
     // may name fallbacks, tried in order only when every key of the ones
     // before it cools (so the success path never looks at them).
+    let alias_fallbacks = rt.fallbacks(&model);
     let (resolved, t) = match target(rt, &resolved, &model, facts, &parsed, cooling) {
         Ok(t) => (resolved, t),
-        Err(e) if e.code.as_deref() == Some("no_provider_key_available") => rt
-            .fallbacks(&model)
+        Err(e) if e.code.as_deref() == Some("no_provider_key_available") => alias_fallbacks
             .iter()
             .find_map(|r| {
                 Some((
@@ -224,8 +224,8 @@ pub fn plan(
             .ok_or(e)?,
         Err(e) => return Err(e),
     };
-    let canonical_is_fallback = rt.fallbacks(&model).contains(&resolved);
-    let fallbacks = !rt.fallbacks(&model).is_empty();
+    let canonical_is_fallback = alias_fallbacks.contains(&resolved);
+    let fallbacks = !alias_fallbacks.is_empty();
     let Target {
         provider,
         model_cfg,
