@@ -159,10 +159,13 @@ def test_errors_are_anthropic_shaped(stack, client, demo_key):
     with pytest.raises(anthropic.BadRequestError) as e:
         client.messages.create(model="claude-haiku-5-5", max_tokens=10_000_000, messages=HI)
     assert "max_tokens" in e.value.body["error"]["message"]
-    # The provider's 429 through the SDK's error class.
+    # The provider's 429 through the SDK's error class. `retry-after: 0`
+    # keeps the keys of this session-wide stack out of cooldown for the
+    # tests after this one.
     with pytest.raises(anthropic.RateLimitError):
         client.messages.create(model="openai/gpt-4o-mini", max_tokens=5, messages=HI,
-                               extra_headers={"x-mock-error": "429"})
+                               extra_headers={"x-mock-error": "429", "x-mock-retry-after": "0"})
+    assert client.messages.create(model="openai/gpt-4o-mini", max_tokens=5, messages=HI).content
     # Unknown path under /v1/messages.
     status, _, body = post(root(stack) + "/v1/messages/batches", {}, {"x-api-key": demo_key})
     assert status == 404

@@ -48,7 +48,6 @@ def mock_with_key(tmp_path, provider: str, key: dict) -> Path:
 def with_keys(tmp_path, provider: str, keys: list[dict], **settings) -> Path:
     def edit(cfg):
         cfg["providers"][provider]["keys"] = keys
-        cfg["providers"][provider].setdefault("forward_headers", []).append("x-mock-retry-after")
         cfg.update(settings)
     return envoy_variant(tmp_path / "envoy-resilience.yaml", plugin=edit)
 
@@ -148,7 +147,6 @@ def test_alias_falls_back_to_its_next_target_while_the_first_cools(make_stack, d
     answer's model."""
     def edit(cfg):
         cfg["providers"]["mistral"]["keys"] = [{"id": "mistral-429", "value": "mock-mistral-key-429"}]
-        cfg["providers"]["mistral"]["forward_headers"].append("x-mock-retry-after")
         cfg["aliases"]["resilient"] = ["mistral/mistral-small-latest", "openai/gpt-4o-mini"]
     s = make_stack(envoy_config=envoy_variant(tmp_path / "envoy-fallback.yaml", plugin=edit))
     client = openai.OpenAI(base_url=s.base_url, api_key=demo_key, max_retries=0, timeout=20,
