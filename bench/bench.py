@@ -11,6 +11,7 @@ Scenarios (each on a fresh stack, all in one session so they compare fairly):
     envoy-nolog  envoy without the access log
     envoy-h1     envoy with HTTP/1.1 to the provider (envoy.yaml: HTTP/2)
     wasm         Envoy + Wasm filter (OpenAI→Anthropic, key choice)
+    wasm-noattempt  wasm without the clusters' per-attempt Wasm filter
     wasm-null    Envoy + null Wasm filter that waits for the body   wasm's floor
     wasm-pass    Envoy + null Wasm filter that does nothing at all
     authz        Envoy + ext_authz with Redis buckets, no Wasm
@@ -260,6 +261,9 @@ def scenarios(mock_key: str) -> list[Scenario]:
                  provider_protocol(plain, "h1"), "gpt-4o-mini"),
         Scenario("wasm", "Envoy + Wasm filter, OpenAI→Anthropic translation and key choice",
                  gateway, without_filters(base, *no_authz), "anthropic/claude-sonnet-4-5",
+                 headers=authz_set, floor="wasm-null"),
+        Scenario("wasm-noattempt", "wasm without the provider clusters' per-attempt Wasm filter",
+                 gateway, without_attempt_filter(without_filters(base, *no_authz)), "anthropic/claude-sonnet-4-5",
                  headers=authz_set, floor="wasm-null"),
         Scenario("wasm-null", "Envoy + null Wasm filter: pauses, buffers the body and reads it once, no work",
                  ("mock", "envoy"), with_null_wasm(wasm_only, "read_body"), "gpt-4o-mini", headers=authz_set),

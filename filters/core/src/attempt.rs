@@ -345,6 +345,31 @@ mod tests {
         );
     }
 
+    /// A first attempt that succeeds: two request headers and the attempt
+    /// number on the way out, the status on the way back; nothing more
+    /// (filters/README.md, "The per-attempt filter").
+    #[test]
+    fn a_first_attempt_that_succeeds_costs_four_host_calls() {
+        let mut h = attempt_host(1, "openai", &[("authorization", "Bearer sk-1")]);
+        let mut a = Attempt::new(rt());
+        assert_eq!(a.on_request_headers(&mut h, true), Action::Continue);
+        assert_eq!(a.on_request_body(&mut h, 0, true), Action::Continue);
+        h.resp_headers = vec![(":status".into(), "200".into())];
+        assert_eq!(a.on_response_headers(&mut h), Action::Continue);
+        a.on_done(&mut h);
+        assert_eq!(
+            *h.host_calls.borrow(),
+            [
+                ("property", 1),
+                ("request_header", 2),
+                ("response_header", 1)
+            ]
+            .into_iter()
+            .collect()
+        );
+        assert!(h.shared.borrow().is_empty());
+    }
+
     #[test]
     fn a_429_cools_for_its_hint_and_the_retry_takes_the_next_key() {
         let rt = rt();

@@ -314,6 +314,7 @@ pub mod fake {
             true
         }
         fn property(&self, path: &[&str]) -> Option<Vec<u8>> {
+            self.note("property");
             self.properties.get(&path.join(".")).cloned()
         }
         fn log(&self, _level: Level, msg: &str) {
