@@ -186,7 +186,7 @@ impl Group {
 /// `k:id`, tag `rm`), or the whole key with an empty tag when it has no
 /// such segment of 1 to 4 bytes.
 fn split(key: &str) -> (&str, &str, Tag) {
-    if let Some(p) = key.find("}:").map(|i| i + 2) {
+    if let Some(p) = tag_end(key) {
         let rest = &key[p..];
         if let Some(c) = rest.find(':') {
             let kind = &rest.as_bytes()[..c];
@@ -200,10 +200,17 @@ fn split(key: &str) -> (&str, &str, Tag) {
     (key, "", [0; 4])
 }
 
+/// Just past the hash tag and its colon: the first `}` when a `:` follows
+/// it (a byte search: this runs for every bucket of every Check).
+fn tag_end(key: &str) -> Option<usize> {
+    let i = key.find('}')?;
+    (key.as_bytes().get(i + 1) == Some(&b':')).then_some(i + 2)
+}
+
 /// The bucket key of `tag` in group `group` (the inverse of [`split`]).
 fn bucket_key(group: &str, tag: Tag) -> String {
     let kind = &tag[..tag.iter().position(|&b| b == 0).unwrap_or(tag.len())];
-    let Some(p) = group.find("}:").map(|i| i + 2).filter(|_| !kind.is_empty()) else {
+    let Some(p) = tag_end(group).filter(|_| !kind.is_empty()) else {
         return group.to_string();
     };
     let mut key = String::with_capacity(group.len() + kind.len() + 1);
@@ -298,14 +305,28 @@ impl Leases {
     pub fn try_take(&self, ops: &[BucketOp], now: Instant) -> Local {
         let now = self.tick(now);
         let mut map = self.map();
+        // One lookup per bucket when all are covered (the common case):
+        // take while checking; put back what was taken when one is not.
+        let mut levels = Vec::with_capacity(ops.len());
+        let mut before: Vec<(u32, Tick)> = Vec::with_capacity(ops.len());
         let mut covered = true;
         for (index, op) in ops.iter().enumerate() {
             match map.get(&op.key) {
                 Some(e) if e.spec == op.spec => {
                     if e.covers(op, now) {
+                        if covered {
+                            before.push((e.used, e.last_used));
+                            e.units -= op.take;
+                            e.used = e
+                                .used
+                                .saturating_add(op.take.clamp(0, u32::MAX as i64) as u32);
+                            e.last_used = now;
+                            levels.push(e.level + e.units as f64);
+                        }
                         continue;
                     }
                     if e.denied_until.is_some_and(|t| t.is_later_than(now)) {
+                        put_back(&mut map, ops, &before);
                         return Local::Denied {
                             index,
                             levels: seen(&mut map, ops),
@@ -317,18 +338,8 @@ impl Leases {
             }
         }
         if !covered {
+            put_back(&mut map, ops, &before);
             return Local::Miss;
-        }
-        let mut levels = Vec::with_capacity(ops.len());
-        for op in ops {
-            if let Some(e) = map.get(&op.key) {
-                e.units -= op.take;
-                e.used = e
-                    .used
-                    .saturating_add(op.take.clamp(0, u32::MAX as i64) as u32);
-                e.last_used = now;
-                levels.push(e.level + e.units as f64);
-            }
         }
         Local::Taken(levels)
     }
@@ -487,6 +498,18 @@ impl Leases {
     }
 }
 
+/// Undo what [`Leases::try_take`] took from the first `before.len()` of
+/// `ops` (their demand counters and last use as they were).
+fn put_back(map: &mut Map, ops: &[BucketOp], before: &[(u32, Tick)]) {
+    for (op, &(used, last_used)) in ops.iter().zip(before).rev() {
+        if let Some(e) = map.get(&op.key) {
+            e.units += op.take;
+            e.used = used;
+            e.last_used = last_used;
+        }
+    }
+}
+
 /// Levels last seen of `ops` (the store's level plus what this instance
 /// holds; full when unknown).
 fn seen(map: &mut Map, ops: &[BucketOp]) -> Vec<f64> {
@@ -637,6 +660,28 @@ mod tests {
         want.sort();
         assert_eq!(back, want, "every refund names its bucket's own key");
         assert!(l.is_empty());
+    }
+
+    #[test]
+    fn a_miss_leaves_every_bucket_as_it_was() {
+        let l = Leases::new();
+        let t0 = Instant::now();
+        let ops = [op("tg:{t}:rm:k:a", 1), op("tg:{t}:tm:k:a", 1), op("b", 1)];
+        l.grant(&ops[..2], &outcome(&[90.0, 90.0], &[5, 5]), t0);
+        let t1 = t0 + Duration::from_millis(100);
+        let r = l.refill(&ops[0], t0);
+        let _w = r.wait();
+        let wants = l.wants(&ops, &r, t1);
+        // b holds nothing: a Miss; the others keep units, demand, last use.
+        assert_eq!(l.try_take(&ops, t1), Local::Miss);
+        assert_eq!(l.wants(&ops, &r, t1), wants);
+        drop((_w, r));
+        let back: Vec<i64> = l.sweep(t0 + IDLE).iter().map(|o| o.take).collect();
+        assert_eq!(
+            back,
+            vec![-5, -5],
+            "idle one IDLE after the grant, units intact"
+        );
     }
 
     #[test]
