@@ -3,7 +3,8 @@
 //! requests and tokens per minute), K keys per tenant, every bucket
 //! granted a lease as a Check would. Prints the growth of the process's
 //! resident memory (`/proc/self/statm`) divided by N; then lets every key
-//! go idle ([`IDLE`] later), sweeps, and prints resident memory again.
+//! go idle ([`IDLE`] later), sweeps, and prints resident memory again;
+//! then makes N other keys active and prints it once more.
 //!
 //! ```text
 //! cargo run --release -p tollgate-authz --example lease_memory -- 1000000       # K = 100
@@ -43,28 +44,31 @@ fn main() {
     };
     let before = rss_bytes();
     let now = Instant::now();
-    let mut ops: Vec<BucketOp> = Vec::with_capacity(4);
-    for i in 0..n {
-        let tenant = format!("tenant-{:07}", i / per_tenant);
-        let key = format!("k:key-{i:07}");
-        ops.clear();
-        ops.extend(
-            [
-                ("rm", key.as_str()),
-                ("tm", key.as_str()),
-                ("rm", "t"),
-                ("tm", "t"),
-            ]
-            .iter()
-            .map(|(kp, scope)| BucketOp {
-                key: bucket_key(&tenant, kp, scope),
-                spec,
-                take: 1,
-                lease: 0,
-            }),
-        );
-        leases.grant(&ops, &outcome, now);
-    }
+    let grant = |round: usize, now: Instant| {
+        let mut ops: Vec<BucketOp> = Vec::with_capacity(4);
+        for i in 0..n {
+            let tenant = format!("tenant-{round}-{:07}", i / per_tenant);
+            let key = format!("k:key-{i:07}");
+            ops.clear();
+            ops.extend(
+                [
+                    ("rm", key.as_str()),
+                    ("tm", key.as_str()),
+                    ("rm", "t"),
+                    ("tm", "t"),
+                ]
+                .iter()
+                .map(|(kp, scope)| BucketOp {
+                    key: bucket_key(&tenant, kp, scope),
+                    spec,
+                    take: 1,
+                    lease: 0,
+                }),
+            );
+            leases.grant(&ops, &outcome, now);
+        }
+    };
+    grant(1, now);
     let active = rss_bytes();
     let grown = active - before;
     println!(
@@ -80,5 +84,13 @@ fn main() {
         leases.len(),
         idle.saturating_sub(before),
         idle.saturating_sub(before) as f64 / n as f64,
+    );
+    // Another N keys once the first went idle: they reuse that memory.
+    grant(2, now + IDLE);
+    let again = rss_bytes();
+    println!(
+        "another {n} keys active: resident memory {} bytes above the start = {:.0} bytes per active key",
+        again.saturating_sub(before),
+        again.saturating_sub(before) as f64 / n as f64,
     );
 }
