@@ -12,10 +12,15 @@
 //!
 //! Nothing here reads a clock: callers pass `now`.
 //!
-//! Memory: one entry per active bucket, kept small because an instance may
-//! hold millions (`examples/lease_memory.rs` measures it): the bucket key as
-//! a `Box<str>`, times as 4-byte [`Tick`]s from the first `now` seen instead
-//! of 16-byte `Instant`s.
+//! Memory: kept small because an instance may hold millions of active
+//! keys (`examples/lease_memory.rs` measures it). Entries are grouped by
+//! scope: the map key is a bucket key without its kind segment
+//! (`tg:{tenant}:k:id` for `tg:{tenant}:rm:k:id` and `tg:{tenant}:tm:k:id`),
+//! so a virtual key's buckets share one hash-map slot and one key string,
+//! and each bucket is a 56-byte [`Entry`] in its group's boxed slice, tagged
+//! by its kind: times as 4-byte [`Tick`]s from the first `now` seen, no
+//! allocation of its own. Keys with no short kind segment after the hash
+//! tag are kept whole, one group each.
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
@@ -93,12 +98,14 @@ impl Tick {
     }
 }
 
+/// A bucket key's kind segment (`rm`, `tm`, `$d`…: the one after the hash
+/// tag), zero-padded; all zeros for a key kept whole (see [`split`]).
+type Tag = [u8; 4];
+
+/// One bucket's lease state (56 bytes, no allocation of its own).
+#[derive(Clone, Copy)]
 struct Entry {
-    spec: BucketSpec,
-    /// Leased units not used yet.
-    units: i64,
-    /// The store's level after this instance's last call (leases excluded).
-    level: f64,
+    tag: Tag,
     /// Units taken since `granted_at` (the demand estimate), saturating.
     used: u32,
     granted_at: Tick,
@@ -108,21 +115,25 @@ struct Entry {
     /// While the store is unreachable, refuse until then (the bucket was
     /// seen exhausted and cannot have refilled yet).
     exhausted_until: Option<Tick>,
-    refill: Option<Arc<Refill>>,
+    spec: BucketSpec,
+    /// Leased units not used yet.
+    units: i64,
+    /// The store's level after this instance's last call (leases excluded).
+    level: f64,
 }
 
 impl Entry {
-    fn new(spec: BucketSpec, now: Tick) -> Entry {
+    fn new(tag: Tag, spec: BucketSpec, now: Tick) -> Entry {
         Entry {
-            spec,
-            units: 0,
-            level: spec.capacity as f64,
+            tag,
             used: 0,
             granted_at: now,
             last_used: now,
             denied_until: None,
             exhausted_until: None,
-            refill: None,
+            spec,
+            units: 0,
+            level: spec.capacity as f64,
         }
     }
 
@@ -136,6 +147,78 @@ impl Entry {
             self.units >= op.take
         }
     }
+
+    /// Unused for [`IDLE`] and nothing exhausted to remember.
+    fn idle(&self, now: Tick) -> bool {
+        now.since(self.last_used) >= IDLE
+            && self.exhausted_until.is_none_or(|t| !t.is_later_than(now))
+    }
+}
+
+/// The buckets of one scope (e.g. a virtual key's requests and tokens per
+/// minute), under one map key: the bucket key without its kind segment.
+#[derive(Default)]
+struct Group {
+    buckets: Box<[Entry]>,
+    /// The refill lock of lease sets whose first bucket is in this group.
+    refill: Option<Arc<Refill>>,
+}
+
+impl Group {
+    /// The index of bucket `tag`, added if missing.
+    fn index(&mut self, tag: Tag, spec: BucketSpec, now: Tick) -> usize {
+        match self.buckets.iter().position(|e| e.tag == tag) {
+            Some(i) => i,
+            None => {
+                // Exactly one more: no spare capacity kept per group.
+                let mut v = Vec::with_capacity(self.buckets.len() + 1);
+                v.extend_from_slice(&self.buckets);
+                v.push(Entry::new(tag, spec, now));
+                self.buckets = v.into_boxed_slice();
+                self.buckets.len() - 1
+            }
+        }
+    }
+}
+
+/// A bucket key as `(group key head, group key tail, tag)`: the kind
+/// segment after the hash tag (`tg:{tenant}:rm:k:id` → `tg:{tenant}:` +
+/// `k:id`, tag `rm`), or the whole key with an empty tag when it has no
+/// such segment of 1 to 4 bytes.
+fn split(key: &str) -> (&str, &str, Tag) {
+    if let Some(p) = tag_end(key) {
+        let rest = &key[p..];
+        if let Some(c) = rest.find(':') {
+            let kind = &rest.as_bytes()[..c];
+            if (1..=4).contains(&c) && !kind.contains(&0) {
+                let mut tag = [0; 4];
+                tag[..c].copy_from_slice(kind);
+                return (&key[..p], &rest[c + 1..], tag);
+            }
+        }
+    }
+    (key, "", [0; 4])
+}
+
+/// Just past the hash tag and its colon: the first `}` when a `:` follows
+/// it (a byte search: this runs for every bucket of every Check).
+fn tag_end(key: &str) -> Option<usize> {
+    let i = key.find('}')?;
+    (key.as_bytes().get(i + 1) == Some(&b':')).then_some(i + 2)
+}
+
+/// The bucket key of `tag` in group `group` (the inverse of [`split`]).
+fn bucket_key(group: &str, tag: Tag) -> String {
+    let kind = &tag[..tag.iter().position(|&b| b == 0).unwrap_or(tag.len())];
+    let Some(p) = tag_end(group).filter(|_| !kind.is_empty()) else {
+        return group.to_string();
+    };
+    let mut key = String::with_capacity(group.len() + kind.len() + 1);
+    key.push_str(&group[..p]);
+    key.extend(kind.iter().map(|&b| b as char));
+    key.push(':');
+    key.push_str(&group[p..]);
+    key
 }
 
 /// What memory alone decides for a Check.
@@ -150,10 +233,44 @@ pub enum Local {
     Miss,
 }
 
+#[derive(Default)]
+struct Map {
+    groups: HashMap<Box<str>, Group>,
+    /// Scratch space for a group key while looking it up.
+    buf: String,
+}
+
+impl Map {
+    /// The group of bucket `key`, and the bucket's tag in it.
+    fn group(&mut self, key: &str) -> (Option<&mut Group>, Tag) {
+        let (head, tail, tag) = split(key);
+        self.buf.clear();
+        self.buf.push_str(head);
+        self.buf.push_str(tail);
+        (self.groups.get_mut(self.buf.as_str()), tag)
+    }
+
+    fn get(&mut self, key: &str) -> Option<&mut Entry> {
+        let (group, tag) = self.group(key);
+        group?.buckets.iter_mut().find(|e| e.tag == tag)
+    }
+
+    /// Bucket `op`'s entry and its group's refill lock, created if missing.
+    fn entry(&mut self, op: &BucketOp, now: Tick) -> (&mut Entry, &mut Option<Arc<Refill>>) {
+        let (head, tail, tag) = split(&op.key);
+        self.buf.clear();
+        self.buf.push_str(head);
+        self.buf.push_str(tail);
+        let group = self.groups.entry(self.buf.as_str().into()).or_default();
+        let i = group.index(tag, op.spec, now);
+        (&mut group.buckets[i], &mut group.refill)
+    }
+}
+
 /// Leases of one instance, by bucket key.
 #[derive(Default)]
 pub struct Leases {
-    map: Mutex<HashMap<Box<str>, Entry>>,
+    map: Mutex<Map>,
     /// The first `now` passed in: what every [`Tick`] counts from.
     epoch: OnceLock<Instant>,
     /// Units to give back to the store (from a policy reload).
@@ -165,7 +282,7 @@ impl Leases {
         Leases::default()
     }
 
-    fn map(&self) -> MutexGuard<'_, HashMap<Box<str>, Entry>> {
+    fn map(&self) -> MutexGuard<'_, Map> {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -175,7 +292,7 @@ impl Leases {
 
     /// Buckets currently held (entries, leased or not).
     pub fn len(&self) -> usize {
-        self.map().len()
+        self.map().groups.values().map(|g| g.buckets.len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -188,17 +305,31 @@ impl Leases {
     pub fn try_take(&self, ops: &[BucketOp], now: Instant) -> Local {
         let now = self.tick(now);
         let mut map = self.map();
+        // One lookup per bucket when all are covered (the common case):
+        // take while checking; put back what was taken when one is not.
+        let mut levels = Vec::with_capacity(ops.len());
+        let mut before: Vec<(u32, Tick)> = Vec::with_capacity(ops.len());
         let mut covered = true;
         for (index, op) in ops.iter().enumerate() {
-            match map.get(op.key.as_str()) {
+            match map.get(&op.key) {
                 Some(e) if e.spec == op.spec => {
                     if e.covers(op, now) {
+                        if covered {
+                            before.push((e.used, e.last_used));
+                            e.units -= op.take;
+                            e.used = e
+                                .used
+                                .saturating_add(op.take.clamp(0, u32::MAX as i64) as u32);
+                            e.last_used = now;
+                            levels.push(e.level + e.units as f64);
+                        }
                         continue;
                     }
                     if e.denied_until.is_some_and(|t| t.is_later_than(now)) {
+                        put_back(&mut map, ops, &before);
                         return Local::Denied {
                             index,
-                            levels: seen(&map, ops),
+                            levels: seen(&mut map, ops),
                         };
                     }
                     covered = false;
@@ -207,30 +338,18 @@ impl Leases {
             }
         }
         if !covered {
+            put_back(&mut map, ops, &before);
             return Local::Miss;
-        }
-        let mut levels = Vec::with_capacity(ops.len());
-        for op in ops {
-            if let Some(e) = map.get_mut(op.key.as_str()) {
-                e.units -= op.take;
-                e.used = e
-                    .used
-                    .saturating_add(op.take.clamp(0, u32::MAX as i64) as u32);
-                e.last_used = now;
-                levels.push(e.level + e.units as f64);
-            }
         }
         Local::Taken(levels)
     }
 
-    /// The refill lock of a lease set (keyed by its first bucket).
+    /// The refill lock of a lease set (kept with its first bucket).
     pub fn refill(&self, op: &BucketOp, now: Instant) -> Arc<Refill> {
         let now = self.tick(now);
         let mut map = self.map();
-        let e = map
-            .entry(op.key.as_str().into())
-            .or_insert_with(|| Entry::new(op.spec, now));
-        e.refill.get_or_insert_with(Default::default).clone()
+        let (_, refill) = map.entry(op, now);
+        refill.get_or_insert_with(Default::default).clone()
     }
 
     /// Extra units to ask for beside each op's take: [`HORIZON`] of this
@@ -238,12 +357,12 @@ impl Leases {
     /// other Check waiting on the same refill.
     pub fn wants(&self, ops: &[BucketOp], refill: &Refill, now: Instant) -> Vec<u64> {
         let now = self.tick(now);
-        let map = self.map();
+        let mut map = self.map();
         let waiting = refill.waiting().saturating_sub(1);
         ops.iter()
             .map(|op| {
                 let take = op.take.max(0) as u64;
-                let by_rate = map.get(op.key.as_str()).map_or(0, |e| {
+                let by_rate = map.get(&op.key).map_or(0, |e| {
                     let elapsed = now.since(e.granted_at).max(Duration::from_millis(1));
                     (e.used as f64 * HORIZON.as_secs_f64() / elapsed.as_secs_f64()).ceil() as u64
                 });
@@ -260,14 +379,9 @@ impl Leases {
         let mut map = self.map();
         let mut levels = Vec::with_capacity(ops.len());
         for (i, op) in ops.iter().enumerate() {
-            let e = map
-                .entry(op.key.as_str().into())
-                .or_insert_with(|| Entry::new(op.spec, now));
+            let (e, _) = map.entry(op, now);
             if e.spec != op.spec {
-                *e = Entry {
-                    refill: e.refill.take(),
-                    ..Entry::new(op.spec, now)
-                };
+                *e = Entry::new(e.tag, op.spec, now);
             }
             let granted = outcome.granted.get(i).copied().unwrap_or(0);
             e.units += granted as i64;
@@ -287,7 +401,7 @@ impl Leases {
     pub fn observe(&self, ops: &[BucketOp], levels: &[f64]) {
         let mut map = self.map();
         for (op, level) in ops.iter().zip(levels) {
-            if let Some(e) = map.get_mut(op.key.as_str()).filter(|e| e.spec == op.spec) {
+            if let Some(e) = map.get(&op.key).filter(|e| e.spec == op.spec) {
                 e.level = *level;
             }
         }
@@ -299,9 +413,7 @@ impl Leases {
     pub fn deny(&self, op: &BucketOp, level: f64, retry: Duration, now: Instant) {
         let now = self.tick(now);
         let mut map = self.map();
-        let e = map
-            .entry(op.key.as_str().into())
-            .or_insert_with(|| Entry::new(op.spec, now));
+        let (e, _) = map.entry(op, now);
         if e.spec != op.spec {
             return;
         }
@@ -315,8 +427,8 @@ impl Leases {
     /// cached refusal stays): one refund op for the store, if any.
     pub fn release(&self, key: &str) -> Option<BucketOp> {
         let mut map = self.map();
-        let e = map.get_mut(key).filter(|e| e.units > 0)?;
-        let op = refund(key, e);
+        let e = map.get(key).filter(|e| e.units > 0)?;
+        let op = refund(key.to_string(), e);
         e.units = 0;
         Some(op)
     }
@@ -326,15 +438,15 @@ impl Leases {
     /// last seen.
     pub fn known_exhausted(&self, ops: &[BucketOp], now: Instant) -> Option<(usize, Vec<f64>)> {
         let now = self.tick(now);
-        let map = self.map();
+        let mut map = self.map();
         let i = ops.iter().position(|op| {
-            map.get(op.key.as_str()).is_some_and(|e| {
+            map.get(&op.key).is_some_and(|e| {
                 e.spec == op.spec
                     && !e.covers(op, now)
                     && e.exhausted_until.is_some_and(|t| t.is_later_than(now))
             })
         })?;
-        Some((i, seen(&map, ops)))
+        Some((i, seen(&mut map, ops)))
     }
 
     /// Drop entries idle for [`IDLE`] (none waiting, nothing exhausted to
@@ -342,15 +454,25 @@ impl Leases {
     pub fn sweep(&self, now: Instant) -> Vec<BucketOp> {
         let now = self.tick(now);
         let mut out = std::mem::take(&mut *self.returns.lock().unwrap_or_else(|p| p.into_inner()));
-        self.map().retain(|key, e| {
-            let idle = now.since(e.last_used) >= IDLE
-                && e.refill.as_ref().is_none_or(|r| Arc::strong_count(r) == 1)
-                && e.exhausted_until.is_none_or(|t| !t.is_later_than(now));
-            if idle && e.units > 0 {
-                out.push(refund(key, e));
+        let mut map = self.map();
+        map.groups.retain(|key, g| {
+            if g.refill.as_ref().is_some_and(|r| Arc::strong_count(r) > 1)
+                || !g.buckets.iter().any(|e| e.idle(now))
+            {
+                return true;
             }
-            !idle
+            for e in g.buckets.iter().filter(|e| e.idle(now) && e.units > 0) {
+                out.push(refund(bucket_key(key, e.tag), e));
+            }
+            g.buckets = g.buckets.iter().filter(|e| !e.idle(now)).copied().collect();
+            !g.buckets.is_empty()
         });
+        // The table does not shrink by itself: give back most of it once
+        // most keys went idle.
+        let len = map.groups.len();
+        if map.groups.capacity() > 4 * len.max(1024) {
+            map.groups.shrink_to(2 * len);
+        }
         out
     }
 
@@ -359,9 +481,15 @@ impl Leases {
     pub fn clear(&self) {
         let drained: Vec<BucketOp> = self
             .map()
+            .groups
             .drain()
-            .filter(|(_, e)| e.units > 0)
-            .map(|(key, e)| refund(&key, &e))
+            .flat_map(|(key, g)| {
+                g.buckets
+                    .iter()
+                    .filter(|e| e.units > 0)
+                    .map(|e| refund(bucket_key(&key, e.tag), e))
+                    .collect::<Vec<_>>()
+            })
             .collect();
         self.returns
             .lock()
@@ -370,20 +498,32 @@ impl Leases {
     }
 }
 
+/// Undo what [`Leases::try_take`] took from the first `before.len()` of
+/// `ops` (their demand counters and last use as they were).
+fn put_back(map: &mut Map, ops: &[BucketOp], before: &[(u32, Tick)]) {
+    for (op, &(used, last_used)) in ops.iter().zip(before).rev() {
+        if let Some(e) = map.get(&op.key) {
+            e.units += op.take;
+            e.used = used;
+            e.last_used = last_used;
+        }
+    }
+}
+
 /// Levels last seen of `ops` (the store's level plus what this instance
 /// holds; full when unknown).
-fn seen(map: &HashMap<Box<str>, Entry>, ops: &[BucketOp]) -> Vec<f64> {
+fn seen(map: &mut Map, ops: &[BucketOp]) -> Vec<f64> {
     ops.iter()
-        .map(|op| match map.get(op.key.as_str()) {
+        .map(|op| match map.get(&op.key) {
             Some(e) if e.spec == op.spec => e.level + e.units as f64,
             _ => op.spec.capacity as f64,
         })
         .collect()
 }
 
-fn refund(key: &str, e: &Entry) -> BucketOp {
+fn refund(key: String, e: &Entry) -> BucketOp {
     BucketOp {
-        key: key.to_string(),
+        key,
         spec: e.spec,
         take: -e.units,
         lease: 0,
@@ -488,6 +628,65 @@ mod tests {
         assert_eq!(back.len(), 1);
         assert_eq!((back[0].key.as_str(), back[0].take), ("a", -9));
         assert!(l.is_empty(), "both entries dropped");
+    }
+
+    #[test]
+    fn buckets_of_one_scope_share_a_group_and_keep_their_keys() {
+        let l = Leases::new();
+        let t0 = Instant::now();
+        let keys = [
+            "tg:{acme}:rm:k:key-1",
+            "tg:{acme}:tm:k:key-1",
+            "tg:{acme}:rm:t",
+            "tg:{acme}:$d:2026-11-23:k:key-1",
+            "tg:{acme}:k:key-1",
+            "tg:{acme}:long-kind:k:key-1",
+            "no-hash-tag",
+            "tg:{a}::x",
+        ];
+        let ops: Vec<BucketOp> = keys.iter().map(|k| op(k, 1)).collect();
+        let granted = vec![3; keys.len()];
+        l.grant(&ops, &outcome(&vec![90.0; keys.len()], &granted), t0);
+        assert_eq!(l.len(), keys.len());
+        assert_eq!(l.map().groups.len(), 7, "rm and tm of k:key-1 share one");
+        assert!(matches!(l.try_take(&ops, t0), Local::Taken(_)));
+        let mut back: Vec<(String, i64)> = l
+            .sweep(t0 + IDLE)
+            .into_iter()
+            .map(|o| (o.key, o.take))
+            .collect();
+        back.sort();
+        let mut want: Vec<(String, i64)> = keys.iter().map(|k| (k.to_string(), -2)).collect();
+        want.sort();
+        assert_eq!(back, want, "every refund names its bucket's own key");
+        assert!(l.is_empty());
+    }
+
+    #[test]
+    fn a_miss_leaves_every_bucket_as_it_was() {
+        let l = Leases::new();
+        let t0 = Instant::now();
+        let ops = [op("tg:{t}:rm:k:a", 1), op("tg:{t}:tm:k:a", 1), op("b", 1)];
+        l.grant(&ops[..2], &outcome(&[90.0, 90.0], &[5, 5]), t0);
+        let t1 = t0 + Duration::from_millis(100);
+        let r = l.refill(&ops[0], t0);
+        let _w = r.wait();
+        let wants = l.wants(&ops, &r, t1);
+        // b holds nothing: a Miss; the others keep units, demand, last use.
+        assert_eq!(l.try_take(&ops, t1), Local::Miss);
+        assert_eq!(l.wants(&ops, &r, t1), wants);
+        drop((_w, r));
+        let back: Vec<i64> = l.sweep(t0 + IDLE).iter().map(|o| o.take).collect();
+        assert_eq!(
+            back,
+            vec![-5, -5],
+            "idle one IDLE after the grant, units intact"
+        );
+    }
+
+    #[test]
+    fn an_entry_is_56_bytes() {
+        assert_eq!(std::mem::size_of::<Entry>(), 56);
     }
 
     #[test]
