@@ -22,8 +22,8 @@ LIMIT = 20
 # failure policy: its 250 ms breaker, the client's reconnect back-off, and
 # a Check already in flight (measured: Redis answered 1.62 s after the kill,
 # the last fail-closed answer ended 0.17 s and the last fail-open came within
-# 0.44 s after that).
-RECOVERY_SLACK_S = 1.5
+# 0.44 s after that). Twice that, for a machine busy with other work.
+RECOVERY_SLACK_S = 3.0
 KEYS = {  # virtual key → (tenant, redis_failure, limits)
     "tg-rr-open": ("rr-open", "open", "{requests_per_minute: 1000000, tokens_per_day: 100000000}"),
     "tg-rr-closed": ("rr-closed", "closed", "{requests_per_minute: 1000000}"),
@@ -53,7 +53,9 @@ def test_redis_killed_and_restarted_under_load(make_stack, tmp_path):
     spent = [chat(s, "tg-rr-spent") for _ in range(LIMIT + 2)]
     assert [r[0] for r in spent] == [200] * LIMIT + [429, 429], [r[0] for r in spent]
     spent_tokens = sum(r[2]["usage"]["total_tokens"] for r in spent[:LIMIT])
-    time.sleep(1.2)  # the exhausted bucket reaches the append-only file (fsync every second)
+    # The exhausted bucket reaches the append-only file (fsync every second;
+    # Redis lets a slow fsync run up to 2 s before it blocks writes).
+    time.sleep(2.2)
 
     def send(c: int, _i: int):
         key = list(KEYS)[c % 3]
