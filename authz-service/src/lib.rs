@@ -32,6 +32,7 @@ pub mod metrics;
 pub mod policy;
 pub mod prices;
 pub mod reload;
+pub mod rolling;
 pub mod server;
 pub mod service;
 pub mod spend;
