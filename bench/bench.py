@@ -30,6 +30,9 @@ Scenarios (each on a fresh stack, all in one session so they compare fairly):
     envoy-512k, full-512k, full-512k-anthropic, floor-512k
                  512 KB request bodies at a low fixed rate: plain Envoy, the
                  gateway passing OpenAI through, the gateway translating
+    envoy-h1-512k, wasm-pass-512k, wasm-null-512k
+                 the 512 KB floor by parts: HTTP/1.1 to the provider, a Wasm
+                 filter in the chain, the body buffered and read into the VM
 
 Overhead is defined end to end: a scenario's latency percentile minus the
 baseline's percentile under the same offered load in the same run. Gateway
@@ -303,6 +306,18 @@ def scenarios(mock_key: str) -> list[Scenario]:
         Scenario("floor-512k", "floor (null ext_authz + null Wasm reading the body), 512 KB request",
                  null_gateway, with_null_wasm(null_route, "read_body"), "gpt-4o-mini", headers=auth,
                  authz_null=True, baseline="envoy-512k", body_bytes=LARGE_BODY_BYTES),
+        # The floor by parts at 512 KB: the upstream protocol, a Wasm filter
+        # in the chain, the body buffered and read into the VM (without the
+        # ext_authz hop).
+        Scenario("envoy-h1-512k", "Envoy plain router → mock-llm over HTTP/1.1, 512 KB request",
+                 ("mock", "envoy"), provider_protocol(plain, "h1"), "gpt-4o-mini", baseline="envoy-512k",
+                 body_bytes=LARGE_BODY_BYTES),
+        Scenario("wasm-pass-512k", "Envoy + null Wasm filter that returns Continue, 512 KB request",
+                 ("mock", "envoy"), with_null_wasm(wasm_only, "pass"), "gpt-4o-mini", headers=authz_set,
+                 baseline="envoy-512k", body_bytes=LARGE_BODY_BYTES),
+        Scenario("wasm-null-512k", "Envoy + null Wasm filter that buffers the body and reads it, 512 KB request",
+                 ("mock", "envoy"), with_null_wasm(wasm_only, "read_body"), "gpt-4o-mini", headers=authz_set,
+                 baseline="envoy-512k", body_bytes=LARGE_BODY_BYTES),
     ]
 
 

@@ -68,6 +68,25 @@ def test_large_body_through_the_official_client(stack, demo_key):
     assert sent["body"]["messages"][1]["content"] == text
 
 
+def test_large_body_translated_to_anthropic_keeps_every_character(stack, auth):
+    # The translated body is written by the filter's own JSON writer: every
+    # escape (quotes, backslashes, each control character) and non-ASCII
+    # text must reach the provider as the client sent it.
+    text = (FILLER + "tab\there \\ back\\slash \x01\x1f\x7f é 🦀 \u2028\r\n") * (400_000 // len(FILLER))
+    body = json.dumps({"model": "anthropic/claude-sonnet-4-5", "max_tokens": 16,
+                       "messages": [{"role": "system", "content": "be brief"},
+                                    {"role": "user", "content": text}]}).encode()
+    req = urllib.request.Request(f"{stack.base_url}/chat/completions", data=body, method="POST",
+                                 headers={"content-type": "application/json", **auth})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert resp.status == 200
+        assert json.load(resp)["choices"][0]["message"]["content"]
+    sent = next(r for r in reversed(mock_recent(stack)) if r["path"] == "/v1/messages")
+    assert sent["body"]["model"] == "claude-sonnet-4-5"
+    assert sent["body"]["system"] == "be brief"
+    assert sent["body"]["messages"] == [{"role": "user", "content": [{"type": "text", "text": text}]}]
+
+
 @pytest.mark.parametrize("body", [
     b'{"model":"openai/gpt-4o-mini","messages":[{"role":"user","content":"a\x01b"}]}',
     b'{"model":"openai/gpt-4o-mini","messages":[{"role":"user","content":"a\\qb"}]}',

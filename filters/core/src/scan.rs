@@ -240,6 +240,35 @@ fn below(w: u64, n: u8) -> u64 {
     w.wrapping_sub(ONES * u64::from(n)) & !w & HIGHS
 }
 
+/// Where the plain run of string bytes from `at` ends: the first quote,
+/// backslash or control character (or the end of the body), eight bytes at
+/// a time. The same bytes are the ones JSON output must escape
+/// ([`crate::translate::write_json`]).
+pub(crate) fn plain_end(b: &[u8], mut at: usize) -> usize {
+    while let Some(w) = word(b, at) {
+        let hits = below(w ^ (ONES * u64::from(b'"')), 1)
+            | below(w ^ (ONES * u64::from(b'\\')), 1)
+            | below(w, 0x20);
+        if hits != 0 {
+            return at + (hits.trailing_zeros() / 8) as usize;
+        }
+        at += 8;
+    }
+    while let Some(&c) = b.get(at) {
+        if c == b'"' || c == b'\\' || c < 0x20 {
+            break;
+        }
+        at += 1;
+    }
+    at
+}
+
+/// The eight bytes at `at` (little-endian), if the body has them.
+fn word(b: &[u8], at: usize) -> Option<u64> {
+    let chunk: [u8; 8] = b.get(at..at.checked_add(8)?)?.try_into().ok()?;
+    Some(u64::from_le_bytes(chunk))
+}
+
 impl<'a> Scanner<'a> {
     fn peek(&self) -> Option<u8> {
         self.b.get(self.at).copied()
@@ -478,21 +507,7 @@ impl<'a> Scanner<'a> {
         self.at += 1;
         let mut escaped = false;
         loop {
-            // Eight bytes at a time up to a quote, a backslash or a control
-            // character.
-            while let Some(chunk) = self.b.get(self.at..self.at + 8) {
-                let mut word = [0u8; 8];
-                word.copy_from_slice(chunk);
-                let w = u64::from_le_bytes(word);
-                let hits = below(w ^ (ONES * u64::from(b'"')), 1)
-                    | below(w ^ (ONES * u64::from(b'\\')), 1)
-                    | below(w, 0x20);
-                if hits != 0 {
-                    self.at += (hits.trailing_zeros() / 8) as usize;
-                    break;
-                }
-                self.at += 8;
-            }
+            self.at = plain_end(self.b, self.at);
             match self.peek() {
                 Some(b'"') => {
                     self.at += 1;

@@ -24,7 +24,7 @@ use serde_json::{Map, Value};
 use crate::codec::sse::{Event, SseParser};
 use crate::config::{Key, Kind, ModelCfg, Provider};
 use crate::error::{ApiError, INVALID_REQUEST, RATE_LIMIT, SERVER};
-use crate::scan::TopLevel;
+use crate::scan::{self, TopLevel};
 
 /// Token usage of one completion, as the client sees it (OpenAI semantics:
 /// `prompt_tokens` includes cached prompt tokens).
@@ -287,6 +287,75 @@ pub fn for_kind(kind: Kind) -> &'static dyn Translator {
         Kind::Gemini => &openai_gemini::OpenAiGemini,
         Kind::Bedrock => &openai_bedrock::OpenAiBedrock,
     }
+}
+
+/// A document written as JSON, byte for byte what `serde_json::to_vec`
+/// writes, with strings copied a run at a time: the runs between the bytes
+/// JSON must escape are found eight bytes at a time ([`scan::plain_end`])
+/// where serde_json looks each byte up. A translated 512 KB prompt is
+/// mostly one long string.
+pub fn write_json(out: &mut Vec<u8>, v: &Value) {
+    match v {
+        Value::String(s) => write_str(out, s),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_json(out, item);
+            }
+            out.push(b']');
+        }
+        Value::Object(map) => {
+            out.push(b'{');
+            for (i, (k, item)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_str(out, k);
+                out.push(b':');
+                write_json(out, item);
+            }
+            out.push(b'}');
+        }
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+        Value::Number(n) => out.extend_from_slice(n.to_string().as_bytes()),
+    }
+}
+
+/// A JSON string with serde_json's escapes (`\"`, `\\`, the short forms of
+/// the usual controls, `\u00xx` for the rest).
+fn write_str(out: &mut Vec<u8>, s: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let b = s.as_bytes();
+    out.push(b'"');
+    let mut at = 0;
+    loop {
+        let end = scan::plain_end(b, at);
+        out.extend_from_slice(b.get(at..end).unwrap_or_default());
+        let Some(&c) = b.get(end) else { break };
+        match c {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            0x08 => out.extend_from_slice(b"\\b"),
+            0x0c => out.extend_from_slice(b"\\f"),
+            _ => out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[usize::from(c >> 4)],
+                HEX[usize::from(c & 0xf)],
+            ]),
+        }
+        at = end + 1;
+    }
+    out.push(b'"');
 }
 
 /// Parse a client body: valid UTF-8 JSON object with a string `model`.
@@ -648,6 +717,35 @@ pub(crate) fn usage_json(u: &Usage) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn write_json_writes_what_serde_json_writes() {
+        use serde_json::json;
+        let controls: String = (0u8..0x20).map(char::from).collect();
+        let long = "fn main() {\n    println!(\"hi\\\\\"); // é 🦀 \u{7f}\n}\n".repeat(300);
+        for v in [
+            json!(null),
+            json!({"a": [1, -2, 3.5, 1e300, u64::MAX, i64::MIN, true, false, null], "b": {}, "c": []}),
+            json!({"model": "claude", "messages": [{"role": "user", "content": [{"type": "text", "text": long}]}]}),
+            json!([
+                controls,
+                "\"\\/",
+                "",
+                "plain",
+                "tail\u{1}",
+                "é",
+                "x".repeat(17)
+            ]),
+            json!({"\"k\n": "v\t", "": 0.1}),
+        ] {
+            let mut out = Vec::new();
+            write_json(&mut out, &v);
+            assert_eq!(
+                String::from_utf8_lossy(&out),
+                String::from_utf8_lossy(&serde_json::to_vec(&v).unwrap())
+            );
+        }
+    }
 
     #[test]
     fn parse_errors() {

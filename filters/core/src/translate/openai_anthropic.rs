@@ -27,8 +27,8 @@ use super::chunk::ChunkWriter;
 use super::read::{self, Unreadable};
 use super::{
     assistant_message, feed_sse, finish_sse, include_usage_flag, upstream_error, usage_json,
-    Endpoint, RequestCtx, ResponseCtx, SseEvents, StreamTranslator, Translated, Translator,
-    UpstreamRequest, Usage,
+    write_json, Endpoint, RequestCtx, ResponseCtx, SseEvents, StreamTranslator, Translated,
+    Translator, UpstreamRequest, Usage,
 };
 use crate::codec::sse::{Event, SseParser};
 use crate::config::{Api, Key, Kind, Provider, DEFAULT_ANTHROPIC_VERSION};
@@ -63,7 +63,12 @@ fn json_mode_schema(json: &Option<Value>) -> Result<Value, ApiError> {
 
 fn block(p: Part) -> Value {
     match p {
-        Part::Text(t) => json!({"type": "text", "text": t}),
+        // Moved in, not copied (`json!` would copy the text: a whole
+        // 512 KB prompt once more).
+        Part::Text(t) => Value::Object(Map::from_iter([
+            ("type".to_string(), Value::from("text")),
+            ("text".to_string(), Value::String(t)),
+        ])),
         Part::Image { media, data } => {
             json!({"type": "image", "source": {"type": "base64", "media_type": media, "data": data}})
         }
@@ -191,7 +196,8 @@ impl Translator for OpenAiAnthropic {
         let include_usage = include_usage_flag(body)?;
         let (stream, json_mode) = (chat.stream, chat.json.is_some());
         let out = translate_request(ctx, chat)?;
-        let bytes = serde_json::to_vec(&out).map_err(|e| ApiError::invalid_json(&e.to_string()))?;
+        let mut bytes = Vec::new();
+        write_json(&mut bytes, &out);
         Ok(UpstreamRequest {
             path: format!("{}/messages", ctx.provider.base_path),
             body: bytes,
