@@ -690,12 +690,7 @@ impl<S: Store> Authorizer<S> {
             op.lease = want;
         }
         drop(waiting);
-        let t = Instant::now();
-        let result = self.store().spend_take(&ops).await;
-        self.metrics()
-            .redis_duration
-            .with_label_values(&["spend_check"])
-            .observe(t.elapsed().as_secs_f64());
+        let result = self.timed_spend_take(&ops).await;
         let now = Instant::now();
         match result {
             Ok(outcome @ Outcome { denied: None, .. }) => {
@@ -732,6 +727,18 @@ impl<S: Store> Authorizer<S> {
         }
     }
 
+    /// The store's check-and-take of spend counters, timed in the Redis
+    /// duration metric.
+    async fn timed_spend_take(&self, ops: &[BucketOp]) -> Result<Outcome, StoreError> {
+        let t = Instant::now();
+        let result = self.store().spend_take(ops).await;
+        self.metrics()
+            .redis_duration
+            .with_label_values(&["spend_check"])
+            .observe(t.elapsed().as_secs_f64());
+        result
+    }
+
     /// [`Self::admit_money`] for budgets that include a rolling window:
     /// one store call, no leases.
     async fn take_rolling(
@@ -743,12 +750,7 @@ impl<S: Store> Authorizer<S> {
         take: i64,
         now_ms: i64,
     ) -> Result<Option<MoneyTaken>, Decision> {
-        let t = Instant::now();
-        let result = self.store().spend_take(ops).await;
-        self.metrics()
-            .redis_duration
-            .with_label_values(&["spend_check"])
-            .observe(t.elapsed().as_secs_f64());
+        let result = self.timed_spend_take(ops).await;
         let frees = |granted: &[u64]| {
             let mut planned = planned.to_vec();
             for (p, &oldest) in planned.iter_mut().zip(granted) {
