@@ -88,6 +88,16 @@ fn spent(redis: &RedisServer, key: &str) -> i64 {
     redis.cli(&["GET", key]).parse().unwrap_or(0)
 }
 
+/// `key` expires at `at` (within 5 s of the real clock's reading).
+fn assert_expires_at(redis: &RedisServer, key: &str, at: &str) {
+    let ttl: i64 = redis.cli(&["PTTL", key]).parse().unwrap();
+    let wall_now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    assert!((wall_now + ttl - ms(at)).abs() < 5_000, "{key}: ttl {ttl}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scripted_sequence_costs_exactly_its_prices() {
     let redis = RedisServer::start();
@@ -125,18 +135,10 @@ async fn a_scripted_sequence_costs_exactly_its_prices() {
     assert_eq!(spent(&redis, "tg:{acme}:$d:2026-11-23:k:k1"), expected);
     assert_eq!(spent(&redis, "tg:{acme}:$d:2026-11-23:t"), expected);
     // The counters expire one hour after Paris midnight (23:00 UTC).
-    let ttl: i64 = redis
-        .cli(&["PTTL", "tg:{acme}:$d:2026-11-23:k:k1"])
-        .parse()
-        .unwrap();
-    let wall_now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
-    let expires = wall_now + ttl;
-    assert!(
-        (expires - ms("2026-11-24T00:00:00Z")).abs() < 5_000,
-        "ttl {ttl}"
+    assert_expires_at(
+        &redis,
+        "tg:{acme}:$d:2026-11-23:k:k1",
+        "2026-11-24T00:00:00Z",
     );
     // Spend metric per tenant, key and model (label values from the table).
     let text = a.metrics().render();
@@ -495,17 +497,10 @@ async fn a_rolling_window_frees_spend_as_its_slots_age_out() {
     );
     // Each slot expires an hour after it has left the window (16:00's
     // slot leaves at 22:00).
-    let ttl: i64 = redis
-        .cli(&["PTTL", &slot("6h", "2026-11-25T16:00:00Z", k)])
-        .parse()
-        .unwrap();
-    let wall_now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
-    assert!(
-        (wall_now + ttl - ms("2026-11-25T23:00:00Z")).abs() < 5_000,
-        "ttl {ttl}"
+    assert_expires_at(
+        &redis,
+        &slot("6h", "2026-11-25T16:00:00Z", k),
+        "2026-11-25T23:00:00Z",
     );
     // The CLI sums the window's slots: $0.00456 at 16:00.
     let p = a.policy();
