@@ -156,13 +156,17 @@ fn spend(policy: &Path, redis_url: &str, tenant: &str, key: Option<&str>) -> Exi
     };
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {
-        match redis::cmd("GET")
-            .arg(&r.key)
-            .query::<Option<i64>>(&mut conn)
+        // A rolling window's spend is the sum of its slots.
+        match redis::cmd("MGET")
+            .arg(&r.slots)
+            .query::<Vec<Option<i64>>>(&mut conn)
         {
-            Ok(v) => out.push((r, v)),
+            Ok(v) => {
+                let spent = v.iter().flatten().copied().reduce(|a, b| a + b);
+                out.push((r, spent))
+            }
             Err(e) => {
-                eprintln!("tollgate-authz spend: redis GET failed: {e}");
+                eprintln!("tollgate-authz spend: redis MGET failed: {e}");
                 return ExitCode::from(1);
             }
         }

@@ -110,6 +110,24 @@ impl Rolling {
     }
 }
 
+/// The keys of the slots before the current one that a counter key of
+/// [`Rolling::slot_key`] shares its window with, oldest first; `None` for
+/// any other key (a calendar counter). The stores read them beside the
+/// current slot, so the window's spend is decided in the same call.
+pub fn older_keys(key: &str) -> Option<Vec<String>> {
+    let rest = key.strip_prefix("tg:{")?;
+    let (tenant, rest) = rest.split_once("}:$r")?;
+    let (label, rest) = rest.split_once(':')?;
+    let (idx, scope) = rest.split_once(':')?;
+    let r = Rolling::parse(label).ok()?;
+    let idx: i64 = idx.parse().ok()?;
+    Some(
+        (idx - r.slots + 1..idx)
+            .map(|i| r.slot_key(tenant, scope, i))
+            .collect(),
+    )
+}
+
 /// The spend of a window and when it next frees up, from its slots'
 /// values (oldest first, as [`Rolling::covered`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -319,6 +337,18 @@ mod tests {
         assert!(r.covered(r.leaves_at(idx) - 1).contains(&idx));
         assert!(!r.covered(r.leaves_at(idx)).contains(&idx));
         assert!(r.slot_key("acme", "t", idx).starts_with("tg:{acme}:$r30d:"));
+    }
+
+    #[test]
+    fn a_slot_key_names_the_older_slots_of_its_window() {
+        let r = Rolling::parse("6h").unwrap();
+        let key = r.slot_key("acme", "km:a:openai/*", 100);
+        let older = older_keys(&key).unwrap();
+        assert_eq!(older.len(), 5);
+        assert_eq!(older[0], r.slot_key("acme", "km:a:openai/*", 95));
+        assert_eq!(older[4], r.slot_key("acme", "km:a:openai/*", 99));
+        assert_eq!(older_keys("tg:{acme}:$d:2026-11-23:t"), None);
+        assert_eq!(older_keys("tg:{acme}:$r99h:1:t"), None);
     }
 
     #[test]

@@ -26,6 +26,7 @@ use crate::bucket::{format_reset, BucketSpec};
 use crate::lease::{Leases, Local};
 use crate::policy::{Key, Policy};
 use crate::prices::{format_usd, reserve_nano, Decimal, Priced, Prices, RawPrice, Tokens};
+use crate::rolling::Rolling;
 use crate::storage::{BucketOp, Outcome, Store, StoreError};
 
 /// Largest budget, in nano-dollars ($9,000,000): counters stay exact in
@@ -46,31 +47,58 @@ pub struct RawBudgets {
     /// Warn (header and metric) from this share of a budget on.
     #[serde(default)]
     pub soft_percent: Option<u8>,
+    /// Rolling-window budgets (`crate::rolling`): "the last 24 hours".
+    #[serde(default)]
+    pub rolling: Vec<RawRolling>,
     /// Budgets per model: an exact `provider/model` or a pattern ending
     /// in `*` (as in a key's `models`), each with its own caps.
     #[serde(default)]
     pub models: std::collections::BTreeMap<String, RawBudgets>,
 }
 
-/// A calendar window.
+/// One rolling budget as written in the policy:
+/// `{window: 24h, usd: 5, soft_percent: 80}`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRolling {
+    pub window: String,
+    pub usd: Decimal,
+    #[serde(default)]
+    pub soft_percent: Option<u8>,
+}
+
+/// A budget's window: a calendar day or month in the tenant's time zone,
+/// or a rolling window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Period {
     Day,
     Month,
+    Rolling(Rolling),
 }
 
 impl Period {
+    /// The kind of window (metric label): `day`, `month`, `rolling`.
     pub fn as_str(self) -> &'static str {
         match self {
             Period::Day => "day",
             Period::Month => "month",
+            Period::Rolling(_) => "rolling",
         }
     }
 
-    fn tag(self) -> &'static str {
+    /// The window as named in headers and messages: `day`, `month`, `24h`.
+    pub fn label(self) -> String {
         match self {
-            Period::Day => "$d",
-            Period::Month => "$m",
+            Period::Rolling(r) => r.label(),
+            p => p.as_str().to_string(),
+        }
+    }
+
+    fn tag(self) -> String {
+        match self {
+            Period::Day => "$d".to_string(),
+            Period::Month => "$m".to_string(),
+            Period::Rolling(r) => format!("$r{}", r.label()),
         }
     }
 }
@@ -97,13 +125,29 @@ pub struct Window {
 
 /// The window of `period` holding `now_ms` in `tz`. `None` only for
 /// instants outside jiff's range.
+///
+/// A rolling window's "window" is its current slot (id: the slot index);
+/// its end is when its oldest covered slot leaves, the earliest instant
+/// spend can free up (in UTC: rolling windows ignore time zones).
 pub fn window(period: Period, tz: &TimeZone, now_ms: i64) -> Option<Window> {
+    if let Period::Rolling(r) = period {
+        let idx = r.slot_of(now_ms);
+        let end_ms = r.leaves_at(idx - r.slots + 1);
+        return Some(Window {
+            id: idx.to_string(),
+            start_ms: idx * r.slot_ms,
+            end_ms,
+            end_local: Timestamp::from_millisecond(end_ms).ok()?.to_string(),
+        });
+    }
     let z = Timestamp::from_millisecond(now_ms)
         .ok()?
         .to_zoned_datetime(tz.clone());
     let date = z.date();
     let (start, end, id) = match period {
         Period::Day => (date, date.tomorrow().ok()?, date.to_string()),
+        // Answered above.
+        Period::Rolling(_) => return None,
         Period::Month => {
             let first = date.first_of_month();
             let id = format!("{:04}-{:02}", first.year(), first.month());
@@ -130,7 +174,11 @@ pub struct WindowCache {
 impl WindowCache {
     /// [`window`], from the cache while `now_ms` is inside the cached one.
     pub fn get(&self, zone: &str, tz: &TimeZone, period: Period, now_ms: i64) -> Option<Window> {
-        let slot = period as usize;
+        let slot = match period {
+            Period::Day => 0,
+            Period::Month => 1,
+            Period::Rolling(_) => return window(period, tz, now_ms),
+        };
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(Some(w)) = map.get(zone).map(|ws| &ws[slot]) {
             if (w.start_ms..w.end_ms).contains(&now_ms) {
@@ -186,7 +234,7 @@ fn compile_budgets(owner: &str, raw: &RawBudgets) -> Result<Owner, String> {
         let inner = compile_budgets(&who, b)?;
         if inner.budgets.is_empty() {
             return Err(format!(
-                "{who}: a model budget needs usd_per_day or usd_per_month"
+                "{who}: a model budget needs usd_per_day, usd_per_month or rolling"
             ));
         }
         models.push((pattern.clone(), inner.budgets));
@@ -204,6 +252,32 @@ fn compile_budgets(owner: &str, raw: &RawBudgets) -> Result<Owner, String> {
             period,
             cap,
             soft_percent: raw.soft_percent,
+        });
+    }
+    for (i, r) in raw.rolling.iter().enumerate() {
+        let field = format!("budgets.rolling[{i}]");
+        let shape =
+            Rolling::parse(&r.window).map_err(|e| format!("{owner}: {field}.window: {e}"))?;
+        if budgets.iter().any(|b| b.period == Period::Rolling(shape)) {
+            return Err(format!(
+                "{owner}: {field}.window {:?} repeats a rolling window",
+                r.window
+            ));
+        }
+        let cap = r.usd.scaled(9).filter(|c| *c > 0 && *c <= MAX_BUDGET_NANO).ok_or(format!(
+            "{owner}: {field}.usd must be a decimal greater than 0 and at most 9000000 with at most 9 places"
+        ))?;
+        if let Some(p) = r.soft_percent {
+            if p == 0 || p > 100 {
+                return Err(format!(
+                    "{owner}: {field}.soft_percent must be between 1 and 100"
+                ));
+            }
+        }
+        budgets.push(Budget {
+            period: Period::Rolling(shape),
+            cap,
+            soft_percent: r.soft_percent.or(raw.soft_percent),
         });
     }
     if let Some(p) = raw.soft_percent {
@@ -388,11 +462,16 @@ impl Planned {
     /// The counter operation: the spec carries the cap and the window's
     /// end plus grace (when the counter expires).
     pub fn op(&self, take: i64) -> BucketOp {
+        let expires = match self.budget.period {
+            // The current slot leaves the window last.
+            Period::Rolling(r) => r.expires_at(r.slot_of(self.window.start_ms)),
+            _ => self.window.end_ms + GRACE_MS,
+        };
         BucketOp {
             key: self.key.clone(),
             spec: BucketSpec {
                 capacity: self.budget.cap as u64,
-                window_ms: (self.window.end_ms + GRACE_MS).max(0) as u64,
+                window_ms: expires.max(0) as u64,
             },
             take,
             lease: 0,
@@ -425,6 +504,25 @@ impl Default for MoneyState {
 impl MoneyState {
     pub fn now_ms(&self) -> i64 {
         (self.wall)()
+    }
+}
+
+/// A rolling budget's window ends when its oldest slot holding spend
+/// leaves it: `oldest` is that slot's 1-based position among the covered
+/// slots, as the store answers it (0: nothing spent, the window's end stays
+/// the earliest instant a slot leaves).
+fn frees_up(p: &mut Planned, oldest: u64) {
+    let Period::Rolling(r) = p.budget.period else {
+        return;
+    };
+    if oldest == 0 {
+        return;
+    }
+    let idx = r.slot_of(p.window.start_ms) - r.slots + oldest as i64;
+    let end_ms = r.leaves_at(idx);
+    if let Ok(t) = Timestamp::from_millisecond(end_ms) {
+        p.window.end_ms = end_ms;
+        p.window.end_local = t.to_string();
     }
 }
 
@@ -471,7 +569,7 @@ fn budget_headers(
         ));
         h.push((
             header::SCOPE,
-            format!("{}/{}", p.scope_label(), p.budget.period.as_str()),
+            format!("{}/{}", p.scope_label(), p.budget.period.label()),
         ));
     }
     let mut soft = Vec::new();
@@ -486,7 +584,7 @@ fn budget_headers(
             warnings.push(format!(
                 "{}/{} {:.0}% used (soft cap {pct}%)",
                 p.scope_label(),
-                p.budget.period.as_str(),
+                p.budget.period.label(),
                 share.min(100.0).floor()
             ));
         }
@@ -556,6 +654,16 @@ impl<S: Store> Authorizer<S> {
         }
         let take = reserve_nano(reserve_tokens, money.prices.highest_for(&key.models));
         let mut ops: Vec<BucketOp> = planned.iter().map(|p| p.op(take)).collect();
+        if planned
+            .iter()
+            .any(|p| matches!(p.budget.period, Period::Rolling(_)))
+        {
+            // A rolling window's spend is the sum of its slots: no lease
+            // can stand for it, every such Check asks Redis.
+            return self
+                .take_rolling(policy, key, &planned, &ops, take, now_ms)
+                .await;
+        }
         let leases = &self.money.leases;
         let from_memory = |ops: &[BucketOp], now| match leases.try_take(ops, now) {
             Local::Taken(levels) => Some(Ok(self.money_taken(key, &planned, ops, &levels, now_ms))),
@@ -582,12 +690,7 @@ impl<S: Store> Authorizer<S> {
             op.lease = want;
         }
         drop(waiting);
-        let t = Instant::now();
-        let result = self.store().spend_take(&ops).await;
-        self.metrics()
-            .redis_duration
-            .with_label_values(&["spend_check"])
-            .observe(t.elapsed().as_secs_f64());
+        let result = self.timed_spend_take(&ops).await;
         let now = Instant::now();
         match result {
             Ok(outcome @ Outcome { denied: None, .. }) => {
@@ -621,6 +724,70 @@ impl<S: Store> Authorizer<S> {
                 StoreError::Protocol(format!("store refused unknown counter {i}")),
             ),
             Err(e) => self.money_unreachable(policy, key, &planned, &ops, take, e),
+        }
+    }
+
+    /// The store's check-and-take of spend counters, timed in the Redis
+    /// duration metric.
+    async fn timed_spend_take(&self, ops: &[BucketOp]) -> Result<Outcome, StoreError> {
+        let t = Instant::now();
+        let result = self.store().spend_take(ops).await;
+        self.metrics()
+            .redis_duration
+            .with_label_values(&["spend_check"])
+            .observe(t.elapsed().as_secs_f64());
+        result
+    }
+
+    /// [`Self::admit_money`] for budgets that include a rolling window:
+    /// one store call, no leases.
+    async fn take_rolling(
+        &self,
+        policy: &Policy,
+        key: &Key,
+        planned: &[Planned],
+        ops: &[BucketOp],
+        take: i64,
+        now_ms: i64,
+    ) -> Result<Option<MoneyTaken>, Decision> {
+        let result = self.timed_spend_take(ops).await;
+        let frees = |granted: &[u64]| {
+            let mut planned = planned.to_vec();
+            for (p, &oldest) in planned.iter_mut().zip(granted) {
+                frees_up(p, oldest);
+            }
+            planned
+        };
+        match result {
+            Ok(Outcome {
+                denied: None,
+                levels,
+                granted,
+            }) => Ok(Some(self.money_taken(
+                key,
+                &frees(&granted),
+                ops,
+                &levels,
+                now_ms,
+            ))),
+            Ok(Outcome {
+                denied: Some(i),
+                levels,
+                granted,
+            }) if i < planned.len() => {
+                Err(self.budget_exceeded(key, &frees(&granted), i, &levels, take, now_ms))
+            }
+            Ok(Outcome {
+                denied: Some(i), ..
+            }) => self.money_unreachable(
+                policy,
+                key,
+                planned,
+                ops,
+                take,
+                StoreError::Protocol(format!("store refused unknown counter {i}")),
+            ),
+            Err(e) => self.money_unreachable(policy, key, planned, ops, take, e),
         }
     }
 
@@ -703,7 +870,7 @@ impl<S: Store> Authorizer<S> {
         let msg = format!(
             "Budget exhausted for {who}: ${} per {}, ${} left, this request may cost up to ${}. The budget resets at {} (in {}).",
             format_usd(p.budget.cap),
-            p.budget.period.as_str(),
+            p.budget.period.label(),
             format_usd(remaining),
             format_usd(take),
             p.window.end_local,
@@ -792,9 +959,25 @@ pub struct MemoryCounters {
 impl MemoryCounters {
     pub fn apply(&self, ops: &[BucketOp], take_mode: bool) -> Outcome {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        // A rolling counter's older slots: their values, oldest first.
+        let slots: Vec<Option<Vec<i64>>> = ops
+            .iter()
+            .map(|o| {
+                crate::rolling::older_keys(&o.key).map(|keys| {
+                    keys.iter()
+                        .map(|k| map.get(k).copied().unwrap_or(0))
+                        .collect()
+                })
+            })
+            .collect();
+        let older: Vec<i64> = slots
+            .iter()
+            .map(|s| s.as_ref().map_or(0, |v| v.iter().sum()))
+            .collect();
         let spent: Vec<i64> = ops
             .iter()
-            .map(|o| map.get(&o.key).copied().unwrap_or(0))
+            .zip(&older)
+            .map(|(o, old)| map.get(&o.key).copied().unwrap_or(0) + old)
             .collect();
         let denied = if take_mode {
             ops.iter().zip(&spent).position(|(o, s)| {
@@ -806,7 +989,7 @@ impl MemoryCounters {
         };
         let mut levels = Vec::with_capacity(ops.len());
         let mut granted = Vec::with_capacity(ops.len());
-        for (o, s) in ops.iter().zip(spent) {
+        for (((o, s), old), olds) in ops.iter().zip(spent).zip(older).zip(&slots) {
             let cap = o.spec.capacity as i64;
             let mut g = 0;
             let mut s = s;
@@ -815,11 +998,21 @@ impl MemoryCounters {
                     g = ((cap - s - o.take) / 8).clamp(0, o.lease as i64);
                 }
                 s = s.saturating_add(o.take + g);
-                map.insert(o.key.clone(), s);
+                map.insert(o.key.clone(), s - old);
             }
             levels.push((cap - s) as f64);
+            // As spend.lua: a rolling counter answers, in place of a lease,
+            // the 1-based position of its oldest slot holding spend.
+            if let Some(olds) = olds {
+                g = match olds.iter().position(|v| *v != 0) {
+                    Some(j) => j as i64 + 1,
+                    None if s != old => olds.len() as i64 + 1,
+                    None => 0,
+                };
+            }
             granted.push(g as u64);
         }
+
         Outcome {
             denied,
             levels,
@@ -956,8 +1149,11 @@ pub struct Row {
     pub scope: String,
     pub period: &'static str,
     pub window: String,
-    /// Redis key of the counter.
+    /// Redis key of the counter (a rolling window's current slot).
     pub key: String,
+    /// Every key whose sum is the window's spend: `key`, and a rolling
+    /// window's older slots.
+    pub slots: Vec<String>,
     pub cap: i64,
     pub end_local: String,
 }
@@ -995,11 +1191,19 @@ pub fn rows(
             };
             for b in budgets {
                 if let Some(w) = window(b.period, &tz, now_ms) {
+                    let key = counter_key(tenant, b.period, &w.id, &scope_key(scope, id, pattern));
+                    let mut slots = crate::rolling::older_keys(&key).unwrap_or_default();
+                    slots.push(key.clone());
                     out.push(Row {
-                        key: counter_key(tenant, b.period, &w.id, &scope_key(scope, id, pattern)),
+                        key,
+                        slots,
                         scope: label.clone(),
                         period: b.period.as_str(),
-                        window: w.id,
+                        // A rolling window's slot index says little: its length.
+                        window: match b.period {
+                            Period::Rolling(r) => r.label(),
+                            _ => w.id,
+                        },
                         cap: b.cap,
                         end_local: w.end_local,
                     });

@@ -88,6 +88,16 @@ fn spent(redis: &RedisServer, key: &str) -> i64 {
     redis.cli(&["GET", key]).parse().unwrap_or(0)
 }
 
+/// `key` expires at `at` (within 5 s of the real clock's reading).
+fn assert_expires_at(redis: &RedisServer, key: &str, at: &str) {
+    let ttl: i64 = redis.cli(&["PTTL", key]).parse().unwrap();
+    let wall_now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    assert!((wall_now + ttl - ms(at)).abs() < 5_000, "{key}: ttl {ttl}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scripted_sequence_costs_exactly_its_prices() {
     let redis = RedisServer::start();
@@ -125,18 +135,10 @@ async fn a_scripted_sequence_costs_exactly_its_prices() {
     assert_eq!(spent(&redis, "tg:{acme}:$d:2026-11-23:k:k1"), expected);
     assert_eq!(spent(&redis, "tg:{acme}:$d:2026-11-23:t"), expected);
     // The counters expire one hour after Paris midnight (23:00 UTC).
-    let ttl: i64 = redis
-        .cli(&["PTTL", "tg:{acme}:$d:2026-11-23:k:k1"])
-        .parse()
-        .unwrap();
-    let wall_now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
-    let expires = wall_now + ttl;
-    assert!(
-        (expires - ms("2026-11-24T00:00:00Z")).abs() < 5_000,
-        "ttl {ttl}"
+    assert_expires_at(
+        &redis,
+        "tg:{acme}:$d:2026-11-23:k:k1",
+        "2026-11-24T00:00:00Z",
     );
     // Spend metric per tenant, key and model (label values from the table).
     let text = a.metrics().render();
@@ -406,4 +408,159 @@ async fn concurrent_requests_stay_within_a_model_budget() {
     // Another model is not held to gpt-4o's budget.
     let d = a.check(&declaring("openai/gpt-4o-mini")).await;
     assert!(matches!(d, Decision::Allow { .. }), "{d:?}");
+}
+
+/// Redis key of the slot of rolling window `label` holding `at`.
+fn slot(label: &str, at: &str, scope: &str) -> String {
+    let r = tollgate_authz::rolling::Rolling::parse(label).unwrap();
+    r.slot_key("acme", scope, r.slot_of(ms(at)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_window_frees_spend_as_its_slots_age_out() {
+    let redis = RedisServer::start();
+    // A future day, so no slot's expiry is already past on the real clock.
+    let clock = Arc::new(AtomicI64::new(ms("2026-11-25T10:15:00Z")));
+    let a = authz(
+        policy("", "rolling: [{window: 6h, usd: 0.01, soft_percent: 50}]"),
+        &redis,
+        &clock,
+    );
+    // Each Check reserves $0.00356 (356 tokens at $10/M); the cap is $0.01.
+    let d = a.check(&input()).await;
+    assert!(matches!(d, Decision::Allow { reserved: 356, .. }), "{d:?}");
+    assert_eq!(headers(&d)["x-tollgate-budget-scope"], "key/6h");
+    // It costs exactly its reservation: 356 completion tokens of gpt-4o.
+    a.record_usage(&report("openai/gpt-4o", 0, 0, 356, Some(356)))
+        .await
+        .unwrap();
+    clock.store(ms("2026-11-25T12:30:00Z"), Ordering::SeqCst);
+    let d = a.check(&input()).await;
+    assert!(matches!(d, Decision::Allow { .. }), "{d:?}");
+    let h = headers(&d);
+    assert_eq!(h["x-tollgate-budget-remaining-usd"], "0.00288");
+    assert_eq!(
+        h["x-tollgate-budget-warning"],
+        "key/6h 71% used (soft cap 50%)"
+    );
+    // $0.00712 spent: a third reservation does not fit until the 10:00
+    // slot leaves the window at 16:00.
+    for at in ["2026-11-25T12:30:00Z", "2026-11-25T15:59:59.999Z"] {
+        clock.store(ms(at), Ordering::SeqCst);
+        let d = a.check(&input()).await;
+        let Decision::Deny {
+            status: 429,
+            body,
+            headers,
+        } = &d
+        else {
+            panic!("{at}: {d:?}")
+        };
+        assert!(body.contains(r#""code":"budget_exceeded""#), "{body}");
+        assert!(
+            body.contains("$0.01 per 6h, $0.00288 left")
+                && body.contains("resets at 2026-11-25T16:00:00Z"),
+            "{body}"
+        );
+        let retry: u64 = headers
+            .iter()
+            .find(|(n, _)| *n == "retry-after")
+            .unwrap()
+            .1
+            .parse()
+            .unwrap();
+        assert_eq!(
+            retry,
+            ((ms("2026-11-25T16:00:00Z") - ms(at)) as u64).div_ceil(1000)
+        );
+    }
+    clock.store(ms("2026-11-25T16:00:00Z"), Ordering::SeqCst);
+    let d = a.check(&input()).await;
+    assert!(matches!(d, Decision::Allow { .. }), "{d:?}");
+    // A short answer: 100 completion tokens cost $0.001, the rest of the
+    // reservation goes back to its slot.
+    a.record_usage(&report("openai/gpt-4o", 0, 0, 100, Some(356)))
+        .await
+        .unwrap();
+    let k = "k:k1";
+    assert_eq!(
+        spent(&redis, &slot("6h", "2026-11-25T10:15:00Z", k)),
+        3_560_000
+    );
+    assert_eq!(
+        spent(&redis, &slot("6h", "2026-11-25T12:30:00Z", k)),
+        3_560_000
+    );
+    assert_eq!(
+        spent(&redis, &slot("6h", "2026-11-25T16:00:00Z", k)),
+        1_000_000
+    );
+    // Each slot expires an hour after it has left the window (16:00's
+    // slot leaves at 22:00).
+    assert_expires_at(
+        &redis,
+        &slot("6h", "2026-11-25T16:00:00Z", k),
+        "2026-11-25T23:00:00Z",
+    );
+    // The CLI sums the window's slots: $0.00456 at 16:00.
+    let p = a.policy();
+    let rows =
+        tollgate_authz::spend::rows(&p, "acme", Some("k1"), ms("2026-11-25T16:00:00Z")).unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].slots.len(), 6);
+    let spent_now: i64 = rows[0].slots.iter().map(|s| spent(&redis, s)).sum();
+    assert_eq!(spent_now, 4_560_000);
+    let table = tollgate_authz::spend::render(
+        "acme",
+        "Europe/Paris",
+        &[(rows[0].clone(), Some(spent_now))],
+    );
+    assert!(table.contains("key k1"), "{table}");
+    assert!(table.contains("0.00456"), "{table}");
+    // Its reset is the earliest instant a slot leaves the window.
+    assert!(
+        table.contains("key k1                   rolling 6h                 0.00456           0.01        0.00544  2026-11-25T17:00:00Z"),
+        "{table}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_stay_within_a_rolling_budget() {
+    let redis = RedisServer::start();
+    let clock = Arc::new(AtomicI64::new(ms("2026-11-25T12:00:00Z")));
+    // $0.05 in 24 hours: at most 14 requests of $0.00356 fit.
+    let p = || policy("", "rolling: [{window: 24h, usd: 0.05}]");
+    let (a, b) = (authz(p(), &redis, &clock), authz(p(), &redis, &clock));
+    let counter = slot("24h", "2026-11-25T12:00:00Z", "k:k1");
+    race(&redis, &a, &b, input, "per 24h", &counter).await;
+    // No lease on a rolling window: Redis holds exactly what was admitted.
+    assert_eq!(spent(&redis, &counter), 14 * 3_560_000);
+}
+
+#[test]
+fn a_bad_rolling_budget_is_refused_naming_its_field() {
+    let bad = |b: &str| {
+        Policy::from_yaml(&format!(
+            "version: 1\ntenants:\n  acme: {{}}\nkeys:\n  - id: k1\n    tenant: acme\n    sha256: {}\n    budgets: {{{b}}}\n",
+            hash_key("tg-money")
+        ))
+        .unwrap_err()
+        .to_string()
+    };
+    let e = bad("rolling: [{window: 25h, usd: 1}]");
+    assert!(
+        e.contains("budgets.rolling[0].window") && e.contains("rolling window \"25h\""),
+        "{e}"
+    );
+    let e = bad("rolling: [{window: 7d, usd: 0}]");
+    assert!(e.contains("budgets.rolling[0].usd must be"), "{e}");
+    let e = bad("rolling: [{window: 7d, usd: 1, soft_percent: 0}]");
+    assert!(e.contains("budgets.rolling[0].soft_percent"), "{e}");
+    let e = bad("rolling: [{window: 24h, usd: 1}, {window: 1d, usd: 2}]");
+    assert!(
+        e.contains("budgets.rolling[1].window \"1d\" repeats"),
+        "{e}"
+    );
+    let e = bad("rolling: [{window: 24h, dollars: 1}]");
+    assert!(e.contains("dollars"), "{e}");
 }

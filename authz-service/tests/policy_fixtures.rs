@@ -55,7 +55,11 @@ const CASES: &[(&str, &str)] = &[
     ("bad_soft_percent.yaml", "tenant \"demo\": budgets.soft_percent must be between 1 and 100"),
     (
         "empty_model_budget.yaml",
-        "tenant \"demo\" model \"openai/gpt-4o\": a model budget needs usd_per_day or usd_per_month",
+        "tenant \"demo\" model \"openai/gpt-4o\": a model budget needs usd_per_day, usd_per_month or rolling",
+    ),
+    (
+        "bad_rolling_window.yaml",
+        "tenant \"demo\" model \"openai/gpt-4o\": budgets.rolling[0].window: rolling window \"36h\" must be \"<hours>h\" (1 to 24) or \"<days>d\" (1 to 90)",
     ),
     (
         "nested_model_budget.yaml",

@@ -177,3 +177,52 @@ def test_a_model_budget_caps_its_model_only(make_stack):
                if line.startswith("key model-money-key model openai/gpt-4o-mini "))
     assert row.split()[6] == usd(spent_nano), out
     assert row.split()[7] == "0.01", out
+
+
+ROLLING_POLICY = """version: 1
+tenants:
+  rolling: {{}}
+keys:
+  - id: rolling-key
+    tenant: rolling
+    sha256: {sha}
+    models: ["openai/gpt-4o-mini"]
+    budgets:
+      rolling: [{{window: 24h, usd: 0.002, soft_percent: 50}}]
+"""
+
+
+def test_a_rolling_budget_spent_gets_the_openai_429(make_stack, tmp_path):
+    """$0.002 in the last 24 hours: a few long answers spend it, then the
+    gateway answers 429 budget_exceeded saying when spend frees up."""
+    import hashlib
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(ROLLING_POLICY.format(sha=hashlib.sha256(b"tg-test-rolling").hexdigest()))
+    s = make_stack(policy=policy)
+    auth = {"authorization": "Bearer tg-test-rolling", **LONG}
+    spent_nano, denied, warned = 0, None, False
+    for _ in range(40):
+        status, headers, body = post(f"{s.base_url}/chat/completions",
+                                     {"model": "openai/gpt-4o-mini", "messages": HI}, auth)
+        if status == 429:
+            denied = (headers, body)
+            break
+        assert status == 200, body
+        assert headers["x-tollgate-budget-scope"] == "key/24h"
+        warned |= "key/24h" in headers.get("x-tollgate-budget-warning", "")
+        spent_nano += 150 * body["usage"]["prompt_tokens"] + 600 * body["usage"]["completion_tokens"]
+        time.sleep(0.15)  # the gateway posts usage every 100 ms
+    assert denied, "the rolling budget was never exhausted"
+    headers, body = denied
+    assert_openai_error(body, "budget_exceeded")
+    msg = body["error"]["message"]
+    assert "key rolling-key: $0.002 per 24h" in msg, msg
+    # Spend frees up when the hour slot of the first request leaves the
+    # window: between 23 and 24 hours from now.
+    assert 23 * 3600 <= int(headers["retry-after"]) <= 24 * 3600, headers
+    assert warned
+    assert 0 < spent_nano <= 2_000_000 + 600 * 600  # at most one answer past the cap
+    time.sleep(0.3)
+    out = spend_cli(s, "--tenant", "rolling", "--key", "rolling-key")
+    row = next(line for line in out.splitlines() if line.startswith("key rolling-key"))
+    assert row.split()[2:6] == ["rolling", "24h", usd(spent_nano), "0.002"], out

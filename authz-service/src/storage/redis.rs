@@ -218,6 +218,37 @@ impl RedisStore {
         }
     }
 
+    /// `spend.lua`'s call: with a rolling window among the counters, the
+    /// older slots follow the counters' keys and each counter carries the
+    /// number of its older slots (mode `take+r`, `debit+r`).
+    fn spend_command(&self, ops: &[BucketOp], mode: &str) -> redis::Cmd {
+        let older: Vec<Vec<String>> = ops
+            .iter()
+            .map(|o| crate::rolling::older_keys(&o.key).unwrap_or_default())
+            .collect();
+        if older.iter().all(Vec::is_empty) {
+            return self.command(ops, mode, &self.spend_sha);
+        }
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&self.spend_sha)
+            .arg(ops.len() + older.iter().map(Vec::len).sum::<usize>());
+        for op in ops {
+            cmd.arg(&op.key);
+        }
+        for keys in &older {
+            cmd.arg(keys);
+        }
+        cmd.arg(format!("{mode}+r"));
+        for (op, keys) in ops.iter().zip(&older) {
+            cmd.arg(op.spec.capacity)
+                .arg(op.spec.window_ms)
+                .arg(op.take)
+                .arg(op.lease)
+                .arg(keys.len());
+        }
+        cmd
+    }
+
     fn command(&self, ops: &[BucketOp], mode: &str, sha: &str) -> redis::Cmd {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(sha).arg(ops.len());
@@ -266,7 +297,11 @@ impl RedisStore {
         let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
             return Err(StoreError::Overloaded);
         };
-        let cmd = self.command(ops, mode, sha);
+        let cmd = if lua == SPEND_LUA {
+            self.spend_command(ops, mode)
+        } else {
+            self.command(ops, mode, sha)
+        };
         let conn = self.conn.clone();
         let calls = self.calls.clone();
         // The call runs in its own task holding the permit, so a caller that
