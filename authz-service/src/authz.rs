@@ -48,6 +48,9 @@ pub enum Decision {
         /// Tokens reserved from the token buckets (0: none), sent on as
         /// `x-tollgate-reserved` for the filter to echo in its usage report.
         reserved: u64,
+        /// The unix minute money was reserved at (None: no money budget),
+        /// sent with `reserved` ([`tollgate_wire::reservation`]).
+        reserved_at: Option<u64>,
     },
     Deny {
         status: u16,
@@ -495,6 +498,9 @@ impl<S: Store> Authorizer<S> {
             Err(d) => return d,
         };
         let budget_headers = money.as_ref().map(|m| m.headers.clone());
+        let reserved_at = money
+            .as_ref()
+            .and_then(|m| u64::try_from(m.at_ms / 60_000).ok());
         let allow = |mut rate_headers: Vec<(&'static str, String)>, reserved| {
             // Money was reserved for `reserve` tokens: the report settles it.
             let reserved = if budget_headers.is_some() {
@@ -509,6 +515,7 @@ impl<S: Store> Authorizer<S> {
                 models: key.models_header.clone(),
                 rate_headers,
                 reserved,
+                reserved_at,
             }
         };
         let planned = plan(&policy, key, model, Take::Check { reserve });

@@ -111,6 +111,7 @@ pub fn to_response(decision: Decision) -> Result<CheckResponse, tonic::Status> {
             models,
             rate_headers,
             reserved,
+            reserved_at,
         } => {
             let ok = OkHttpResponse {
                 headers: vec![
@@ -119,7 +120,10 @@ pub fn to_response(decision: Decision) -> Result<CheckResponse, tonic::Status> {
                     header(wire::MODELS, models),
                     // Always set ("0" when nothing was reserved), so a
                     // client cannot forge it; the filter echoes it.
-                    header(wire::RESERVED, reserved.to_string()),
+                    header(
+                        wire::RESERVED,
+                        tollgate_wire::reservation(reserved, reserved_at),
+                    ),
                 ],
                 headers_to_remove: HEADERS_TO_REMOVE.iter().map(|s| s.to_string()).collect(),
                 response_headers_to_add: rate_headers

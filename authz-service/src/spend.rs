@@ -532,6 +532,9 @@ fn frees_up(p: &mut Planned, oldest: u64) {
 pub struct MoneyTaken {
     pub ops: Vec<BucketOp>,
     pub headers: Vec<(&'static str, String)>,
+    /// The wall clock that chose the windows (ms since the epoch): the
+    /// usage report settles the windows of its minute.
+    pub at_ms: i64,
 }
 
 /// Response header names (documented in authz-service/README.md).
@@ -816,6 +819,7 @@ impl<S: Store> Authorizer<S> {
                 })
                 .collect(),
             headers,
+            at_ms: now_ms,
         }
     }
 
@@ -839,6 +843,7 @@ impl<S: Store> Authorizer<S> {
             models: String::new(),
             rate_headers: Vec::new(),
             reserved: 0,
+            reserved_at: None,
         }) {
             Decision::Allow { .. } => Ok(None),
             d => Err(d),
@@ -940,13 +945,25 @@ impl<S: Store> Authorizer<S> {
             .plan(
                 key,
                 report.model.as_deref(),
-                self.money.now_ms(),
+                settled_at(report.reserved_at, self.money.now_ms()),
                 &self.money.windows,
             )
             .iter()
             .map(|p| p.op(take))
             .collect()
     }
+}
+
+/// When a usage report is charged: the minute its money was reserved (so
+/// an answer admitted before midnight, or in an earlier slot of a rolling
+/// window, settles the windows that reserved it), unless that minute is in
+/// the future or so old that its counters may have expired ([`GRACE_MS`]
+/// after their window): then `now_ms`.
+pub fn settled_at(reserved_at: Option<u64>, now_ms: i64) -> i64 {
+    reserved_at
+        .and_then(|minute| i64::try_from(minute).ok()?.checked_mul(60_000))
+        .filter(|&at| at <= now_ms && now_ms - at < GRACE_MS)
+        .unwrap_or(now_ms)
 }
 
 /// Spend counters in process memory (the `memory://` store and tests):

@@ -67,6 +67,7 @@ fn report(
         cached_tokens: cached,
         cache_write_tokens: 0,
         reserved,
+        reserved_at: None,
     }
 }
 
@@ -237,7 +238,15 @@ async fn day_and_month_roll_over_at_local_midnight() {
         &clock,
     );
     // Two requests fit the day's $0.01 ($0.00356 each), the third does not.
-    assert!(matches!(a.check(&input()).await, Decision::Allow { .. }));
+    let d = a.check(&input()).await;
+    let Decision::Allow { reserved_at, .. } = d else {
+        panic!("{d:?}")
+    };
+    // The minute of the reservation, for the usage report to settle.
+    assert_eq!(
+        reserved_at,
+        Some(ms("2026-12-01T04:59:00Z") as u64 / 60_000)
+    );
     assert!(matches!(a.check(&input()).await, Decision::Allow { .. }));
     let d = a.check(&input()).await;
     let Decision::Deny {
@@ -264,11 +273,41 @@ async fn day_and_month_roll_over_at_local_midnight() {
     let d = a.check(&input()).await;
     assert!(matches!(d, Decision::Allow { .. }), "{d:?}");
     assert_eq!(headers_of_reset(&d), "24h0m0s");
+    // One of the answers admitted on Nov 30 reports after midnight: it is
+    // settled on Nov 30's day and November's month, not on the new ones.
+    // 1,000 prompt and 500 completion tokens of gpt-4o-mini cost $0.00045:
+    // $0.00311 of its $0.00356 reservation comes back.
+    a.record_usage(&UsageReport {
+        reserved_at,
+        ..report("openai/gpt-4o-mini", 1000, 0, 500, Some(356))
+    })
+    .await
+    .unwrap();
     settle_leases(&a).await;
-    assert_eq!(spent(&redis, "tg:{acme}:$d:2026-11-30:k:k1"), 2 * 3_560_000);
+    let nov_30 = 2 * 3_560_000 - 3_110_000;
+    assert_eq!(spent(&redis, "tg:{acme}:$d:2026-11-30:k:k1"), nov_30);
     assert_eq!(spent(&redis, "tg:{acme}:$d:2026-12-01:k:k1"), 3_560_000);
-    assert_eq!(spent(&redis, "tg:{acme}:$m:2026-11:t"), 2 * 3_560_000);
+    assert_eq!(spent(&redis, "tg:{acme}:$m:2026-11:t"), nov_30);
     assert_eq!(spent(&redis, "tg:{acme}:$m:2026-12:t"), 3_560_000);
+}
+
+#[test]
+fn a_report_settles_at_its_reservation_minute_unless_it_is_implausible() {
+    use tollgate_authz::spend::{settled_at, GRACE_MS};
+    let now = ms("2026-12-01T05:00:30Z");
+    let minute = |t: &str| Some(ms(t) as u64 / 60_000);
+    assert_eq!(
+        settled_at(minute("2026-12-01T04:59:59Z"), now),
+        ms("2026-12-01T04:59:00Z")
+    );
+    assert_eq!(settled_at(None, now), now);
+    // In the future, or older than the counters outlive their window.
+    assert_eq!(settled_at(minute("2026-12-01T05:02:00Z"), now), now);
+    assert_eq!(
+        settled_at(Some((now - GRACE_MS) as u64 / 60_000 - 1), now),
+        now
+    );
+    assert_eq!(settled_at(Some(u64::MAX), now), now);
 }
 
 fn headers_of_reset(d: &Decision) -> String {

@@ -42,10 +42,12 @@ pub mod header {
     pub const MODEL: &str = "x-tollgate-model";
     /// The provider cluster the filter routes to (filter → router).
     pub const CLUSTER: &str = "x-tollgate-cluster";
-    /// The provider that answered (filter → client).
     /// Tokens authz-service reserved at Check time (request, set by
-    /// ext_authz); the filter echoes it as `reserved` in the usage report.
+    /// ext_authz), and when money was reserved for them the minute it was
+    /// (`<tokens>@<unix minute>`, see [`crate::reservation`]); the filter
+    /// echoes both in the usage report (`reserved`, `reserved_at`).
     pub const RESERVED: &str = "x-tollgate-reserved";
+    /// The provider that answered (filter → client).
     pub const PROVIDER: &str = "x-tollgate-provider";
     /// Response: the provider's own request id (OpenAI `x-request-id`,
     /// Anthropic `request-id`, Bedrock `x-amzn-requestid`), for support
@@ -87,6 +89,29 @@ pub struct UsageReport {
     /// settled against the usage; absent in reports that settle nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reserved: Option<u64>,
+    /// The unix minute at which money was reserved for `reserved`: the
+    /// report settles the money budgets' windows of that minute, not of its
+    /// arrival (a request admitted before midnight is charged to that day).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved_at: Option<u64>,
+}
+
+/// The [`header::RESERVED`] value: `<tokens>`, or `<tokens>@<unix minute>`
+/// when money was reserved at that minute.
+pub fn reservation(tokens: u64, at_minute: Option<u64>) -> String {
+    match at_minute {
+        Some(m) => format!("{tokens}@{m}"),
+        None => tokens.to_string(),
+    }
+}
+
+/// Reads a [`header::RESERVED`] value written by [`reservation`]; None
+/// when it is not one.
+pub fn parse_reservation(value: &str) -> Option<(u64, Option<u64>)> {
+    match value.split_once('@') {
+        Some((tokens, minute)) => Some((tokens.parse().ok()?, Some(minute.parse().ok()?))),
+        None => Some((value.parse().ok()?, None)),
+    }
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -274,6 +299,7 @@ mod tests {
             cached_tokens: 0,
             cache_write_tokens: 0,
             reserved: None,
+            reserved_at: None,
         };
         let bytes = serde_json::to_vec(&r).unwrap();
         assert_eq!(
@@ -283,10 +309,11 @@ mod tests {
         assert_eq!(serde_json::from_slice::<UsageReport>(&bytes).unwrap(), r);
         let settled = UsageReport {
             reserved: Some(500),
+            reserved_at: Some(29_000_000),
             ..r
         };
         let bytes = serde_json::to_vec(&settled).unwrap();
-        assert!(bytes.ends_with(br#""completion_tokens":4,"reserved":500}"#));
+        assert!(bytes.ends_with(br#""completion_tokens":4,"reserved":500,"reserved_at":29000000}"#));
         assert_eq!(
             serde_json::from_slice::<UsageReport>(&bytes).unwrap(),
             settled
@@ -299,6 +326,20 @@ mod tests {
         assert!(
             serde_json::from_str::<UsageReport>(r#"{"tenant":"t","key_id":"k","x":1}"#).is_err()
         );
+    }
+
+    #[test]
+    fn reservation_header_round_trip() {
+        assert_eq!(reservation(500, None), "500");
+        assert_eq!(reservation(500, Some(29_000_000)), "500@29000000");
+        assert_eq!(parse_reservation("500"), Some((500, None)));
+        assert_eq!(
+            parse_reservation("500@29000000"),
+            Some((500, Some(29_000_000)))
+        );
+        for bad in ["", "x", "500@", "@1", "5@x", "-1", "1@2@3"] {
+            assert_eq!(parse_reservation(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

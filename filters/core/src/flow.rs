@@ -78,8 +78,9 @@ struct Pending {
     front: Front,
     tenant: Option<String>,
     key_id: Option<String>,
-    /// `x-tollgate-reserved`: tokens authz-service reserved for this request.
-    reserved: Option<u64>,
+    /// `x-tollgate-reserved`: tokens authz-service reserved for this
+    /// request, and the unix minute its money reservation was made.
+    reserved: Option<(u64, Option<u64>)>,
     /// `x-tollgate-models`.
     allowed: Option<String>,
     /// `x-tollgate-model`, the client's declaration that authz-service used
@@ -95,7 +96,7 @@ struct Routed {
     route: Route,
     tenant: Option<String>,
     key_id: Option<String>,
-    reserved: Option<u64>,
+    reserved: Option<(u64, Option<u64>)>,
     resp: RespMode,
     usage: Option<Usage>,
     first_token: bool,
@@ -230,7 +231,7 @@ impl Flow {
             front: Front::OpenAi,
             tenant: header(TENANT),
             key_id: header(KEY_ID),
-            reserved: header(RESERVED).and_then(|v| v.parse().ok()),
+            reserved: header(RESERVED).and_then(|v| tollgate_wire::parse_reservation(&v)),
             allowed: None,
             declared_model: header(MODEL),
             headers: all,
@@ -1116,8 +1117,10 @@ impl Flow {
             // the reservation stays charged and the usage seen is added.
             reserved: match r.resp {
                 RespMode::Stream(_) if !r.stream_ended => None,
-                _ => r.reserved,
+                _ => r.reserved.map(|(tokens, _)| tokens),
             },
+            // Charged to the budgets' windows of the reservation's minute.
+            reserved_at: r.reserved.and_then(|(_, minute)| minute),
         };
         let body = match &self.batch {
             None => report_body(&report),

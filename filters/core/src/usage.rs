@@ -15,10 +15,14 @@ pub fn report_body(r: &Report) -> Vec<u8> {
 }
 
 fn same_account(a: &Report, b: &Report) -> bool {
-    a.tenant == b.tenant && a.key_id == b.key_id && a.model == b.model
+    a.tenant == b.tenant
+        && a.key_id == b.key_id
+        && a.model == b.model
+        && a.reserved_at == b.reserved_at
 }
 
-/// Reports waiting for the next flush, summed per (tenant, key, model).
+/// Reports waiting for the next flush, summed per (tenant, key, model,
+/// minute of the money reservation).
 #[derive(Debug, Default)]
 pub struct UsageBatch {
     entries: Vec<Report>,
@@ -81,6 +85,7 @@ mod tests {
             cached_tokens: 0,
             cache_write_tokens: 0,
             reserved: None,
+            reserved_at: None,
         }
     }
 
@@ -100,6 +105,25 @@ mod tests {
             json!([{"tenant": "t", "key_id": "k", "model": "openai/m",
                     "prompt_tokens": 3, "completion_tokens": 6, "reserved": 500}])
         );
+    }
+
+    #[test]
+    fn reservations_of_another_minute_are_kept_apart() {
+        let mut b = UsageBatch::default();
+        let at = |minute| Report {
+            reserved: Some(100),
+            reserved_at: Some(minute),
+            ..report("t", "k", "openai/m", 1, 2)
+        };
+        b.add(at(7));
+        b.add(at(7));
+        b.add(at(8));
+        assert_eq!(b.len(), 2);
+        let v: Value = serde_json::from_slice(&b.take_body().unwrap_or_default()).unwrap();
+        assert_eq!(v[0]["reserved"], 200);
+        assert_eq!(v[0]["reserved_at"], 7);
+        assert_eq!(v[1]["reserved"], 100);
+        assert_eq!(v[1]["reserved_at"], 8);
     }
 
     #[test]

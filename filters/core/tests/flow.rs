@@ -127,6 +127,7 @@ fn a_full_batch_is_posted_by_the_answer_that_fills_it() {
             cached_tokens: 0,
             cache_write_tokens: 0,
             reserved: None,
+            reserved_at: None,
         });
     }
     let h = answer_into(&batch);
@@ -140,6 +141,26 @@ fn a_full_batch_is_posted_by_the_answer_that_fills_it() {
     assert_eq!(sent.as_array().unwrap().len(), UsageBatch::MAX_ENTRIES);
     assert_eq!(sent[UsageBatch::MAX_ENTRIES - 1]["key_id"], "demo-key");
     assert!(batch.borrow().is_empty());
+}
+
+#[test]
+fn the_reservation_and_its_minute_are_echoed_in_the_usage_report() {
+    let mut h = host("POST", "/v1/chat/completions", &chat("openai/gpt-4o-mini"));
+    h.req_headers
+        .push(("x-tollgate-reserved".into(), "500@28333333".into()));
+    let (mut f, fwd) = request(&mut h, true);
+    assert!(fwd);
+    assert_eq!(
+        h.req_header("x-tollgate-reserved"),
+        None,
+        "not sent upstream"
+    );
+    respond(&mut f, &mut h, 200, "application/json", OPENAI_ANSWER);
+    let usage: Value = serde_json::from_slice(&h.posts[0].2).unwrap();
+    assert_eq!(
+        (&usage["reserved"], &usage["reserved_at"]),
+        (&json!(500), &json!(28333333))
+    );
 }
 
 #[test]
