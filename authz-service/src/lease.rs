@@ -241,12 +241,18 @@ struct Map {
 }
 
 impl Map {
-    /// The group of bucket `key`, and the bucket's tag in it.
-    fn group(&mut self, key: &str) -> (Option<&mut Group>, Tag) {
+    /// Puts bucket `key`'s group key in `buf`; returns the bucket's tag.
+    fn group_key(&mut self, key: &str) -> Tag {
         let (head, tail, tag) = split(key);
         self.buf.clear();
         self.buf.push_str(head);
         self.buf.push_str(tail);
+        tag
+    }
+
+    /// The group of bucket `key`, and the bucket's tag in it.
+    fn group(&mut self, key: &str) -> (Option<&mut Group>, Tag) {
+        let tag = self.group_key(key);
         (self.groups.get_mut(self.buf.as_str()), tag)
     }
 
@@ -257,11 +263,15 @@ impl Map {
 
     /// Bucket `op`'s entry and its group's refill lock, created if missing.
     fn entry(&mut self, op: &BucketOp, now: Tick) -> (&mut Entry, &mut Option<Arc<Refill>>) {
-        let (head, tail, tag) = split(&op.key);
-        self.buf.clear();
-        self.buf.push_str(head);
-        self.buf.push_str(tail);
-        let group = self.groups.entry(self.buf.as_str().into()).or_default();
+        let tag = self.group_key(&op.key);
+        // The key is allocated only for a new group.
+        if !self.groups.contains_key(self.buf.as_str()) {
+            self.groups
+                .insert(self.buf.as_str().into(), Group::default());
+        }
+        let Some(group) = self.groups.get_mut(self.buf.as_str()) else {
+            unreachable!("inserted above")
+        };
         let i = group.index(tag, op.spec, now);
         (&mut group.buckets[i], &mut group.refill)
     }
