@@ -430,6 +430,8 @@ class Plan:
     bifrost_rates: list[float] = field(default_factory=list)
     bifrost_seconds: float = 60
     bifrost_protocols: tuple[str, ...] = ("config",)
+    # Answer sizes in bytes to run (empty: every size of BIFROST_SIZES).
+    bifrost_sizes: tuple[int, ...] = ()
 
 
 PLANS = {
@@ -562,13 +564,21 @@ def bifrost(plan: Plan, out: Path, full: Scenario, protocol: str) -> dict:
     1.37 KB and 10.32 KB answers, at stepped rates up to 5,000 requests/s for
     plan.bifrost_seconds each. A rate is held with 100% success and ≥ 95% of
     it served; the steps stop at the first rate not held. `protocol` sets the
-    provider clusters' HTTP version (`config`: as envoy.yaml has it)."""
+    provider clusters' HTTP version (`config`: as envoy.yaml has it).
+    `full` may be another scenario (`bench.py replica --scenario`): the same
+    load through that scenario's Envoy config, components and headers, to
+    attribute the gateway's memory per in-flight request to its parts."""
     results = {}
     envoy = full.envoy if protocol == "config" else provider_protocol(full.envoy, protocol)
-    for label, size in BIFROST_SIZES:
-        sc = Scenario(f"bifrost-{protocol}-{size}", f"Bifrost replica, {label} answers", full.components, envoy,
-                      "openai/gpt-4o-mini", headers={**full.headers, "x-mock-latency-ms": str(BIFROST_LATENCY_MS),
-                                                     "x-mock-response-bytes": str(size)})
+    # Tollgate's filter routes `provider/model`; without it the request goes
+    # to the mock as it is, which knows only its own model names.
+    model = "openai/gpt-4o-mini" if "/" in full.model else full.model
+    prefix = "bifrost" if full.name == "full" else f"bifrost-{full.name}"
+    sizes = [(lb, sz) for lb, sz in BIFROST_SIZES if not plan.bifrost_sizes or sz in plan.bifrost_sizes]
+    for label, size in sizes:
+        sc = Scenario(f"{prefix}-{protocol}-{size}", f"Bifrost replica, {label} answers", full.components, envoy,
+                      model, headers={**full.headers, "x-mock-latency-ms": str(BIFROST_LATENCY_MS),
+                                      "x-mock-response-bytes": str(size)}, authz_null=full.authz_null)
         stack = start_stack(sc, out, envoy_concurrency=BIFROST_ENVOY_CONCURRENCY)
         idle_rss = {n: rss_bytes(p.pid) for n, p in stack.procs.items()}
         steps = {}
@@ -576,6 +586,8 @@ def bifrost(plan: Plan, out: Path, full: Scenario, protocol: str) -> dict:
             for qps in plan.bifrost_rates:
                 # Little's law: qps × 1.5 s in flight, plus headroom.
                 conns = int(qps * BIFROST_LATENCY_MS / 1000 * 1.3) + 16
+                heap = EnvoyHeapSampler(stack.admin_url)
+                heap.start()
                 try:
                     r = run_load(stack, sc, qps, plan.bifrost_seconds, conns,
                                  out / "raw" / f"{sc.name}-{qps:g}.json", offset_ms=BIFROST_LATENCY_MS)
@@ -585,7 +597,11 @@ def bifrost(plan: Plan, out: Path, full: Scenario, protocol: str) -> dict:
                     steps[f"{qps:g}"] = {"held": False, "connections": conns, "error": str(e).splitlines()[-1]}
                     print(f"  {label} {qps:>6g} rps: NOT held, {steps[f'{qps:g}']['error']}", flush=True)
                     break
+                finally:
+                    heap.stop()
                 r["connections"] = conns
+                r["envoy_heap_mb"] = heap.peak
+                r["wasm_linear_mb"] = wasm_linear_memory_mb(stack.procs["envoy"].pid)
                 r["gateway_peak_rss_mb"] = round(sum(r["peak_rss_mb"].get(n, 0) for n in GATEWAY_PROCS), 1)
                 r["added_ms"] = {p: round(r["latency_us"][p] / 1000 - BIFROST_LATENCY_MS, 2) for p in ("50", "99")}
                 r.update(in_flight_memory(r, idle_rss))
@@ -596,7 +612,9 @@ def bifrost(plan: Plan, out: Path, full: Scenario, protocol: str) -> dict:
                       f"success {r['success_rate']:.2%}, +p50 {r['added_ms']['50']} ms, +p99 {r['added_ms']['99']} ms, "
                       f"gateway RSS {r['gateway_peak_rss_mb']} MB, {r['in_flight']} in flight, "
                       f"KB per in-flight {r['kb_per_in_flight']}, upstream {r['upstream']}, "
-                      f"fail-open {r.get('authz_fail_open')}, fortio {r['fortio_cpu_cores']} cores", flush=True)
+                      f"fail-open {r.get('authz_fail_open')}, fortio {r['fortio_cpu_cores']} cores, "
+                      f"Envoy heap at its peak {r['envoy_heap_mb']}, Wasm linear memory {r['wasm_linear_mb']} MB",
+                      flush=True)
                 if not r["held"]:
                     break
         except BaseException:
@@ -607,6 +625,63 @@ def bifrost(plan: Plan, out: Path, full: Scenario, protocol: str) -> dict:
         rates_held = [float(q) for q, r in steps.items() if r["held"]]
         results[label] = {"steps": steps, "highest_rate_held": max(rates_held) if rates_held else None}
     return results
+
+
+class EnvoyHeapSampler(threading.Thread):
+    """Envoy's allocator (admin `/memory`, tcmalloc's figures) every 0.5 s
+    while a load runs, kept at the sample with the largest heap: whether
+    Envoy's RSS at its peak is live allocations (`allocated`) or memory the
+    allocator holds freed (`pageheap_free`, the thread caches). MB."""
+
+    FIELDS = ("allocated", "heap_size", "pageheap_free", "pageheap_unmapped", "total_thread_cache",
+              "total_physical_bytes")
+
+    def __init__(self, admin_url: str):
+        super().__init__(daemon=True)
+        self.url, self.peak = f"{admin_url}/memory", {}
+        self.done = threading.Event()
+
+    def run(self):
+        while not self.done.is_set():
+            try:
+                with urllib.request.urlopen(self.url, timeout=2) as resp:
+                    doc = json.loads(resp.read())
+                mb = {k: round(int(doc.get(k, 0)) / 2**20, 1) for k in self.FIELDS}
+                if mb["heap_size"] >= self.peak.get("heap_size", 0):
+                    self.peak = mb
+            except (OSError, ValueError):
+                pass
+            self.done.wait(0.5)
+
+    def stop(self) -> dict:
+        self.done.set()
+        self.join()
+        return self.peak
+
+
+def wasm_linear_memory_mb(pid: int) -> float:
+    """Resident MB of the Wasm VMs' linear memories in Envoy. V8 reserves
+    each one as an inaccessible mapping of several GiB (the memory's room to
+    grow plus guard regions) and opens its pages in place as the memory
+    grows, so a linear memory is the read-write mapping that ends where such
+    a reservation starts. It never shrinks: read after a load, it is that
+    load's high-water mark."""
+    total_kb, prev, cur = 0, None, None
+    try:
+        lines = Path(f"/proc/{pid}/smaps").read_text().splitlines()
+    except OSError:
+        return 0.0
+    for line in lines:
+        head = line.split()
+        if head and "-" in head[0] and not head[0].endswith(":"):
+            start, end = (int(a, 16) for a in head[0].split("-"))
+            prev, cur = cur, {"start": start, "end": end, "perms": head[1], "rss": 0}
+            if (prev and prev["perms"].startswith("rw") and prev["end"] == start
+                    and head[1] == "---p" and end - start >= 4 * 2**30):
+                total_kb += prev["rss"]
+        elif head and head[0] == "Rss:" and cur is not None:
+            cur["rss"] = int(head[1])
+    return round(total_kb / 1024, 1)
 
 
 def upstream_connections(stack: Stack) -> dict:
@@ -646,8 +721,24 @@ def main() -> int:
     parser.add_argument("plan", choices=sorted(PLANS))
     parser.add_argument("--out", type=Path, default=None, help="results directory")
     parser.add_argument("--only", default="", help="comma-separated scenario names")
+    # The Bifrost replica through another scenario's Envoy config and parts
+    # (envoy, wasm-null, authz-null, floor, wasm...): what each part of the
+    # gateway holds per in-flight request. The rest override the plan's.
+    parser.add_argument("--scenario", default="full", help="the Bifrost replica's scenario (default: full)")
+    parser.add_argument("--rates", default="", help="the Bifrost replica's rates, comma-separated")
+    parser.add_argument("--seconds", type=float, default=0, help="the Bifrost replica's seconds per rate")
+    parser.add_argument("--protocols", default="", help="the Bifrost replica's provider protocols: h1,h2,config")
+    parser.add_argument("--answer-bytes", default="", help="the Bifrost replica's answer sizes: 1370,10320")
     args = parser.parse_args()
-    plan = PLANS[args.plan]
+    plan = copy.copy(PLANS[args.plan])
+    if args.rates:
+        plan.bifrost_rates = [float(q) for q in args.rates.split(",")]
+    if args.seconds:
+        plan.bifrost_seconds = args.seconds
+    if args.protocols:
+        plan.bifrost_protocols = tuple(args.protocols.split(","))
+    if args.answer_bytes:
+        plan.bifrost_sizes = tuple(int(b) for b in args.answer_bytes.split(","))
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = args.out or ROOT / "bench" / "results" / f"{stamp}-{args.plan}"
     (out / "raw").mkdir(parents=True, exist_ok=True)
@@ -694,12 +785,14 @@ def main() -> int:
             stack.stop()
 
     if plan.bifrost_rates:
-        full = next(sc for sc in scenarios("mock-openai-key-1") if sc.name == "full")
+        full = next(sc for sc in scenarios("mock-openai-key-1") if sc.name == args.scenario)
         summary["bifrost"] = {}
+        summary["bifrost_scenario"] = full.name
         for protocol in plan.bifrost_protocols:
-            print(f"bench: bifrost replica: whole gateway, provider latency 1.5 s, provider protocol {protocol}",
+            print(f"bench: bifrost replica: {full.name}, provider latency 1.5 s, provider protocol {protocol}",
                   flush=True)
             for label, b in bifrost(plan, out, full, protocol).items():
+                label = label if full.name == "full" else f"{full.name}, {label}"
                 summary["bifrost"][label if protocol == "config" else f"{label}, {protocol}"] = b
         # The steps look for this machine's ceiling, so a higher rate not held is a
         # finding. The run fails if the lowest rate is not held, or if the
