@@ -629,9 +629,10 @@ def bifrost(plan: Plan, out: Path, full: Scenario, protocol: str) -> dict:
 
 class EnvoyHeapSampler(threading.Thread):
     """Envoy's allocator (admin `/memory`, tcmalloc's figures) every 0.5 s
-    while a load runs, kept at the sample with the largest heap: whether
-    Envoy's RSS at its peak is live allocations (`allocated`) or memory the
-    allocator holds freed (`pageheap_free`, the thread caches). MB."""
+    while a load runs, kept at the sample with the most live allocations
+    (`allocated`), with the largest heap seen (`peak_heap_size`): whether
+    Envoy's RSS at its peak is live allocations or memory the allocator
+    holds freed (`pageheap_free`, the thread caches). MB."""
 
     FIELDS = ("allocated", "heap_size", "pageheap_free", "pageheap_unmapped", "total_thread_cache",
               "total_physical_bytes")
@@ -647,8 +648,10 @@ class EnvoyHeapSampler(threading.Thread):
                 with urllib.request.urlopen(self.url, timeout=2) as resp:
                     doc = json.loads(resp.read())
                 mb = {k: round(int(doc.get(k, 0)) / 2**20, 1) for k in self.FIELDS}
-                if mb["heap_size"] >= self.peak.get("heap_size", 0):
+                heap = max(mb["heap_size"], self.peak.get("peak_heap_size", 0))
+                if mb["allocated"] >= self.peak.get("allocated", 0):
                     self.peak = mb
+                self.peak["peak_heap_size"] = heap
             except (OSError, ValueError):
                 pass
             self.done.wait(0.5)
