@@ -742,6 +742,9 @@ def main() -> int:
         plan.bifrost_protocols = tuple(args.protocols.split(","))
     if args.answer_bytes:
         plan.bifrost_sizes = tuple(int(b) for b in args.answer_bytes.split(","))
+    replica = next((sc for sc in scenarios("mock-openai-key-1") if sc.name == args.scenario), None)
+    if replica is None or replica.envoy is None:
+        parser.error(f"--scenario {args.scenario}: not a scenario with Envoy")
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = args.out or ROOT / "bench" / "results" / f"{stamp}-{args.plan}"
     (out / "raw").mkdir(parents=True, exist_ok=True)
@@ -788,7 +791,7 @@ def main() -> int:
             stack.stop()
 
     if plan.bifrost_rates:
-        full = next(sc for sc in scenarios("mock-openai-key-1") if sc.name == args.scenario)
+        full = replica
         summary["bifrost"] = {}
         summary["bifrost_scenario"] = full.name
         for protocol in plan.bifrost_protocols:
