@@ -442,6 +442,10 @@ PLANS = {
     "full": Plan(rates=[500, 1000, 2000], seconds=30, conns=64,
                  max_steps=[1000, 2000, 3000, 4000, 5000, 6000, 8000, 10000, 12000], step_seconds=15,
                  p99_bound_ms=50, bifrost_rates=[1000, 2000, 3000, 5000], bifrost_seconds=60),
+    # The fixed rates of `quick` without the max-throughput steps: the CPU per
+    # request ratios (wasm × wasm-null, full × floor) in about half the time,
+    # for A/B runs of one change.
+    "cpu": Plan(rates=[500, 1000, 2000], seconds=8, conns=32, max_steps=[], step_seconds=0, p99_bound_ms=50),
     # The Bifrost replica alone, short, with HTTP/1.1 and HTTP/2 to the
     # provider: what the provider clusters' protocol costs in memory and CPU.
     "replica": Plan(rates=[], seconds=0, conns=0, max_steps=[], step_seconds=0, p99_bound_ms=0,

@@ -852,7 +852,11 @@ impl Flow {
         let provider_request_id = provider_request_id_header(provider.kind()).and_then(header);
         let ctype = header("content-type").unwrap_or_default();
         let now = h.now_ms();
-        let from_upstream = h.response_from_upstream();
+        // Envoy's own replies to a routed request (no healthy host,
+        // overflow, timeout, reset) are all errors: a 2xx came from the
+        // provider, and only other statuses pay for the property read (a
+        // host call returning data enters the VM twice).
+        let from_upstream = (200..300).contains(&status) || h.response_from_upstream();
         if r.retained.is_some() && fallback_worthy(status, from_upstream) {
             let (failed, key) = (r.route.provider, r.route.key);
             let rt = Arc::clone(rt);

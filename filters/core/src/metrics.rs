@@ -137,8 +137,15 @@ pub fn label(v: Option<&str>) -> &str {
 /// One worker's cache of [`Series`].
 #[derive(Debug, Default)]
 pub struct Metrics {
-    series: HashMap<(String, String, usize, String), Rc<Series>>,
+    series: HashMap<SeriesKey, Rc<Series>>,
+    /// The series found last: most requests of a worker repeat the one
+    /// before, and comparing borrowed labels spares the key's three
+    /// allocations and its hash.
+    last: Option<(SeriesKey, Rc<Series>)>,
 }
+
+/// (tenant label, key label, provider index, model).
+type SeriesKey = (String, String, usize, String);
 
 impl Metrics {
     /// The series of a request, defined on first use. `provider` is the
@@ -152,9 +159,37 @@ impl Metrics {
         provider_name: &str,
         model: &str,
     ) -> Rc<Series> {
+        let (tenant, key_id) = (label(tenant), label(key_id));
+        if let Some((k, s)) = &self.last {
+            if k.0 == tenant && k.1 == key_id && k.2 == provider && k.3 == model {
+                return Rc::clone(s);
+            }
+        }
+        let s = self.find_or_define(h, tenant, key_id, provider, provider_name, model);
+        self.last = Some((
+            (
+                tenant.to_string(),
+                key_id.to_string(),
+                provider,
+                model.to_string(),
+            ),
+            Rc::clone(&s),
+        ));
+        s
+    }
+
+    fn find_or_define(
+        &mut self,
+        h: &mut dyn Host,
+        tenant: &str,
+        key_id: &str,
+        provider: usize,
+        provider_name: &str,
+        model: &str,
+    ) -> Rc<Series> {
         let mut k = (
-            label(tenant).to_string(),
-            label(key_id).to_string(),
+            tenant.to_string(),
+            key_id.to_string(),
             provider,
             model.to_string(),
         );

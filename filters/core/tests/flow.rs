@@ -1072,7 +1072,7 @@ fn host_calls_per_request() {
         host_calls("smart", false, "application/json", ANTHROPIC_ANSWER),
     ];
     // OpenAI passthrough, OpenAI stream, OpenAI→Anthropic.
-    assert_eq!(calls, [(13, 15), (13, 18), (13, 17)]);
+    assert_eq!(calls, [(13, 14), (13, 17), (13, 16)]);
 }
 
 /// `resilient`: openai first, then anthropic.

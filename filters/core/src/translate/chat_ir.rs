@@ -7,6 +7,8 @@
 //! tool and JSON-mode parameters. Every malformed input is a 400 naming the
 //! parameter; parameters the provider cannot honour are refused by name.
 
+use std::fmt::{self, Display};
+
 use serde_json::{Map, Value};
 
 use super::{check_messages, data_url, stream_flag};
@@ -97,11 +99,20 @@ pub struct Accept {
     pub sampling_extras: bool,
 }
 
+/// `messages[i]` plus a field path (`.content`), as an error names it.
+struct MessageAt(usize, &'static str);
+
+impl Display for MessageAt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "messages[{}]{}", self.0, self.1)
+    }
+}
+
 fn bad(param: &str, msg: impl Into<String>) -> ApiError {
     ApiError::bad_param(param, msg)
 }
 
-fn text_of(content: &Value, at: &str) -> Result<String, ApiError> {
+fn text_of(content: &Value, at: &dyn Display) -> Result<String, ApiError> {
     match content {
         Value::String(s) => Ok(s.clone()),
         Value::Null => Ok(String::new()),
@@ -128,7 +139,7 @@ fn text_of(content: &Value, at: &str) -> Result<String, ApiError> {
             Ok(out)
         }
         _ => Err(bad(
-            at,
+            &at.to_string(),
             format!("Invalid type for '{at}': expected a string or an array of content parts"),
         )),
     }
@@ -136,7 +147,7 @@ fn text_of(content: &Value, at: &str) -> Result<String, ApiError> {
 
 fn content_parts(
     content: &Value,
-    at: &str,
+    at: &dyn Display,
     user: bool,
     provider: &str,
 ) -> Result<Vec<Part>, ApiError> {
@@ -190,7 +201,7 @@ fn content_parts(
         }
         _ => {
             return Err(bad(
-                at,
+                &at.to_string(),
                 format!("Invalid type for '{at}': expected a string or an array of content parts"),
             ))
         }
@@ -242,13 +253,13 @@ pub fn image_url_refused(at: &str, provider: &str) -> ApiError {
     }
 }
 
-fn tool_calls(calls: &Value, at: &str) -> Result<Vec<Part>, ApiError> {
+fn tool_calls(calls: &Value, at: &dyn Display) -> Result<Vec<Part>, ApiError> {
     let Value::Array(calls) = calls else {
         if calls.is_null() {
             return Ok(Vec::new());
         }
         return Err(bad(
-            at,
+            &at.to_string(),
             format!("Invalid type for '{at}': expected an array"),
         ));
     };
@@ -408,24 +419,25 @@ pub fn parse(body: &Value, acc: &Accept) -> Result<Chat, ApiError> {
     // tool_call_id → function name, from the assistant turns.
     let mut names: Vec<(String, String)> = Vec::new();
     for (i, m) in msgs.iter().enumerate() {
-        let at = format!("messages[{i}]");
+        // Formatted only when an error names it.
+        let at = MessageAt(i, "");
         let role = m.get("role").and_then(Value::as_str).unwrap_or("");
         let content = m.get("content").unwrap_or(&Value::Null);
         match role {
             "system" | "developer" => {
-                let t = text_of(content, &format!("{at}.content"))?;
+                let t = text_of(content, &MessageAt(i, ".content"))?;
                 if !t.is_empty() {
                     chat.system.push(t);
                 }
             }
             "user" => {
-                let parts = content_parts(content, &format!("{at}.content"), true, provider)?;
+                let parts = content_parts(content, &MessageAt(i, ".content"), true, provider)?;
                 push(&mut chat.turns, Role::User, parts);
             }
             "assistant" => {
-                let mut parts = content_parts(content, &format!("{at}.content"), false, provider)?;
+                let mut parts = content_parts(content, &MessageAt(i, ".content"), false, provider)?;
                 if let Some(calls) = m.get("tool_calls") {
-                    let calls = tool_calls(calls, &format!("{at}.tool_calls"))?;
+                    let calls = tool_calls(calls, &MessageAt(i, ".tool_calls"))?;
                     for c in &calls {
                         if let Part::ToolCall { id, name, .. } = c {
                             names.push((id.clone(), name.clone()));
@@ -456,7 +468,7 @@ pub fn parse(body: &Value, acc: &Accept) -> Result<Chat, ApiError> {
                         format!("'{at}.tool_call_id' ({id}) does not answer a tool call of an earlier assistant message"),
                     ));
                 };
-                let content = text_of(content, &format!("{at}.content"))?;
+                let content = text_of(content, &MessageAt(i, ".content"))?;
                 push(
                     &mut chat.turns,
                     Role::User,

@@ -19,6 +19,7 @@ pub mod openai_openai;
 mod read;
 pub mod responses;
 
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::codec::sse::{Event, SseParser};
@@ -683,6 +684,97 @@ pub(crate) fn assistant_message(text: String, calls: Vec<Value>) -> Value {
     Value::Object(message)
 }
 
+/// An OpenAI `chat.completion` answer with one choice, serialized straight
+/// from the translator's borrowed fields: no `Value` tree is built and
+/// dropped for every answer (in the Wasm VM, building it, serializing it and
+/// freeing its map nodes took most of the response translation's time).
+/// Serializes as [`assistant_message`] and [`usage_json`] read.
+#[derive(Serialize)]
+pub(crate) struct Completion<'a> {
+    pub id: Option<&'a str>,
+    pub object: &'static str,
+    pub created: u64,
+    pub model: Option<&'a str>,
+    pub choices: [CompletionChoice; 1],
+    pub usage: UsageOut,
+}
+
+impl<'a> Completion<'a> {
+    pub(crate) fn new(
+        id: Option<&'a str>,
+        created: u64,
+        model: Option<&'a str>,
+        text: String,
+        calls: Vec<Value>,
+        finish_reason: &'static str,
+        usage: &Usage,
+    ) -> Completion<'a> {
+        Completion {
+            id,
+            object: "chat.completion",
+            created,
+            model,
+            choices: [CompletionChoice {
+                index: 0,
+                message: AssistantMessage {
+                    role: "assistant",
+                    content: (!text.is_empty() || calls.is_empty()).then_some(text),
+                    tool_calls: calls,
+                    refusal: (),
+                },
+                logprobs: (),
+                finish_reason,
+            }],
+            usage: UsageOut::new(usage),
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub(crate) struct CompletionChoice {
+    index: u32,
+    message: AssistantMessage,
+    logprobs: (),
+    finish_reason: &'static str,
+}
+
+/// [`assistant_message`] as a struct.
+#[derive(Serialize)]
+struct AssistantMessage {
+    role: &'static str,
+    content: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<Value>,
+    refusal: (),
+}
+
+/// [`usage_json`] as a struct.
+#[derive(Serialize)]
+pub(crate) struct UsageOut {
+    prompt_tokens: u64,
+    completion_tokens: u64,
+    total_tokens: u64,
+    prompt_tokens_details: CachedTokens,
+}
+
+#[derive(Serialize)]
+struct CachedTokens {
+    cached_tokens: u64,
+}
+
+impl UsageOut {
+    pub(crate) fn new(u: &Usage) -> UsageOut {
+        UsageOut {
+            prompt_tokens: u.prompt_tokens,
+            completion_tokens: u.completion_tokens,
+            total_tokens: u.total(),
+            prompt_tokens_details: CachedTokens {
+                cached_tokens: u.cached_tokens,
+            },
+        }
+    }
+}
+
 /// Append `data: <json>\n\n`.
 pub(crate) fn push_data(out: &mut Vec<u8>, json: &[u8]) {
     out.extend_from_slice(b"data: ");
@@ -717,6 +809,45 @@ pub(crate) fn usage_json(u: &Usage) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn completion_serializes_as_the_value_it_replaces() {
+        use serde_json::json;
+        let usage = Usage {
+            prompt_tokens: 12,
+            completion_tokens: 7,
+            cached_tokens: 3,
+            ..Usage::default()
+        };
+        let call = json!({"id": "t1", "type": "function",
+            "function": {"name": "f", "arguments": "{}"}});
+        for (text, calls) in [
+            ("hi", vec![]),
+            ("", vec![]),
+            ("", vec![call.clone()]),
+            ("both", vec![call]),
+        ] {
+            for (id, model) in [(Some("msg_1"), Some("m")), (None, None)] {
+                let got = serde_json::to_value(Completion::new(
+                    id,
+                    1700000000,
+                    model,
+                    text.to_string(),
+                    calls.clone(),
+                    "stop",
+                    &usage,
+                ))
+                .unwrap();
+                let want = json!({
+                    "id": id, "object": "chat.completion", "created": 1700000000, "model": model,
+                    "choices": [{"index": 0, "message": assistant_message(text.to_string(), calls.clone()),
+                                 "logprobs": null, "finish_reason": "stop"}],
+                    "usage": usage_json(&usage),
+                });
+                assert_eq!(got, want, "{text:?} {calls:?} {id:?}");
+            }
+        }
+    }
 
     #[test]
     fn write_json_writes_what_serde_json_writes() {

@@ -26,9 +26,9 @@ use super::chat_ir::{self, Accept, Chat, Part, Role, ToolChoice};
 use super::chunk::ChunkWriter;
 use super::read::{self, Unreadable};
 use super::{
-    assistant_message, feed_sse, finish_sse, include_usage_flag, upstream_error, usage_json,
-    write_json, Endpoint, RequestCtx, ResponseCtx, SseEvents, StreamTranslator, Translated,
-    Translator, UpstreamRequest, Usage,
+    feed_sse, finish_sse, include_usage_flag, upstream_error, write_json, Completion, Endpoint,
+    RequestCtx, ResponseCtx, SseEvents, StreamTranslator, Translated, Translator, UpstreamRequest,
+    Usage,
 };
 use crate::codec::sse::{Event, SseParser};
 use crate::config::{Api, Key, Kind, Provider, DEFAULT_ANTHROPIC_VERSION};
@@ -291,7 +291,7 @@ fn arguments(input: Option<&Value>) -> String {
     input.map_or_else(|| "{}".into(), Value::to_string)
 }
 
-fn translate_response(ctx: &ResponseCtx, v: &native::Message) -> (Value, Usage) {
+fn translate_response<'a>(ctx: &ResponseCtx, v: &'a native::Message) -> (Completion<'a>, Usage) {
     let mut text = String::new();
     let mut calls = Vec::new();
     for b in v.content.iter().flatten() {
@@ -330,20 +330,15 @@ fn translate_response(ctx: &ResponseCtx, v: &native::Message) -> (Value, Usage) 
         Some(r) => finish_reason(r),
         None => "stop",
     };
-    let message = assistant_message(text, calls);
-    let out = json!({
-        "id": v.id,
-        "object": "chat.completion",
-        "created": ctx.created,
-        "model": v.model,
-        "choices": [{
-            "index": 0,
-            "message": message,
-            "logprobs": null,
-            "finish_reason": finish,
-        }],
-        "usage": usage_json(&usage),
-    });
+    let out = Completion::new(
+        v.id.as_deref(),
+        ctx.created,
+        v.model.as_deref(),
+        text,
+        calls,
+        finish,
+        &usage,
+    );
     (out, usage)
 }
 
