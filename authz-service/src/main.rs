@@ -72,6 +72,10 @@ struct Serve {
     /// Deadline for one Redis call; past it the tenant's redis_failure policy applies.
     #[arg(long, value_name = "MS", default_value_t = defaults::REDIS_TIMEOUT_MS)]
     redis_timeout_ms: u64,
+    /// Deadline for one Redis call while Redis answered others in the last
+    /// second (busy, not down); at least --redis-timeout-ms.
+    #[arg(long, value_name = "MS", default_value_t = defaults::REDIS_BUSY_TIMEOUT_MS)]
+    redis_busy_timeout_ms: u64,
     /// Most Redis calls at once; past it the failure policy applies at once.
     #[arg(long, value_name = "N", default_value_t = defaults::REDIS_MAX_IN_FLIGHT,
           value_parser = positive)]
@@ -203,6 +207,7 @@ fn serve(s: Serve) -> ExitCode {
     cfg.http_listen = s.http_listen;
     cfg.redis_url = s.redis_url;
     cfg.redis_timeout = Duration::from_millis(s.redis_timeout_ms);
+    cfg.redis_busy_timeout = Duration::from_millis(s.redis_busy_timeout_ms);
     cfg.redis_max_in_flight = s.redis_max_in_flight;
     cfg.reload_interval = Duration::from_millis(s.reload_interval_ms.max(50));
     if let Some(path) = &s.usage_token_file {

@@ -30,6 +30,9 @@ pub mod defaults {
         SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9101));
     pub const REDIS_URL: &str = "redis://127.0.0.1:6390";
     pub const REDIS_TIMEOUT_MS: u64 = 10;
+    /// A Redis that answered in the last second is busy, not down: its
+    /// calls may take this long (a connection burst saturates the cores).
+    pub const REDIS_BUSY_TIMEOUT_MS: u64 = 250;
     pub const REDIS_MAX_IN_FLIGHT: usize = 256;
     pub const RELOAD_INTERVAL_MS: u64 = 500;
 }
@@ -45,6 +48,7 @@ pub struct ServeConfig {
     /// `memory://` keeps buckets in this process only.
     pub redis_url: String,
     pub redis_timeout: Duration,
+    pub redis_busy_timeout: Duration,
     /// Most Redis calls in flight; past it the failure mode applies at once.
     pub redis_max_in_flight: usize,
     pub reload_interval: Duration,
@@ -63,6 +67,7 @@ impl ServeConfig {
             http_listen: defaults::HTTP_LISTEN,
             redis_url: defaults::REDIS_URL.to_string(),
             redis_timeout: Duration::from_millis(defaults::REDIS_TIMEOUT_MS),
+            redis_busy_timeout: Duration::from_millis(defaults::REDIS_BUSY_TIMEOUT_MS),
             redis_max_in_flight: defaults::REDIS_MAX_IN_FLIGHT,
             reload_interval: Duration::from_millis(defaults::RELOAD_INTERVAL_MS),
             usage_token: None,
@@ -137,6 +142,7 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, String> {
     } else {
         let mut rc = RedisStoreConfig::new(cfg.redis_url.clone());
         rc.timeout = cfg.redis_timeout;
+        rc.busy_timeout = cfg.redis_busy_timeout;
         rc.max_in_flight = cfg.redis_max_in_flight;
         let s = RedisStore::new(&rc)
             .map_err(|e| e.to_string())?
@@ -153,8 +159,10 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, String> {
         "policy loaded"
     );
     // A burst on a nearly empty bucket refills one Check at a time: give the
-    // queue room beyond one Redis deadline (Envoy's own is 250 ms).
-    let refill_wait = (cfg.redis_timeout * 2).max(Duration::from_millis(100));
+    // queue room beyond one busy Redis call (Envoy's ext_authz timeout, 2 s
+    // in envoy.yaml, stays above it).
+    let refill_wait =
+        (cfg.redis_timeout.max(cfg.redis_busy_timeout) * 2).max(Duration::from_millis(100));
     let authz = Arc::new(Authorizer::new(policy, store, metrics).with_refill_wait(refill_wait));
     let (tx, rx) = watch::channel(false);
     let mut tasks = Vec::new();

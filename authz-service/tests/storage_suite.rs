@@ -341,3 +341,42 @@ async fn redis_store_bounds_calls_in_flight() {
         o.levels[0]
     );
 }
+
+/// A Redis that answered in the last second is busy, not down: a call waits
+/// past `timeout`, up to `busy_timeout`, instead of failing (and failing
+/// open) because a burst slowed Redis or this process down. A Redis silent
+/// for over a second is held to `timeout` again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_store_waits_for_a_busy_redis_not_a_silent_one() {
+    let redis = RedisServer::start();
+    let mut cfg = RedisStoreConfig::new(redis.url());
+    cfg.timeout = Duration::from_millis(20);
+    cfg.busy_timeout = Duration::from_secs(1);
+    let store = RedisStore::new(&cfg).unwrap();
+    store.load_script().await.unwrap();
+    let ops = [op("slow", "k:a", 100, MIN, 1)];
+    assert_eq!(store.check_and_take(&ops).await.unwrap().denied, None);
+
+    // Redis stalls for 200 ms just after answering: waited for.
+    assert_eq!(redis.cli(&["CLIENT", "PAUSE", "200", "ALL"]), "OK");
+    let o = store
+        .check_and_take(&ops)
+        .await
+        .expect("a busy Redis is waited for");
+    assert_eq!(o.denied, None);
+
+    // No answer for over a second, then a stall: the call ends at its own
+    // 20 ms deadline, not the busy one.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(redis.cli(&["CLIENT", "PAUSE", "1500", "ALL"]), "OK");
+    let t = std::time::Instant::now();
+    assert_eq!(
+        store.check_and_take(&ops).await,
+        Err(tollgate_authz::storage::StoreError::Timeout)
+    );
+    assert!(
+        t.elapsed() < Duration::from_millis(700),
+        "a silent Redis was waited for {:?}",
+        t.elapsed()
+    );
+}

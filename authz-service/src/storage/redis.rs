@@ -2,9 +2,13 @@
 //! request in one round trip, on Redis's clock, so any number of authz
 //! instances sharing one Redis (or one Redis Cluster) enforce one limit.
 //!
-//! Trade-off: every call waits at most `timeout` (a few ms). Past that, or on
-//! any Redis error, the call fails and the caller applies the tenant's
-//! failure policy (fail-open by default). After a connection-level error the
+//! Trade-off: every call waits at most `timeout` (a few ms) while Redis is
+//! silent. When Redis answered any call in the last second it is busy, not
+//! down: a call then waits up to `busy_timeout` instead, so a burst that
+//! saturates the machine's cores (and with them Redis and this service's
+//! own scheduler) waits instead of failing open. Past that, or on any Redis
+//! error, the call fails and the caller applies the tenant's failure policy
+//! (fail-open by default). After a connection-level error the
 //! store answers "unavailable" at once for `breaker` (default 250 ms) instead
 //! of queueing every request behind a reconnect; the first call after that
 //! window probes Redis again. The connection itself reconnects on its own.
@@ -33,8 +37,12 @@ pub struct RedisStoreConfig {
     /// `redis://host:port[/db]` for one Redis, or
     /// `redis+cluster://host1:port1,host2:port2` for Redis Cluster.
     pub url: String,
-    /// Deadline for one call, script reload included.
+    /// Deadline for one call, script reload included, while Redis has not
+    /// answered anything in the last second.
     pub timeout: Duration,
+    /// Deadline for one call while Redis answers other calls (it is busy,
+    /// not down): at least `timeout`.
+    pub busy_timeout: Duration,
     /// How long to skip Redis after a connection-level error.
     pub breaker: Duration,
     /// Most Redis calls in flight at once; past it a call fails at once
@@ -47,6 +55,7 @@ impl RedisStoreConfig {
         RedisStoreConfig {
             url: url.into(),
             timeout: Duration::from_millis(crate::server::defaults::REDIS_TIMEOUT_MS),
+            busy_timeout: Duration::from_millis(crate::server::defaults::REDIS_BUSY_TIMEOUT_MS),
             breaker: Duration::from_millis(250),
             max_in_flight: crate::server::defaults::REDIS_MAX_IN_FLIGHT,
         }
@@ -113,8 +122,11 @@ pub struct RedisStore {
     sha: String,
     spend_sha: String,
     timeout: Duration,
+    busy_timeout: Duration,
     breaker: Duration,
     started: Instant,
+    /// Milliseconds since `started` of Redis's last answer (0: none yet).
+    answered_at: AtomicU64,
     /// Milliseconds since `started` until which Redis is skipped.
     down_until: AtomicU64,
     /// Bounds calls in flight; a permit is held until Redis answers, even
@@ -183,8 +195,10 @@ impl RedisStore {
             sha,
             spend_sha: redis::Script::new(SPEND_LUA).get_hash().to_string(),
             timeout: cfg.timeout,
+            busy_timeout: cfg.busy_timeout.max(cfg.timeout),
             breaker: cfg.breaker,
             started: Instant::now(),
+            answered_at: AtomicU64::new(0),
             down_until: AtomicU64::new(0),
             in_flight: Arc::new(Semaphore::new(cfg.max_in_flight.max(1))),
             calls: None,
@@ -269,6 +283,13 @@ impl RedisStore {
         self.started.elapsed().as_millis() as u64
     }
 
+    /// Redis answered a call in the last second: a slow call means a busy
+    /// Redis (or a busy machine), not a dead one.
+    fn answered_lately(&self) -> bool {
+        let at = self.answered_at.load(Ordering::Relaxed);
+        at != 0 && self.now_ms().saturating_sub(at) <= 1000
+    }
+
     async fn run(&self, ops: &[BucketOp], mode: &str) -> Result<Outcome, StoreError> {
         let op = if mode == "take" { "check" } else { "debit" };
         self.run_script(ops, mode, op, BUCKET_LUA, &self.sha).await
@@ -306,12 +327,18 @@ impl RedisStore {
         let calls = self.calls.clone();
         // The call runs in its own task holding the permit, so a caller that
         // gives up at its deadline still counts until Redis has answered.
-        let call = tokio::spawn(async move {
+        let mut call = tokio::spawn(async move {
             let r = conn.evalsha(&cmd, &calls, op, lua).await;
             drop(permit);
             r
         });
-        let value = match tokio::time::timeout(self.timeout, call).await {
+        let mut answer = tokio::time::timeout(self.timeout, &mut call).await;
+        if answer.is_err() && self.answered_lately() {
+            // Busy, not down: the rest of the busy deadline.
+            let rest = self.busy_timeout.saturating_sub(self.timeout);
+            answer = tokio::time::timeout(rest, &mut call).await;
+        }
+        let value = match answer {
             Err(_) => return Err(StoreError::Timeout),
             Ok(Err(join)) => {
                 return Err(StoreError::Protocol(format!(
@@ -329,7 +356,11 @@ impl RedisStore {
                 }
                 return Err(err);
             }
-            Ok(v) => v,
+            Ok(v) => {
+                self.answered_at
+                    .store(self.now_ms().max(1), Ordering::Relaxed);
+                v
+            }
         };
         // Bucket levels come in thousandths, spend counters in whole units.
         let per_unit = if lua == BUCKET_LUA { 1000.0 } else { 1.0 };
