@@ -17,6 +17,9 @@ use tollgate_authz::metrics::Metrics;
 use tollgate_authz::policy::{hash_key, Policy};
 use tollgate_authz::storage::{RedisStore, RedisStoreConfig};
 
+/// A test clock's time. The tests' clocks stand in 2096: Redis expires the
+/// spend counters on its own clock, at an hour past the end of their window,
+/// so a window in the past would be deleted as soon as it is written.
 fn ms(s: &str) -> i64 {
     s.parse::<jiff::Timestamp>().unwrap().as_millisecond()
 }
@@ -102,7 +105,7 @@ fn assert_expires_at(redis: &RedisServer, key: &str, at: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scripted_sequence_costs_exactly_its_prices() {
     let redis = RedisServer::start();
-    let clock = Arc::new(AtomicI64::new(ms("2026-11-23T12:00:00Z")));
+    let clock = Arc::new(AtomicI64::new(ms("2096-11-23T12:00:00Z")));
     let a = authz(
         policy("budgets: {usd_per_day: 10}", "usd_per_day: 1"),
         &redis,
@@ -133,13 +136,13 @@ async fn a_scripted_sequence_costs_exactly_its_prices() {
         .unwrap();
     settle_leases(&a).await;
     let expected = 435_000 + 13_750_000 + 3_560_000 + 4_500;
-    assert_eq!(spent(&redis, "tg:{acme}:$d:2026-11-23:k:k1"), expected);
-    assert_eq!(spent(&redis, "tg:{acme}:$d:2026-11-23:t"), expected);
+    assert_eq!(spent(&redis, "tg:{acme}:$d:2096-11-23:k:k1"), expected);
+    assert_eq!(spent(&redis, "tg:{acme}:$d:2096-11-23:t"), expected);
     // The counters expire one hour after Paris midnight (23:00 UTC).
     assert_expires_at(
         &redis,
-        "tg:{acme}:$d:2026-11-23:k:k1",
-        "2026-11-24T00:00:00Z",
+        "tg:{acme}:$d:2096-11-23:k:k1",
+        "2096-11-24T00:00:00Z",
     );
     // Spend metric per tenant, key and model (label values from the table).
     let text = a.metrics().render();
@@ -152,7 +155,7 @@ async fn a_scripted_sequence_costs_exactly_its_prices() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_requests_on_two_instances_stay_within_the_budget() {
     let redis = RedisServer::start();
-    let clock = Arc::new(AtomicI64::new(ms("2026-11-23T12:00:00Z")));
+    let clock = Arc::new(AtomicI64::new(ms("2096-11-23T12:00:00Z")));
     // $0.05 a day; each request reserves $0.00356 and costs exactly that
     // (356 completion tokens of gpt-4o): at most 14 fit.
     let p = || policy("", "usd_per_day: 0.05");
@@ -163,7 +166,7 @@ async fn concurrent_requests_on_two_instances_stay_within_the_budget() {
         &b,
         input,
         "budget_exceeded",
-        "tg:{acme}:$d:2026-11-23:k:k1",
+        "tg:{acme}:$d:2096-11-23:k:k1",
     )
     .await;
 }
@@ -228,7 +231,7 @@ async fn race(
 async fn day_and_month_roll_over_at_local_midnight() {
     let redis = RedisServer::start();
     // 23:59:59 on Nov 30 in New York (UTC-5).
-    let clock = Arc::new(AtomicI64::new(ms("2026-12-01T04:59:59Z")));
+    let clock = Arc::new(AtomicI64::new(ms("2096-12-01T04:59:59Z")));
     let a = authz(
         policy(
             "time_zone: America/New_York, budgets: {usd_per_month: 1}",
@@ -245,7 +248,7 @@ async fn day_and_month_roll_over_at_local_midnight() {
     // The minute of the reservation, for the usage report to settle.
     assert_eq!(
         reserved_at,
-        Some(ms("2026-12-01T04:59:00Z") as u64 / 60_000)
+        Some(ms("2096-12-01T04:59:00Z") as u64 / 60_000)
     );
     assert!(matches!(a.check(&input()).await, Decision::Allow { .. }));
     let d = a.check(&input()).await;
@@ -264,12 +267,12 @@ async fn day_and_month_roll_over_at_local_midnight() {
     let msg = v["error"]["message"].as_str().unwrap();
     assert!(
         msg.starts_with("Budget exhausted for key k1: $0.01 per day")
-            && msg.contains("resets at 2026-12-01T00:00:00-05:00 (in 1s)"),
+            && msg.contains("resets at 2096-12-01T00:00:00-05:00 (in 1s)"),
         "{msg}"
     );
     assert!(headers.contains(&("retry-after", "1".to_string())));
     // Midnight in New York: a new day and a new month.
-    clock.store(ms("2026-12-01T05:00:00Z"), Ordering::SeqCst);
+    clock.store(ms("2096-12-01T05:00:00Z"), Ordering::SeqCst);
     let d = a.check(&input()).await;
     assert!(matches!(d, Decision::Allow { .. }), "{d:?}");
     assert_eq!(headers_of_reset(&d), "24h0m0s");
@@ -285,24 +288,24 @@ async fn day_and_month_roll_over_at_local_midnight() {
     .unwrap();
     settle_leases(&a).await;
     let nov_30 = 2 * 3_560_000 - 3_110_000;
-    assert_eq!(spent(&redis, "tg:{acme}:$d:2026-11-30:k:k1"), nov_30);
-    assert_eq!(spent(&redis, "tg:{acme}:$d:2026-12-01:k:k1"), 3_560_000);
-    assert_eq!(spent(&redis, "tg:{acme}:$m:2026-11:t"), nov_30);
-    assert_eq!(spent(&redis, "tg:{acme}:$m:2026-12:t"), 3_560_000);
+    assert_eq!(spent(&redis, "tg:{acme}:$d:2096-11-30:k:k1"), nov_30);
+    assert_eq!(spent(&redis, "tg:{acme}:$d:2096-12-01:k:k1"), 3_560_000);
+    assert_eq!(spent(&redis, "tg:{acme}:$m:2096-11:t"), nov_30);
+    assert_eq!(spent(&redis, "tg:{acme}:$m:2096-12:t"), 3_560_000);
 }
 
 #[test]
 fn a_report_settles_at_its_reservation_minute_unless_it_is_implausible() {
     use tollgate_authz::spend::{settled_at, GRACE_MS};
-    let now = ms("2026-12-01T05:00:30Z");
+    let now = ms("2096-12-01T05:00:30Z");
     let minute = |t: &str| Some(ms(t) as u64 / 60_000);
     assert_eq!(
-        settled_at(minute("2026-12-01T04:59:59Z"), now),
-        ms("2026-12-01T04:59:00Z")
+        settled_at(minute("2096-12-01T04:59:59Z"), now),
+        ms("2096-12-01T04:59:00Z")
     );
     assert_eq!(settled_at(None, now), now);
     // In the future, or older than the counters outlive their window.
-    assert_eq!(settled_at(minute("2026-12-01T05:02:00Z"), now), now);
+    assert_eq!(settled_at(minute("2096-12-01T05:02:00Z"), now), now);
     assert_eq!(
         settled_at(Some((now - GRACE_MS) as u64 / 60_000 - 1), now),
         now
@@ -328,7 +331,7 @@ fn declaring(model: &str) -> CheckInput {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_budget_is_charged_only_for_its_model() {
     let redis = RedisServer::start();
-    let clock = Arc::new(AtomicI64::new(ms("2026-11-23T12:00:00Z")));
+    let clock = Arc::new(AtomicI64::new(ms("2096-11-23T12:00:00Z")));
     let a = authz(
         policy(
             r#"budgets: {usd_per_month: 10, models: {"openai/gpt-4o-*": {usd_per_month: 2}}}"#,
@@ -381,18 +384,18 @@ async fn a_model_budget_is_charged_only_for_its_model() {
         .unwrap();
     settle_leases(&a).await;
     assert_eq!(
-        spent(&redis, "tg:{acme}:$d:2026-11-23:km:k1:openai/gpt-4o"),
+        spent(&redis, "tg:{acme}:$d:2096-11-23:km:k1:openai/gpt-4o"),
         13_750_000
     );
     assert_eq!(
-        spent(&redis, "tg:{acme}:$m:2026-11:tm:openai/gpt-4o-*"),
+        spent(&redis, "tg:{acme}:$m:2096-11:tm:openai/gpt-4o-*"),
         435_000
     );
-    assert_eq!(spent(&redis, "tg:{acme}:$d:2026-11-23:k:k1"), 14_185_000);
-    assert_eq!(spent(&redis, "tg:{acme}:$m:2026-11:t"), 14_185_000);
+    assert_eq!(spent(&redis, "tg:{acme}:$d:2096-11-23:k:k1"), 14_185_000);
+    assert_eq!(spent(&redis, "tg:{acme}:$m:2096-11:t"), 14_185_000);
     // The CLI's rows name every window, the per-model ones included.
     let p = a.policy();
-    let rows = tollgate_authz::spend::rows(&p, "acme", None, ms("2026-11-23T12:00:00Z")).unwrap();
+    let rows = tollgate_authz::spend::rows(&p, "acme", None, ms("2096-11-23T12:00:00Z")).unwrap();
     let keys: Vec<(&str, &str)> = rows
         .iter()
         .map(|r| (r.scope.as_str(), r.key.as_str()))
@@ -400,15 +403,15 @@ async fn a_model_budget_is_charged_only_for_its_model() {
     assert_eq!(
         keys,
         [
-            ("tenant acme", "tg:{acme}:$m:2026-11:t"),
+            ("tenant acme", "tg:{acme}:$m:2096-11:t"),
             (
                 "tenant acme model openai/gpt-4o-*",
-                "tg:{acme}:$m:2026-11:tm:openai/gpt-4o-*"
+                "tg:{acme}:$m:2096-11:tm:openai/gpt-4o-*"
             ),
-            ("key k1", "tg:{acme}:$d:2026-11-23:k:k1"),
+            ("key k1", "tg:{acme}:$d:2096-11-23:k:k1"),
             (
                 "key k1 model openai/gpt-4o",
-                "tg:{acme}:$d:2026-11-23:km:k1:openai/gpt-4o"
+                "tg:{acme}:$d:2096-11-23:km:k1:openai/gpt-4o"
             ),
         ]
     );
@@ -422,7 +425,7 @@ async fn a_model_budget_is_charged_only_for_its_model() {
     );
     assert!(
         table.contains(
-            "key k1 model openai/gpt-4o        day    2026-11-23         0.01375           0.30        0.28625"
+            "key k1 model openai/gpt-4o        day    2096-11-23         0.01375           0.30        0.28625"
         ),
         "{table}"
     );
@@ -431,7 +434,7 @@ async fn a_model_budget_is_charged_only_for_its_model() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_requests_stay_within_a_model_budget() {
     let redis = RedisServer::start();
-    let clock = Arc::new(AtomicI64::new(ms("2026-11-23T12:00:00Z")));
+    let clock = Arc::new(AtomicI64::new(ms("2096-11-23T12:00:00Z")));
     // The key's whole-day budget is large; gpt-4o has $0.05 a day: at most
     // 14 requests reserving and costing $0.00356 each fit.
     let p = || {
@@ -442,7 +445,7 @@ async fn concurrent_requests_stay_within_a_model_budget() {
     };
     let (a, b) = (authz(p(), &redis, &clock), authz(p(), &redis, &clock));
     let gpt_4o = || declaring("openai/gpt-4o");
-    let counter = "tg:{acme}:$d:2026-11-23:km:k1:openai/gpt-4o";
+    let counter = "tg:{acme}:$d:2096-11-23:km:k1:openai/gpt-4o";
     race(&redis, &a, &b, gpt_4o, "on model openai/gpt-4o", counter).await;
     // Another model is not held to gpt-4o's budget.
     let d = a.check(&declaring("openai/gpt-4o-mini")).await;
@@ -459,7 +462,7 @@ fn slot(label: &str, at: &str, scope: &str) -> String {
 async fn a_rolling_window_frees_spend_as_its_slots_age_out() {
     let redis = RedisServer::start();
     // A future day, so no slot's expiry is already past on the real clock.
-    let clock = Arc::new(AtomicI64::new(ms("2026-11-25T10:15:00Z")));
+    let clock = Arc::new(AtomicI64::new(ms("2096-11-25T10:15:00Z")));
     let a = authz(
         policy("", "rolling: [{window: 6h, usd: 0.01, soft_percent: 50}]"),
         &redis,
@@ -473,7 +476,7 @@ async fn a_rolling_window_frees_spend_as_its_slots_age_out() {
     a.record_usage(&report("openai/gpt-4o", 0, 0, 356, Some(356)))
         .await
         .unwrap();
-    clock.store(ms("2026-11-25T12:30:00Z"), Ordering::SeqCst);
+    clock.store(ms("2096-11-25T12:30:00Z"), Ordering::SeqCst);
     let d = a.check(&input()).await;
     assert!(matches!(d, Decision::Allow { .. }), "{d:?}");
     let h = headers(&d);
@@ -484,7 +487,7 @@ async fn a_rolling_window_frees_spend_as_its_slots_age_out() {
     );
     // $0.00712 spent: a third reservation does not fit until the 10:00
     // slot leaves the window at 16:00.
-    for at in ["2026-11-25T12:30:00Z", "2026-11-25T15:59:59.999Z"] {
+    for at in ["2096-11-25T12:30:00Z", "2096-11-25T15:59:59.999Z"] {
         clock.store(ms(at), Ordering::SeqCst);
         let d = a.check(&input()).await;
         let Decision::Deny {
@@ -498,7 +501,7 @@ async fn a_rolling_window_frees_spend_as_its_slots_age_out() {
         assert!(body.contains(r#""code":"budget_exceeded""#), "{body}");
         assert!(
             body.contains("$0.01 per 6h, $0.00288 left")
-                && body.contains("resets at 2026-11-25T16:00:00Z"),
+                && body.contains("resets at 2096-11-25T16:00:00Z"),
             "{body}"
         );
         let retry: u64 = headers
@@ -510,10 +513,10 @@ async fn a_rolling_window_frees_spend_as_its_slots_age_out() {
             .unwrap();
         assert_eq!(
             retry,
-            ((ms("2026-11-25T16:00:00Z") - ms(at)) as u64).div_ceil(1000)
+            ((ms("2096-11-25T16:00:00Z") - ms(at)) as u64).div_ceil(1000)
         );
     }
-    clock.store(ms("2026-11-25T16:00:00Z"), Ordering::SeqCst);
+    clock.store(ms("2096-11-25T16:00:00Z"), Ordering::SeqCst);
     let d = a.check(&input()).await;
     assert!(matches!(d, Decision::Allow { .. }), "{d:?}");
     // A short answer: 100 completion tokens cost $0.001, the rest of the
@@ -523,28 +526,28 @@ async fn a_rolling_window_frees_spend_as_its_slots_age_out() {
         .unwrap();
     let k = "k:k1";
     assert_eq!(
-        spent(&redis, &slot("6h", "2026-11-25T10:15:00Z", k)),
+        spent(&redis, &slot("6h", "2096-11-25T10:15:00Z", k)),
         3_560_000
     );
     assert_eq!(
-        spent(&redis, &slot("6h", "2026-11-25T12:30:00Z", k)),
+        spent(&redis, &slot("6h", "2096-11-25T12:30:00Z", k)),
         3_560_000
     );
     assert_eq!(
-        spent(&redis, &slot("6h", "2026-11-25T16:00:00Z", k)),
+        spent(&redis, &slot("6h", "2096-11-25T16:00:00Z", k)),
         1_000_000
     );
     // Each slot expires an hour after it has left the window (16:00's
     // slot leaves at 22:00).
     assert_expires_at(
         &redis,
-        &slot("6h", "2026-11-25T16:00:00Z", k),
-        "2026-11-25T23:00:00Z",
+        &slot("6h", "2096-11-25T16:00:00Z", k),
+        "2096-11-25T23:00:00Z",
     );
     // The CLI sums the window's slots: $0.00456 at 16:00.
     let p = a.policy();
     let rows =
-        tollgate_authz::spend::rows(&p, "acme", Some("k1"), ms("2026-11-25T16:00:00Z")).unwrap();
+        tollgate_authz::spend::rows(&p, "acme", Some("k1"), ms("2096-11-25T16:00:00Z")).unwrap();
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].slots.len(), 6);
     let spent_now: i64 = rows[0].slots.iter().map(|s| spent(&redis, s)).sum();
@@ -558,7 +561,7 @@ async fn a_rolling_window_frees_spend_as_its_slots_age_out() {
     assert!(table.contains("0.00456"), "{table}");
     // Its reset is the earliest instant a slot leaves the window.
     assert!(
-        table.contains("key k1                   rolling 6h                 0.00456           0.01        0.00544  2026-11-25T17:00:00Z"),
+        table.contains("key k1                   rolling 6h                 0.00456           0.01        0.00544  2096-11-25T17:00:00Z"),
         "{table}"
     );
 }
@@ -566,11 +569,11 @@ async fn a_rolling_window_frees_spend_as_its_slots_age_out() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_requests_stay_within_a_rolling_budget() {
     let redis = RedisServer::start();
-    let clock = Arc::new(AtomicI64::new(ms("2026-11-25T12:00:00Z")));
+    let clock = Arc::new(AtomicI64::new(ms("2096-11-25T12:00:00Z")));
     // $0.05 in 24 hours: at most 14 requests of $0.00356 fit.
     let p = || policy("", "rolling: [{window: 24h, usd: 0.05}]");
     let (a, b) = (authz(p(), &redis, &clock), authz(p(), &redis, &clock));
-    let counter = slot("24h", "2026-11-25T12:00:00Z", "k:k1");
+    let counter = slot("24h", "2096-11-25T12:00:00Z", "k:k1");
     race(&redis, &a, &b, input, "per 24h", &counter).await;
     // No lease on a rolling window: Redis holds exactly what was admitted.
     assert_eq!(spent(&redis, &counter), 14 * 3_560_000);
