@@ -102,6 +102,31 @@ else
 fi
 
 # --- Python venv with Envoy and the test clients ----------------------------
+# `python3 -m venv` installs pip with ensurepip and hides ensurepip's own
+# message when that fails (a CI machine once stopped here with only "returned
+# non-zero exit status 1"). So: each Python 3 on the machine in turn; if its
+# ensurepip fails, say why and give the venv pip from that interpreter's own
+# pip instead (`pip --python`, pip >= 22.3).
+make_venv() {
+  local py out
+  for py in python3 /usr/bin/python3; do
+    command -v "$py" >/dev/null || continue
+    rm -rf "$VENV"
+    out="$("$py" -m venv "$VENV" 2>&1)" && return 0
+    say "python venv: '$py -m venv' failed: $out"
+    rm -rf "$VENV"
+    "$py" -m venv --without-pip "$VENV" || continue
+    out="$("$VENV/bin/python" -m ensurepip --upgrade --default-pip 2>&1)" && return 0
+    say "python venv: ensurepip with $py: $(printf '%s' "$out" | tail -5)"
+    if "$py" -m pip --version >/dev/null 2>&1 && \
+       "$py" -m pip --python "$VENV/bin/python" install -q --disable-pip-version-check pip; then
+      say "python venv: pip installed from $py's own pip"
+      return 0
+    fi
+  done
+  rm -rf "$VENV"
+  die "could not make a Python venv with pip in $VENV (see above)"
+}
 REQ_HASH="$(sha256sum requirements-dev.txt | cut -c1-16)"
 if [[ -x "$VENV/bin/python" && -f "$VENV/.req-$REQ_HASH" ]]; then
   say "python venv: up to date ($VENV)"
@@ -109,7 +134,7 @@ elif [[ $CHECK_ONLY == 1 ]]; then
   say "python venv: missing or stale"
 else
   say "python venv: installing requirements-dev.txt"
-  [[ -x "$VENV/bin/python" ]] || python3 -m venv "$VENV"
+  [[ -x "$VENV/bin/python" ]] || make_venv
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r requirements-dev.txt
   rm -f "$VENV"/.req-*
   touch "$VENV/.req-$REQ_HASH"
