@@ -263,6 +263,10 @@ fn plan(policy: &Policy, key: &Key, model: Option<&str>, how: Take) -> Vec<Plann
 
 /// The six OpenAI rate-limit headers, from the most constrained bucket of
 /// each kind (lowest remaining; on a tie the first: key before tenant).
+/// Remaining never shows above the limit: a level is the store's plus what
+/// this instance still leases, and the store refills to full while a lease
+/// is out, so the sum can pass the capacity by up to the lease (the bound
+/// docs/architecture.md gives); no client is told it has more than its limit.
 fn rate_headers(planned: &[Planned], levels: &[f64]) -> Vec<(&'static str, String)> {
     let mut h = Vec::with_capacity(6);
     for (kind, names) in [
@@ -287,11 +291,12 @@ fn rate_headers(planned: &[Planned], levels: &[f64]) -> Vec<(&'static str, Strin
             .iter()
             .zip(levels)
             .filter(|(p, _)| p.limit.kind == kind)
+            .map(|(p, level)| (p, level.min(p.limit.spec.capacity as f64)))
             .min_by(|a, b| a.1.floor().total_cmp(&b.1.floor()));
         if let Some((p, level)) = best {
             h.push((names[0], p.limit.spec.capacity.to_string()));
             h.push((names[1], (level.floor().max(0.0) as u64).to_string()));
-            h.push((names[2], format_reset(ms_until_full(*level, p.limit.spec))));
+            h.push((names[2], format_reset(ms_until_full(level, p.limit.spec))));
         }
     }
     h
@@ -895,6 +900,7 @@ impl<S: Store> Authorizer<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bucket::BucketSpec;
 
     #[test]
     fn echoed_input_is_quoted_and_cut() {
@@ -917,6 +923,56 @@ mod tests {
             )),
             "{e}"
         );
+    }
+
+    fn planned(kind: Kind, capacity: u64, scope: Scope) -> Planned {
+        let spec = BucketSpec {
+            capacity,
+            window_ms: 60_000,
+        };
+        Planned {
+            op: BucketOp {
+                key: String::new(),
+                spec,
+                take: 1,
+                lease: 0,
+            },
+            limit: Limit {
+                kind,
+                period: "minute",
+                spec,
+            },
+            scope,
+        }
+    }
+
+    fn header<'a>(h: &'a [(&'static str, String)], name: &str) -> &'a str {
+        h.iter()
+            .find(|(n, _)| *n == name)
+            .map_or("", |(_, v)| v.as_str())
+    }
+
+    #[test]
+    fn remaining_never_shows_above_the_limit() {
+        // A lease still held while the store refilled to full: the level
+        // passes the capacity (seen live: 10,000,004,130 of 10,000,000,000).
+        let plan = [
+            planned(Kind::Requests, 1_000, Scope::Key),
+            planned(Kind::Tokens, 10_000, Scope::Key),
+            planned(Kind::Tokens, 50_000, Scope::Tenant),
+        ];
+        let h = rate_headers(&plan, &[1_003.0, 14_130.5, 10_500.0]);
+        assert_eq!(header(&h, "x-ratelimit-limit-requests"), "1000");
+        assert_eq!(header(&h, "x-ratelimit-remaining-requests"), "1000");
+        assert_eq!(header(&h, "x-ratelimit-reset-requests"), "0s");
+        // The key's bucket, full, is the tighter one (10,000 against the
+        // tenant's 10,500), not the tenant's as the raw levels would say.
+        assert_eq!(header(&h, "x-ratelimit-limit-tokens"), "10000");
+        assert_eq!(header(&h, "x-ratelimit-remaining-tokens"), "10000");
+        // Below the capacity nothing changes.
+        let h = rate_headers(&plan, &[999.9, 9_000.0, 10_500.0]);
+        assert_eq!(header(&h, "x-ratelimit-remaining-requests"), "999");
+        assert_eq!(header(&h, "x-ratelimit-remaining-tokens"), "9000");
     }
 
     fn input(auth: Option<&str>, api_key: Option<&str>) -> CheckInput {

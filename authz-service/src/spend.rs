@@ -559,9 +559,11 @@ fn budget_headers(
     now_ms: i64,
 ) -> (Vec<(&'static str, String)>, Vec<usize>) {
     let mut h = Vec::with_capacity(5);
+    // Never above the cap (a level counts this instance's unused lease).
     let best = planned
         .iter()
         .zip(remaining)
+        .map(|(p, r)| (p, r.min(p.budget.cap as f64)))
         .min_by(|a, b| a.1.floor().total_cmp(&b.1.floor()));
     if let Some((p, r)) = best {
         h.push((header::LIMIT, format_usd(p.budget.cap)));
@@ -1157,6 +1159,11 @@ mod tests {
             ]
         );
         assert_eq!(soft, vec![0]);
+        // A level past its cap shows as the cap, and that budget is then
+        // the tighter one.
+        let (h, _) = budget_headers(&planned, &[5_400_000_000.0, 5_100_000_000.0], 0);
+        assert_eq!(h[0], (header::LIMIT, "5.00".to_string()));
+        assert_eq!(h[1], (header::REMAINING, "5.00".to_string()));
     }
 }
 
