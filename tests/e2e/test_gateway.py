@@ -6,6 +6,7 @@ mock-llm as the providers, all on free loopback ports (see tests/conftest.py).
 from __future__ import annotations
 
 import re
+import time
 import urllib.request
 
 import openai
@@ -35,6 +36,20 @@ def test_response_names_the_provider_and_carries_rate_limit_headers(client):
     for name in ("x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests",
                  "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"):
         assert raw.headers.get(name), name
+
+
+def test_rate_limit_remaining_never_exceeds_the_limit(client):
+    # The authz service answers from a lease while Redis refills behind it:
+    # the level it sees (Redis's plus the unused lease) passes the capacity,
+    # and was once sent as remaining-tokens 10,000,004,130 of 10,000,000,000.
+    seen = []
+    for _ in range(12):
+        h = client.chat.completions.with_raw_response.create(model="openai/gpt-4o-mini", messages=HI).headers
+        for kind in ("requests", "tokens"):
+            limit, remaining = int(h[f"x-ratelimit-limit-{kind}"]), int(h[f"x-ratelimit-remaining-{kind}"])
+            seen.append((kind, remaining, limit))
+        time.sleep(0.25)
+    assert all(0 <= r <= lim for _, r, lim in seen), seen
 
 
 def test_anthropic_model_is_translated_both_ways(client):
