@@ -134,7 +134,8 @@ elif [[ $CHECK_ONLY == 1 ]]; then
   say "python venv: missing or stale"
 else
   say "python venv: installing requirements-dev.txt"
-  [[ -x "$VENV/bin/python" ]] || make_venv
+  # A venv left without pip by an interrupted or failed run is made again.
+  "$VENV/bin/python" -m pip --version >/dev/null 2>&1 || make_venv
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r requirements-dev.txt
   rm -f "$VENV"/.req-*
   touch "$VENV/.req-$REQ_HASH"
