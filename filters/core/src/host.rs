@@ -132,6 +132,8 @@ pub mod fake {
         /// [`Host::set_property`] values.
         pub properties: HashMap<String, Vec<u8>>,
         pub logs: RefCell<Vec<String>>,
+        /// Each [`Host::set_request_body`]: (bytes replaced, bytes written).
+        pub req_body_writes: Vec<(usize, usize)>,
         /// How many times each [`Host`] method was called (what a request
         /// costs in host calls).
         pub host_calls: RefCell<std::collections::BTreeMap<&'static str, u32>>,
@@ -183,6 +185,7 @@ pub mod fake {
         }
         fn set_request_body(&mut self, size: usize, body: &[u8]) -> bool {
             self.note("set_request_body");
+            self.req_body_writes.push((size, body.len()));
             // As Envoy does: drain `size` bytes, prepend `body`.
             let size = size.min(self.req_body.len());
             self.req_body.splice(..size, body.iter().copied());

@@ -1232,3 +1232,62 @@ fn a_model_with_fallbacks_costs_no_host_call_more_when_it_succeeds() {
     // `fast` and `resilient` both serve openai/gpt-4o-mini.
     assert_eq!(count(fallback_flow(), "resilient"), count(flow(), "fast"));
 }
+
+/// A flow whose config also names `gpt-4o-mini` as itself (nothing to edit)
+/// and takes bodies up to 1 MiB.
+fn roomy_flow() -> Flow {
+    let config = common::CONFIG
+        .replace(
+            r#""aliases": {"#,
+            r#""aliases": {"gpt-4o-mini": "openai/gpt-4o-mini", "#,
+        )
+        .replace(r#""max_body_bytes": 4096"#, r#""max_body_bytes": 1048576"#);
+    Flow::new(Arc::new(
+        Runtime::from_json(config.as_bytes(), &common::env).unwrap(),
+    ))
+}
+
+/// A small passthrough body is written back whole, so that Envoy holds it
+/// in a slice of its own size rather than in the 16 KiB it was read into
+/// (kept for retries while the answer is awaited); a body past
+/// `COMPACT_BODY_MAX` has only its start edited, its tail never copied.
+#[test]
+fn small_bodies_are_written_whole_and_large_ones_edited_at_their_start() {
+    use tollgate_core::flow::COMPACT_BODY_MAX;
+    // The model first, as the OpenAI SDKs send it.
+    let chat = |model: &str, filler: usize| {
+        let content = "x".repeat(filler);
+        format!(r#"{{"model":"{model}","messages":[{{"role":"user","content":"{content}"}}]}}"#)
+            .into_bytes()
+    };
+    let cases = [
+        // (model, filler, expected upstream model)
+        ("openai/gpt-4o-mini", 10, "gpt-4o-mini"),
+        ("gpt-4o-mini", 10, "gpt-4o-mini"),
+        ("openai/gpt-4o-mini", COMPACT_BODY_MAX - 100, "gpt-4o-mini"),
+        ("openai/gpt-4o-mini", COMPACT_BODY_MAX + 1, "gpt-4o-mini"),
+        ("gpt-4o-mini", COMPACT_BODY_MAX + 1, "gpt-4o-mini"),
+    ];
+    for (model, filler, upstream) in cases {
+        let body = chat(model, filler);
+        let mut h = host("POST", "/v1/chat/completions", &body);
+        let (_f, fwd) = request_with(roomy_flow(), &mut h, true);
+        assert!(fwd, "{model} {filler}");
+        let sent: Value = serde_json::from_slice(&h.req_body).unwrap();
+        assert_eq!(sent["model"], upstream);
+        assert_eq!(
+            sent["messages"][0]["content"].as_str().unwrap().len(),
+            filler
+        );
+        // Envoy reads a body into 16 KiB slices.
+        let expected = if body.len() <= 16 * 1024 {
+            vec![(body.len(), h.req_body.len())]
+        } else if model.contains('/') {
+            let prefix = format!(r#"{{"model":"{model}""#).len();
+            vec![(prefix, prefix - "openai/".len())]
+        } else {
+            vec![]
+        };
+        assert_eq!(h.req_body_writes, expected, "{model}, {} bytes", body.len());
+    }
+}
