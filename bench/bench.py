@@ -553,14 +553,19 @@ BIFROST_ENVOY_CONCURRENCY = int(os.environ.get("BENCH_BIFROST_ENVOY_CONCURRENCY"
 BIFROST_SIZES = (("1.37 KB", 1370), ("10.32 KB", 10320))
 
 
-def in_flight_memory(r: dict, idle_rss: dict[str, int]) -> dict:
+def in_flight_memory(r: dict, idle_rss: dict[str, int], peak_active: int) -> dict:
     """Memory per in-flight request, by process: peak RSS during the load
     minus the RSS of the idle stack before the first load, divided by the
-    requests in flight (Little's law: served rate × mean latency)."""
+    requests in flight when the peak was set. That is the most Envoy had
+    active (`peak_active`, sampled): fortio's warm-up sends one request per
+    connection at once, so for the first 1.5 s there are `conns` requests in
+    flight, about 1.3 × the steady state's (Little's law: served rate × mean
+    latency, `in_flight`)."""
     in_flight = r["actual_qps"] * r["avg_us"] / 1e6
-    kb = {n: round((r["peak_rss_mb"][n] * 2**20 - idle_rss[n]) / 1024 / in_flight, 1)
-          for n in r["peak_rss_mb"] if n in idle_rss and in_flight}
-    return {"in_flight": round(in_flight), "kb_per_in_flight": kb}
+    at_peak = max(peak_active, in_flight)
+    kb = {n: round((r["peak_rss_mb"][n] * 2**20 - idle_rss[n]) / 1024 / at_peak, 1)
+          for n in r["peak_rss_mb"] if n in idle_rss and at_peak}
+    return {"in_flight": round(in_flight), "peak_in_flight": round(at_peak), "kb_per_in_flight": kb}
 
 
 def bifrost(plan: Plan, out: Path, full: Scenario, protocol: str) -> dict:
@@ -608,13 +613,14 @@ def bifrost(plan: Plan, out: Path, full: Scenario, protocol: str) -> dict:
                 r["wasm_linear_mb"] = wasm_linear_memory_mb(stack.procs["envoy"].pid)
                 r["gateway_peak_rss_mb"] = round(sum(r["peak_rss_mb"].get(n, 0) for n in GATEWAY_PROCS), 1)
                 r["added_ms"] = {p: round(r["latency_us"][p] / 1000 - BIFROST_LATENCY_MS, 2) for p in ("50", "99")}
-                r.update(in_flight_memory(r, idle_rss))
+                r.update(in_flight_memory(r, idle_rss, heap.peak_active))
                 r["upstream"] = upstream_connections(stack)
                 r["held"] = held(r, qps, plan.bifrost_seconds)
                 steps[f"{qps:g}"] = r
                 print(f"  {label} {qps:>6g} rps: {'held' if r['held'] else 'NOT held'}, {r['actual_qps']} served, "
                       f"success {r['success_rate']:.2%}, +p50 {r['added_ms']['50']} ms, +p99 {r['added_ms']['99']} ms, "
-                      f"gateway RSS {r['gateway_peak_rss_mb']} MB, {r['in_flight']} in flight, "
+                      f"gateway RSS {r['gateway_peak_rss_mb']} MB, {r['in_flight']} in flight "
+                      f"({r['peak_in_flight']} at the peak), "
                       f"KB per in-flight {r['kb_per_in_flight']}, upstream {r['upstream']}, "
                       f"fail-open {r.get('authz_fail_open')}, fortio {r['fortio_cpu_cores']} cores, "
                       f"Envoy heap at its peak {r['envoy_heap_mb']}, Wasm linear memory {r['wasm_linear_mb']} MB",
@@ -636,14 +642,18 @@ class EnvoyHeapSampler(threading.Thread):
     while a load runs, kept at the sample with the most live allocations
     (`allocated`), with the largest heap seen (`peak_heap_size`): whether
     Envoy's RSS at its peak is live allocations or memory the allocator
-    holds freed (`pageheap_free`, the thread caches). MB."""
+    holds freed (`pageheap_free`, the thread caches). MB. Also the most
+    requests Envoy had active in its listeners' connection managers
+    (`peak_active`, the `http.*.downstream_rq_active` gauges, the admin
+    listener's left out)."""
 
     FIELDS = ("allocated", "heap_size", "pageheap_free", "pageheap_unmapped", "total_thread_cache",
               "total_physical_bytes")
 
     def __init__(self, admin_url: str):
         super().__init__(daemon=True)
-        self.url, self.peak = f"{admin_url}/memory", {}
+        self.url, self.peak, self.peak_active = f"{admin_url}/memory", {}, 0
+        self.stats_url = f"{admin_url}/stats?format=json&filter=downstream_rq_active$"
         self.done = threading.Event()
 
     def run(self):
@@ -656,6 +666,11 @@ class EnvoyHeapSampler(threading.Thread):
                 if mb["allocated"] >= self.peak.get("allocated", 0):
                     self.peak = mb
                 self.peak["peak_heap_size"] = heap
+                with urllib.request.urlopen(self.stats_url, timeout=2) as resp:
+                    stats = json.loads(resp.read()).get("stats", [])
+                active = sum(int(st.get("value", 0)) for st in stats
+                             if st.get("name", "").startswith("http.") and not st["name"].startswith("http.admin."))
+                self.peak_active = max(self.peak_active, active)
             except (OSError, ValueError):
                 pass
             self.done.wait(0.5)

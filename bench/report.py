@@ -202,12 +202,15 @@ def write_report(s: dict, out: Path) -> None:
                   "cover the added part). Gateway memory is the peak RSS of Envoy + authz-service + Redis "
                   "(Bifrost reports 1,312.79 MB on 2 vCPU / 4 GB and 3,340.44 MB on 4 vCPU / 16 GB at 5,000 rps). "
                   "**KB per in-flight** is, by process, the peak RSS during the load minus the idle stack's RSS "
-                  "before the first rate, over the requests in flight (served rate × mean latency). "
+                  "before the first rate, over the requests in flight when the peak was set: the most Envoy "
+                  "had active (its `downstream_rq_active` gauge, sampled every 0.5 s; fortio's warm-up sends one "
+                  "request per connection at once, about 1.3 × the steady state's in flight, which is served rate "
+                  "× mean latency). "
                   "**Upstream requests per connection**: Envoy's provider-cluster `upstream_rq_total` over "
                   "`upstream_cx_total` since the stack started; an answer labelled `h1` or `h2` ran with the "
                   "provider clusters forced to HTTP/1.1 or HTTP/2, otherwise as envoy.yaml has them.", "",
                   "| answer | offered rps | served rps | success | held | +p50 ms | +p99 ms | gateway MB | "
-                  "in flight | KB per in-flight Envoy / authz / Redis | upstream rq per cx | "
+                  "in flight steady / at peak | KB per in-flight Envoy / authz / Redis | upstream rq per cx | "
                   "gateway CPU µs/req | fortio cores | authz fail-open |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for label, b in s["bifrost"].items():
@@ -221,7 +224,8 @@ def write_report(s: dict, out: Path) -> None:
                 share = f"{up['rq'] / up['cx']:.1f}" if up.get("cx") else "–"
                 lines.append(f"| {label} | {float(qps):,.0f} | {r['actual_qps']:,.0f} | {r['success_rate']:.2%} | "
                              f"{'yes' if r['held'] else 'no'} | {r['added_ms']['50']} | {r['added_ms']['99']} | "
-                             f"{r['gateway_peak_rss_mb']:,.0f} | {_fmt(r.get('in_flight'))} | {per_kb} | {share} | "
+                             f"{r['gateway_peak_rss_mb']:,.0f} | {_fmt(r.get('in_flight'))} / "
+                             f"{_fmt(r.get('peak_in_flight'))} | {per_kb} | {share} | "
                              f"{_fmt(r['gateway_cpu_us_per_request'])} | "
                              f"{r.get('fortio_cpu_cores', '–')} | {_fmt(r.get('authz_fail_open'))} |")
         lines += [""] + [f"Highest rate held with {label} answers: {_fmt(b['highest_rate_held'])} requests/s."
