@@ -480,11 +480,14 @@ impl Flow {
                 ok &= h.set_request_header(name.as_ref(), value.as_deref());
             }
         }
+        let edited = planned.body_replaces > 0 || !planned.body.is_empty();
         if !body.is_empty() && body.len() <= COMPACT_BODY_MAX {
             let mut whole = planned.body;
             whole.extend_from_slice(body.get(planned.body_replaces..).unwrap_or_default());
-            ok &= h.set_request_body(body.len(), &whole);
-        } else if planned.body_replaces > 0 || !planned.body.is_empty() {
+            // Unedited, the write only saves memory: a refusal is no error.
+            let written = h.set_request_body(body.len(), &whole);
+            ok &= written || !edited;
+        } else if edited {
             ok &= h.set_request_body(planned.body_replaces, &planned.body);
         }
         if !ok {

@@ -134,6 +134,8 @@ pub mod fake {
         pub logs: RefCell<Vec<String>>,
         /// Each [`Host::set_request_body`]: (bytes replaced, bytes written).
         pub req_body_writes: Vec<(usize, usize)>,
+        /// [`Host::set_request_body`] refuses (and changes nothing).
+        pub refuse_body_writes: bool,
         /// How many times each [`Host`] method was called (what a request
         /// costs in host calls).
         pub host_calls: RefCell<std::collections::BTreeMap<&'static str, u32>>,
@@ -186,6 +188,9 @@ pub mod fake {
         fn set_request_body(&mut self, size: usize, body: &[u8]) -> bool {
             self.note("set_request_body");
             self.req_body_writes.push((size, body.len()));
+            if self.refuse_body_writes {
+                return false;
+            }
             // As Envoy does: drain `size` bytes, prepend `body`.
             let size = size.min(self.req_body.len());
             self.req_body.splice(..size, body.iter().copied());

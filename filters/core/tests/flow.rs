@@ -1291,3 +1291,23 @@ fn small_bodies_are_written_whole_and_large_ones_edited_at_their_start() {
         assert_eq!(h.req_body_writes, expected, "{model}, {} bytes", body.len());
     }
 }
+
+/// Writing an unedited small body back only saves memory: a host that
+/// refuses it does not fail the request; a refused edit still does.
+#[test]
+fn a_refused_write_fails_only_an_edited_body() {
+    let body = br#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}"#;
+    let mut h = host("POST", "/v1/chat/completions", body);
+    h.refuse_body_writes = true;
+    let (_f, fwd) = request_with(roomy_flow(), &mut h, true);
+    assert!(fwd);
+    assert_eq!(h.req_body_writes, vec![(body.len(), body.len())]);
+    assert_eq!(h.req_body, body.to_vec());
+
+    let body = br#"{"model":"openai/gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}"#;
+    let mut h = host("POST", "/v1/chat/completions", body);
+    h.refuse_body_writes = true;
+    let (_f, fwd) = request_with(roomy_flow(), &mut h, true);
+    assert!(!fwd);
+    assert_eq!(h.local_reply.as_ref().map(|r| r.0), Some(500));
+}
