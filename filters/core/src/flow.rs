@@ -482,8 +482,7 @@ impl Flow {
         }
         let edited = planned.body_replaces > 0 || !planned.body.is_empty();
         if !body.is_empty() && body.len() <= COMPACT_BODY_MAX {
-            let mut whole = planned.body;
-            whole.extend_from_slice(body.get(planned.body_replaces..).unwrap_or_default());
+            let whole = crate::plan::spliced(planned.body, planned.body_replaces, body);
             // Unedited, the write only saves memory: a refusal is no error.
             let written = h.set_request_body(body.len(), &whole);
             ok &= written || !edited;

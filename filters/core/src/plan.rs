@@ -107,10 +107,14 @@ pub struct Plan {
 impl Plan {
     /// The body the provider gets, from the client's.
     pub fn upstream_body(&self, client: &[u8]) -> Vec<u8> {
-        let mut out = self.body.clone();
-        out.extend_from_slice(client.get(self.body_replaces..).unwrap_or_default());
-        out
+        spliced(self.body.clone(), self.body_replaces, client)
     }
+}
+
+/// `prefix` followed by the client's body after its first `replaces` bytes.
+pub fn spliced(mut prefix: Vec<u8>, replaces: usize, client: &[u8]) -> Vec<u8> {
+    prefix.extend_from_slice(client.get(replaces..).unwrap_or_default());
+    prefix
 }
 
 /// One call of a fan-out.
