@@ -29,7 +29,7 @@
 //! (weighted choice), [`codec`] (SSE and AWS event-stream readers),
 //! [`credentials`] (API-key headers, SigV4), [`translate`] (one
 //! `<from>_<to>` module per provider family), [`plan`] (the pure route
-//! planner), [`scan`] (a body's top level read without building it), [`flow`] (the per-request state machine, in phases),
+//! planner), [`scan`] (a body's top level read without building it), [`lift`] (long texts kept out of a translated document), [`flow`] (the per-request state machine, in phases),
 //! [`cooldown`] (provider keys skipped after refusals), [`attempt`]
 //! (the per-attempt key choice of retries, in an upstream filter), [`usage`] (usage reports and their batches), [`host`] (the one
 //! host boundary).
@@ -48,6 +48,7 @@ pub mod error;
 pub mod flow;
 pub mod host;
 pub mod keys;
+pub mod lift;
 pub mod metrics;
 pub mod plan;
 pub mod scan;

@@ -15,6 +15,7 @@ use tollgate_wire::models_allowed;
 
 use crate::config::{Key, Kind, ModelCfg, Provider, Resolved, Runtime};
 use crate::error::{echo, ApiError, INVALID_REQUEST, SERVER};
+use crate::lift;
 use crate::scan::{leading_model, TopLevel};
 use crate::translate::{
     for_route, messages, parse_client_body, Endpoint, Front, RequestCtx, ResponseCtx, Translator,
@@ -327,16 +328,24 @@ impl<'a> Parsed<'a> {
     /// may come last), and built afterwards only if it is translated.
     fn read(rt: &Runtime, facts: &RequestFacts<'a>) -> Result<Parsed<'a>, ApiError> {
         let body = facts.body;
+        // A large body whose translator keeps texts whole is scanned too:
+        // its long texts are lifted out before it is built (`lift`).
         let translated = leading_model(body)
             .and_then(|m| resolve(rt, facts.front, m))
             .and_then(|r| rt.provider(r.provider))
-            .is_some_and(|p| !for_route(p, facts.endpoint, facts.front).passthrough());
+            .map(|p| for_route(p, facts.endpoint, facts.front))
+            .is_some_and(|tr| !tr.passthrough() && !lifts(tr, facts));
         if translated {
             let (value, model) = parse_client_body(body)?;
             return Ok(Parsed::Document(value, model));
         }
         TopLevel::parse(body).map(Parsed::Top)
     }
+}
+
+/// Are the body's long texts lifted out before it is built for `tr`?
+fn lifts(tr: &dyn Translator, facts: &RequestFacts<'_>) -> bool {
+    facts.front == Front::OpenAi && facts.body.len() >= lift::MIN_BODY && tr.keeps_texts_whole()
 }
 
 /// A model name as the client gave it: `provider/model` or an alias, and on
@@ -404,7 +413,16 @@ fn target<'r>(
     let (up, mut body_replaces) = match (facts.front, &parsed) {
         (Front::OpenAi, Parsed::Top(top)) => match tr.request_in_place(&ctx, top) {
             Some(r) => r?,
-            None => (tr.request(&ctx, &top.value()?)?, facts.body.len()),
+            None => {
+                let lifted = lifts(tr, facts)
+                    .then(|| lift::request(tr, &ctx, top))
+                    .flatten();
+                let up = match lifted {
+                    Some(up) => up,
+                    None => tr.request(&ctx, &top.value()?)?,
+                };
+                (up, facts.body.len())
+            }
         },
         (Front::OpenAi, Parsed::Document(value, _)) => (tr.request(&ctx, value)?, facts.body.len()),
         (front, parsed) => {

@@ -40,7 +40,17 @@ pub struct TopLevel<'a> {
     body: &'a str,
     fields: Vec<(Cow<'a, str>, Range<usize>)>,
     messages: Messages,
+    /// The long texts, for [`crate::lift`]: where the contents of each
+    /// `content` or `text` string of [`LONG_TEXT`] bytes or more lie.
+    texts: Vec<Range<usize>>,
+    /// Does a string anywhere hold `\u0000` or an escaped surrogate? (Then
+    /// no text is lifted.)
+    odd_escapes: bool,
 }
+
+/// A `content` or `text` string at least this long (its JSON text) is a
+/// long text ([`TopLevel::texts`]).
+pub const LONG_TEXT: usize = 1024;
 
 impl<'a> TopLevel<'a> {
     /// Reads a client body: valid UTF-8, valid JSON, an object, no key given
@@ -58,6 +68,8 @@ impl<'a> TopLevel<'a> {
             b: body,
             at: 0,
             twice: None,
+            texts: Vec::new(),
+            odd_escapes: false,
         };
         sc.ws();
         if sc.peek() != Some(b'{') {
@@ -78,7 +90,21 @@ impl<'a> TopLevel<'a> {
             body: text,
             fields,
             messages,
+            texts: sc.texts,
+            odd_escapes: sc.odd_escapes,
         })
+    }
+
+    /// The long texts: where the contents (between the quotes) of the
+    /// `content` and `text` strings of [`LONG_TEXT`] bytes or more lie, in
+    /// body order; none when a string holds `\u0000` or an escaped
+    /// surrogate.
+    pub fn texts(&self) -> &[Range<usize>] {
+        if self.odd_escapes {
+            &[]
+        } else {
+            &self.texts
+        }
     }
 
     /// The raw text of a top-level value (`messages` is not kept: only its
@@ -229,6 +255,8 @@ struct Scanner<'a> {
     at: usize,
     /// A top-level key given twice (for the error).
     twice: Option<String>,
+    texts: Vec<Range<usize>>,
+    odd_escapes: bool,
 }
 
 const ONES: u64 = 0x0101_0101_0101_0101;
@@ -335,7 +363,7 @@ impl<'a> Scanner<'a> {
             let mut role = false;
             if sc.peek() == Some(b'{') {
                 sc.object(|sc, key| {
-                    let kind = sc.value(3)?;
+                    let kind = sc.field(&key, 3)?;
                     if key == "role" {
                         role = kind == Kind::Str;
                     }
@@ -442,7 +470,7 @@ impl<'a> Scanner<'a> {
         match self.peek() {
             Some(b'"') => self.string().map(|_| Kind::Str),
             Some(b'{') => self
-                .object(|sc, _| sc.value(depth + 1).map(drop))
+                .object(|sc, key| sc.field(&key, depth + 1).map(drop))
                 .map(|()| Kind::Object),
             Some(b'[') => self
                 .array(|sc, _| sc.value(depth + 1).map(drop))
@@ -454,6 +482,20 @@ impl<'a> Scanner<'a> {
             Some(_) => Err("expected a value"),
             None => Err("unexpected end of the body"),
         }
+    }
+
+    /// An object's value after its key, noting a long text.
+    fn field(&mut self, key: &str, depth: usize) -> Result<Kind, &'static str> {
+        self.ws();
+        let start = self.at;
+        let kind = self.value(depth)?;
+        if kind == Kind::Str
+            && self.at - start >= LONG_TEXT + 2
+            && matches!(key, "content" | "text")
+        {
+            self.texts.push(start + 1..self.at - 1);
+        }
+        Ok(kind)
     }
 
     fn literal(&mut self, word: &[u8], kind: Kind) -> Result<Kind, &'static str> {
@@ -525,8 +567,13 @@ impl<'a> Scanner<'a> {
                                 .b
                                 .get(self.at + 1..self.at + 5)
                                 .ok_or("invalid escape")?;
-                            if !hex.iter().all(u8::is_ascii_hexdigit) {
-                                return Err("invalid escape");
+                            let code = std::str::from_utf8(hex)
+                                .ok()
+                                .and_then(|h| u16::from_str_radix(h, 16).ok())
+                                .filter(|_| hex.iter().all(u8::is_ascii_hexdigit))
+                                .ok_or("invalid escape")?;
+                            if code == 0 || (0xd800..=0xdfff).contains(&code) {
+                                self.odd_escapes = true;
                             }
                             self.at += 5;
                         }

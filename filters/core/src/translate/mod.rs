@@ -222,6 +222,14 @@ pub trait Translator: Sync {
     ) -> Option<Result<(UpstreamRequest, usize), ApiError>> {
         None
     }
+    /// Does [`Translator::request`] carry the client's `content` and `text`
+    /// strings into the upstream body only whole: moved, joined or
+    /// concatenated, never read (beyond being empty or not), cut or parsed?
+    /// Then a large body's long texts are kept out of the document it
+    /// builds ([`crate::lift`]).
+    fn keeps_texts_whole(&self) -> bool {
+        false
+    }
     /// Successful non-streaming upstream body → OpenAI body.
     fn response(&self, ctx: &ResponseCtx, body: &[u8]) -> Result<Translated, ApiError>;
     /// Upstream error (status ≥ 400) → OpenAI error.

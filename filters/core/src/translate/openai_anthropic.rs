@@ -210,6 +210,12 @@ impl Translator for OpenAiAnthropic {
         })
     }
 
+    /// `chat_ir` moves texts into parts, joins system and tool-result
+    /// texts, and tests them only for emptiness; `block` moves them in.
+    fn keeps_texts_whole(&self) -> bool {
+        true
+    }
+
     fn auth_headers(
         &self,
         provider: &Provider,
