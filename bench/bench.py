@@ -27,9 +27,10 @@ Scenarios (each on a fresh stack, all in one session so they compare fairly):
     full-429     the whole gateway, 10 % of requests meet a 429 on their first
                  key and are retried on another (the cost of a retry)
     floor        Envoy + authz-null + null Wasm (waits for the body) full's floor
-    envoy-512k, full-512k, full-512k-anthropic, floor-512k
+    envoy-512k, full-512k, full-512k-anthropic, messages-512k, floor-512k
                  512 KB request bodies at a low fixed rate: plain Envoy, the
-                 gateway passing OpenAI through, the gateway translating
+                 gateway passing OpenAI through, the gateway translating,
+                 Anthropic Messages passed through (a coding agent's turn)
     envoy-h1-512k, wasm-pass-512k, wasm-null-512k
                  the 512 KB floor by parts: HTTP/1.1 to the provider, a Wasm
                  filter in the chain, the body buffered and read into the VM
@@ -205,10 +206,9 @@ class Scenario:
     def payload(self) -> str:
         if self.api == "responses":
             return json.dumps(dict(RESPONSES, model=self.model, stream=self.stream))
-        if self.api == "messages":
-            return json.dumps(dict(CHAT_OPENAI, model=self.model, max_tokens=256,
-                                   **({"stream": True} if self.stream else {})))
         body = dict(CHAT_OPENAI, model=self.model)
+        if self.api == "messages":
+            body["max_tokens"] = 256
         if self.stream:
             body["stream"] = True
         if self.body_bytes:
@@ -303,6 +303,9 @@ def scenarios(mock_key: str) -> list[Scenario]:
                  "openai/gpt-4o-mini", headers=auth, baseline="envoy-512k", body_bytes=LARGE_BODY_BYTES),
         Scenario("full-512k-anthropic", "whole gateway, OpenAI→Anthropic, 512 KB request", gateway, base,
                  "anthropic/claude-sonnet-4-5", headers=auth, baseline="envoy-512k", body_bytes=LARGE_BODY_BYTES),
+        Scenario("messages-512k", "whole gateway, Anthropic Messages in → Anthropic passthrough, 512 KB request",
+                 gateway, base, "claude-sonnet-4-5", headers=anthropic_auth, baseline="envoy-512k",
+                 api="messages", body_bytes=LARGE_BODY_BYTES),
         Scenario("floor-512k", "floor (null ext_authz + null Wasm reading the body), 512 KB request",
                  null_gateway, with_null_wasm(null_route, "read_body"), "gpt-4o-mini", headers=auth,
                  authz_null=True, baseline="envoy-512k", body_bytes=LARGE_BODY_BYTES),

@@ -410,22 +410,26 @@ fn target<'r>(
     };
     let mut dropped = Vec::new();
     let mut local = None;
-    let (up, mut body_replaces) = match (facts.front, &parsed) {
-        (Front::OpenAi, Parsed::Top(top)) => match tr.request_in_place(&ctx, top) {
-            Some(r) => r?,
-            None => {
-                let lifted = lifts(tr, facts)
-                    .then(|| lift::request(tr, &ctx, top))
-                    .flatten();
-                let up = match lifted {
-                    Some(up) => up,
-                    None => tr.request(&ctx, &top.value()?)?,
-                };
-                (up, facts.body.len())
-            }
-        },
-        (Front::OpenAi, Parsed::Document(value, _)) => (tr.request(&ctx, value)?, facts.body.len()),
-        (front, parsed) => {
+    let in_place = match parsed {
+        Parsed::Top(top) => tr.request_in_place(&ctx, top),
+        Parsed::Document(..) => None,
+    };
+    let (up, mut body_replaces) = match (in_place, facts.front, &parsed) {
+        (Some(r), _, _) => r?,
+        (None, Front::OpenAi, Parsed::Top(top)) => {
+            let lifted = lifts(tr, facts)
+                .then(|| lift::request(tr, &ctx, top))
+                .flatten();
+            let up = match lifted {
+                Some(up) => up,
+                None => tr.request(&ctx, &top.value()?)?,
+            };
+            (up, facts.body.len())
+        }
+        (None, Front::OpenAi, Parsed::Document(value, _)) => {
+            (tr.request(&ctx, value)?, facts.body.len())
+        }
+        (None, front, parsed) => {
             let built;
             let value = match parsed {
                 Parsed::Top(top) => {
@@ -577,6 +581,7 @@ pub fn metric_safe(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn rt() -> Runtime {
         Runtime::from_json(
@@ -833,5 +838,54 @@ mod tests {
         })
         .unwrap_err();
         assert_eq!(e.retry_after, Some(1));
+    }
+
+    #[test]
+    fn messages_to_anthropic_go_on_as_sent_or_edited_at_the_model() {
+        let rt = rt();
+        let text = "a \\\"quoted\\\" line\\n".repeat(4000);
+        let body = |model: &str, stream: &str| {
+            format!(
+                r#"{{"messages":[{{"role":"user","content":"{text}"}}],"stream":{stream},"model":"{model}","max_tokens":9}}"#
+            )
+            .into_bytes()
+        };
+        let messages = |body: &[u8], front: Front| {
+            plan(
+                &rt,
+                &RequestFacts {
+                    endpoint: Endpoint::Chat,
+                    front,
+                    ..facts(body, "*")
+                },
+                &|_| 0,
+            )
+        };
+        // A bare model: the client's bytes, untouched.
+        let sent = body("claude", "true");
+        let p = messages(&sent, Front::Messages).unwrap();
+        assert_eq!((p.body.len(), p.body_replaces), (0, 0));
+        assert!(p.route.stream);
+        assert_eq!(header(&p, ":path"), Some(Some("/v1/messages")));
+        // Named another way: only the model is rewritten, at the body's start.
+        for model in ["anthropic/claude", "smart"] {
+            let sent = body(model, "false");
+            let p = messages(&sent, Front::Messages).unwrap();
+            assert!(
+                p.body_replaces < sent.len() && p.body_replaces > 0,
+                "{model}"
+            );
+            assert!(!p.route.stream);
+            let mut want: Value = serde_json::from_slice(&sent).unwrap();
+            want["model"] = json!("claude");
+            let got: Value = serde_json::from_slice(&p.upstream_body(&sent)).unwrap();
+            assert_eq!(got, want, "{model}");
+        }
+        // count_tokens ignores `stream`; a `stream` that is no boolean is refused.
+        let p = messages(&body("claude", "true"), Front::CountTokens).unwrap();
+        assert_eq!(header(&p, ":path"), Some(Some("/v1/messages/count_tokens")));
+        assert!(!p.route.stream);
+        let e = messages(&body("claude", "1"), Front::Messages).unwrap_err();
+        assert_eq!((e.status, e.param.as_deref()), (400, Some("stream")));
     }
 }

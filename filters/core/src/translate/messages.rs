@@ -37,6 +37,7 @@ use super::{
 };
 use crate::config::{Key, Kind, Provider};
 use crate::error::{echo, ApiError, SERVER};
+use crate::scan::{edit_prefix, TopLevel};
 
 /// Response header naming the Anthropic request fields a translated request
 /// could not carry to its provider (comma-separated, e.g.
@@ -90,6 +91,22 @@ pub struct AnthropicPassthrough {
     count: bool,
 }
 
+impl AnthropicPassthrough {
+    fn upstream(&self, ctx: &RequestCtx<'_>, body: Vec<u8>, stream: bool) -> UpstreamRequest {
+        let path = if self.count {
+            format!("{}/messages/count_tokens", ctx.provider.base_path)
+        } else {
+            format!("{}/messages", ctx.provider.base_path)
+        };
+        UpstreamRequest {
+            path,
+            body,
+            stream,
+            ..UpstreamRequest::default()
+        }
+    }
+}
+
 impl Translator for AnthropicPassthrough {
     fn kind(&self) -> Kind {
         Kind::Anthropic
@@ -109,17 +126,33 @@ impl Translator for AnthropicPassthrough {
             }
             serde_json::to_vec(&b).map_err(|e| ApiError::invalid_json(&e.to_string()))?
         };
-        let path = if self.count {
-            format!("{}/messages/count_tokens", ctx.provider.base_path)
+        Ok(self.upstream(ctx, bytes, stream))
+    }
+
+    /// The client's body goes on as it is, read only for `stream` and
+    /// edited only where it names the model another way: nothing is built,
+    /// however long the conversation (Claude Code sends all of it every
+    /// turn).
+    fn request_in_place(
+        &self,
+        ctx: &RequestCtx<'_>,
+        top: &TopLevel<'_>,
+    ) -> Option<Result<(UpstreamRequest, usize), ApiError>> {
+        let stream = if self.count {
+            Ok(false)
         } else {
-            format!("{}/messages", ctx.provider.base_path)
+            top.small(&["stream"]).and_then(|small| stream_flag(&small))
         };
-        Ok(UpstreamRequest {
-            path,
-            body: bytes,
-            stream,
-            ..UpstreamRequest::default()
-        })
+        Some(stream.map(|stream| {
+            let model = Value::from(ctx.model).to_string();
+            let (prefix, replaced) = match (top.get("model"), top.span("model")) {
+                (Some(raw), Some(span)) if raw != model => {
+                    edit_prefix(top.body(), &[(span, model)])
+                }
+                _ => (Vec::new(), 0),
+            };
+            (self.upstream(ctx, prefix, stream), replaced)
+        }))
     }
 
     fn auth_headers(
