@@ -190,19 +190,23 @@ fn benches<M: Measurement + 'static>(c: &mut Criterion<M>) {
     let filler = "fn main() {\n    println!(\"hello, {}\", name); // the filler line\n}\n";
     let text = filler.repeat(512 * 1024 / filler.len());
     let mut g = c.benchmark_group("plan_512KB");
-    for (name, model) in [
-        ("openai_passthrough", "openai/gpt-4o-mini"),
-        ("openai_to_anthropic", "smart"),
+    for (name, model, endpoint) in [
+        ("openai_passthrough", "openai/gpt-4o-mini", Endpoint::Chat),
+        ("openai_to_anthropic", "smart", Endpoint::Chat),
+        ("responses_to_anthropic", "smart", Endpoint::Responses),
     ] {
-        let body = serde_json::to_vec(
-            &json!({"model": model, "messages": [{"role": "user", "content": text}]}),
-        )
-        .unwrap_or_default();
+        let doc = match endpoint {
+            Endpoint::Responses => {
+                json!({"model": model, "input": [{"role": "user", "content": text}]})
+            }
+            _ => json!({"model": model, "messages": [{"role": "user", "content": text}]}),
+        };
+        let body = serde_json::to_vec(&doc).unwrap_or_default();
         g.throughput(Throughput::Bytes(body.len() as u64));
         g.bench_function(name, |b| {
             b.iter(|| {
                 let facts = RequestFacts {
-                    endpoint: Endpoint::Chat,
+                    endpoint,
                     front: Front::OpenAi,
                     body: black_box(&body),
                     header_names: None,

@@ -1,9 +1,10 @@
 //! Long texts kept out of a translated document.
 //!
-//! A coding agent's request is mostly text: file contents and earlier turns
-//! in `content` and `text` strings. A translator that only moves those
-//! strings into its upstream body ([`Translator::keeps_texts_whole`]) need
-//! not have them decoded into a document and encoded again. Each long text
+//! A coding agent's request is mostly text: file contents, tool outputs and
+//! earlier turns in `content`, `text` and `output` strings
+//! ([`crate::scan::TEXT_KEYS`]). A translator that only moves those strings
+//! into its upstream body ([`Translator::keeps_texts_whole`]) need not have
+//! them decoded into a document and encoded again. Each long text
 //! ([`TopLevel::texts`]) is replaced by a short mark before the body is
 //! parsed, the translator works on that small document, and each mark in
 //! its output is replaced by the client's own JSON text of the string,

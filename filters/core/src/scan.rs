@@ -41,16 +41,22 @@ pub struct TopLevel<'a> {
     fields: Vec<(Cow<'a, str>, Range<usize>)>,
     messages: Messages,
     /// The long texts, for [`crate::lift`]: where the contents of each
-    /// `content` or `text` string of [`LONG_TEXT`] bytes or more lie.
+    /// string of [`LONG_TEXT`] bytes or more lie whose key is one of
+    /// [`TEXT_KEYS`].
     texts: Vec<Range<usize>>,
     /// Does a string anywhere hold `\u0000` or an escaped surrogate? (Then
     /// no text is lifted.)
     odd_escapes: bool,
 }
 
-/// A `content` or `text` string at least this long (its JSON text) is a
-/// long text ([`TopLevel::texts`]).
+/// A string at least this long (its JSON text) under one of [`TEXT_KEYS`]
+/// is a long text ([`TopLevel::texts`]).
 pub const LONG_TEXT: usize = 1024;
+
+/// The keys of the texts that make a coding agent's request long: chat
+/// `content` and content parts' `text`; the Responses API's `instructions`,
+/// `input` and function call `output`.
+pub const TEXT_KEYS: [&str; 5] = ["content", "text", "output", "instructions", "input"];
 
 impl<'a> TopLevel<'a> {
     /// Reads a client body: valid UTF-8, valid JSON, an object, no key given
@@ -96,7 +102,7 @@ impl<'a> TopLevel<'a> {
     }
 
     /// The long texts: where the contents (between the quotes) of the
-    /// `content` and `text` strings of [`LONG_TEXT`] bytes or more lie, in
+    /// strings under [`TEXT_KEYS`] of [`LONG_TEXT`] bytes or more lie, in
     /// body order; none when a string holds `\u0000` or an escaped
     /// surrogate.
     pub fn texts(&self) -> &[Range<usize>] {
@@ -341,7 +347,7 @@ impl<'a> Scanner<'a> {
                 messages = sc.messages()?;
             } else {
                 let start = sc.at;
-                sc.value(1)?;
+                sc.field(&key, 1)?;
                 fields.push((key, start..sc.at));
             }
             Ok(())
@@ -489,10 +495,7 @@ impl<'a> Scanner<'a> {
         self.ws();
         let start = self.at;
         let kind = self.value(depth)?;
-        if kind == Kind::Str
-            && self.at - start >= LONG_TEXT + 2
-            && matches!(key, "content" | "text")
-        {
+        if kind == Kind::Str && self.at - start >= LONG_TEXT + 2 && TEXT_KEYS.contains(&key) {
             self.texts.push(start + 1..self.at - 1);
         }
         Ok(kind)

@@ -12,12 +12,16 @@ use tollgate_core::keys::XorShift;
 use tollgate_core::lift::MIN_BODY;
 use tollgate_core::plan::{plan, RequestFacts};
 use tollgate_core::scan::{TopLevel, LONG_TEXT};
-use tollgate_core::translate::{for_kind, Endpoint, Front};
+use tollgate_core::translate::{responses, Endpoint, Front, RequestCtx};
 
 fn planned(body: &[u8]) -> Result<Vec<u8>, ApiError> {
+    planned_at(body, Endpoint::Chat)
+}
+
+fn planned_at(body: &[u8], endpoint: Endpoint) -> Result<Vec<u8>, ApiError> {
     let rt = common::runtime();
     let facts = RequestFacts {
-        endpoint: Endpoint::Chat,
+        endpoint,
         front: Front::OpenAi,
         body,
         header_names: None,
@@ -31,12 +35,23 @@ fn planned(body: &[u8]) -> Result<Vec<u8>, ApiError> {
 
 /// What the translator makes of the whole document.
 fn built(body: &[u8]) -> Result<Vec<u8>, ApiError> {
+    built_at(body, Endpoint::Chat)
+}
+
+fn built_at(body: &[u8], endpoint: Endpoint) -> Result<Vec<u8>, ApiError> {
     let rt = common::runtime();
     let doc: Value = serde_json::from_slice(body).unwrap();
-    let model = doc["model"].as_str().unwrap().to_string();
-    common::with_chat_ctx(&rt, &model, |kind, ctx| {
-        for_kind(kind).request(ctx, &doc).map(|up| up.body)
-    })
+    let r = rt.resolve(doc["model"].as_str().unwrap()).unwrap();
+    let p = rt.provider(r.provider).unwrap();
+    let ctx = RequestCtx {
+        provider: p,
+        model: &r.model,
+        model_cfg: &p.models[&r.model],
+        endpoint,
+    };
+    responses::translator(p, endpoint)
+        .request(&ctx, &doc)
+        .map(|up| up.body)
 }
 
 fn parsed(b: &[u8]) -> Value {
@@ -129,6 +144,45 @@ fn a_body_that_does_not_translate_gets_the_whole_documents_error() {
         planned(cut).unwrap_err().code.as_deref(),
         Some("invalid_json")
     );
+}
+
+#[test]
+fn a_responses_turn_reaches_anthropic_with_its_texts_copied() {
+    let pad = long_text("pad").repeat(MIN_BODY / LONG_TEXT);
+    let items = format!(
+        r#"{{"model":"smart","instructions":"{i}","input":[
+          {{"type":"message","role":"developer","content":"{d}"}},
+          {{"type":"message","role":"user","content":[{{"type":"input_text","text":"{u}"}}]}},
+          {{"type":"function_call","call_id":"c1","name":"shell","arguments":"{{\"cmd\":\"ls\"}}"}},
+          {{"type":"function_call_output","call_id":"c1","output":"{o}"}},
+          {{"role":"assistant","content":[{{"type":"output_text","text":"{a}"}}]}},
+          {{"role":"user","content":"{pad}"}}]}}"#,
+        i = long_text("instructions"),
+        d = long_text("developer"),
+        u = long_text("user"),
+        o = long_text("output"),
+        a = long_text("assistant"),
+    );
+    let bare = format!(r#"{{"input":"{pad}","model":"smart","stream":true}}"#);
+    for (body, tags) in [
+        (
+            items,
+            &["developer", "user", "output", "assistant", "pad"][..],
+        ),
+        (bare, &["pad"][..]),
+    ] {
+        let body = body.into_bytes();
+        assert!(!TopLevel::parse(&body).unwrap().texts().is_empty());
+        let sent = planned_at(&body, Endpoint::Responses).unwrap();
+        let text = String::from_utf8_lossy(&sent);
+        assert_eq!(
+            parsed(&sent),
+            parsed(&built_at(&body, Endpoint::Responses).unwrap())
+        );
+        for tag in tags {
+            assert!(text.contains(&long_text(tag)), "{tag} not copied");
+        }
+    }
 }
 
 /// Random agent turns: texts long and short, of characters JSON escapes

@@ -222,9 +222,10 @@ pub trait Translator: Sync {
     ) -> Option<Result<(UpstreamRequest, usize), ApiError>> {
         None
     }
-    /// Does [`Translator::request`] carry the client's `content` and `text`
-    /// strings into the upstream body only whole: moved, joined or
-    /// concatenated, never read (beyond being empty or not), cut or parsed?
+    /// Does [`Translator::request`] carry the client's strings under
+    /// [`crate::scan::TEXT_KEYS`] into the upstream body only whole: moved,
+    /// joined or concatenated, never read (beyond being empty or not), cut
+    /// or parsed?
     /// Then a large body's long texts are kept out of the document it
     /// builds ([`crate::lift`]).
     fn keeps_texts_whole(&self) -> bool {

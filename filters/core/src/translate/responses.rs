@@ -422,6 +422,13 @@ impl Translator for ViaChat {
         self.inner().request(&chat_ctx, &chat)
     }
 
+    /// `to_chat` moves `instructions`, `input`, message `content`, parts'
+    /// `text` and call `output` into chat messages, or joins them; it reads
+    /// none of them.
+    fn keeps_texts_whole(&self) -> bool {
+        self.inner().keeps_texts_whole()
+    }
+
     fn auth_headers(
         &self,
         provider: &Provider,
