@@ -2,13 +2,16 @@
 body's top level without building it and edits it in place (only the prefix up
 to its last edit is written back), and refuses malformed bodies with an
 OpenAI 400 before the provider sees them (filters/README.md, "The passthrough
-body path").
+body path"). Large bodies of the other doors too: the Messages passthrough
+(scanned and edited in place) and the translations to Anthropic, whose long
+texts are copied rather than rebuilt (filters/README.md, `lift.rs`).
 """
 from __future__ import annotations
 
 import json
 import urllib.request
 
+import anthropic
 import openai
 import pytest
 
@@ -85,6 +88,44 @@ def test_large_body_translated_to_anthropic_keeps_every_character(stack, auth):
     assert sent["body"]["model"] == "claude-sonnet-4-5"
     assert sent["body"]["system"] == "be brief"
     assert sent["body"]["messages"] == [{"role": "user", "content": [{"type": "text", "text": text}]}]
+
+
+@pytest.mark.parametrize("model", ["claude-sonnet-4-5", "anthropic/claude-sonnet-4-5"])
+def test_large_messages_request_reaches_anthropic_edited_only_at_the_model(stack, demo_key, model):
+    # Claude Code's turn through the official client: the body goes on as
+    # it came, but for a model named another way.
+    client = anthropic.Anthropic(base_url=stack.base_url.removesuffix("/v1"), api_key=demo_key,
+                                 max_retries=0, timeout=30)
+    text = FILLER * (400_000 // len(FILLER))
+    msg = client.messages.create(model=model, max_tokens=16, system="be brief",
+                                 messages=[{"role": "user", "content": text}])
+    assert msg.content and msg.usage.input_tokens > 0
+    sent = next(r for r in reversed(mock_recent(stack)) if r["path"] == "/v1/messages")
+    assert sent["body"]["model"] == "claude-sonnet-4-5"
+    assert sent["body"]["messages"] == [{"role": "user", "content": text}]
+    assert sent["body"]["system"] == "be brief"
+
+
+def test_large_responses_turn_translated_to_anthropic_keeps_its_texts(stack, demo_key):
+    # A Codex turn through the official client's responses.create: long
+    # instructions, a long prompt and a long tool output, each copied into
+    # the Anthropic request.
+    client = openai.OpenAI(base_url=stack.base_url, api_key=demo_key, max_retries=0, timeout=30)
+    instructions = "You are a coding agent. é 🦀\n" * 2_000
+    text = FILLER * (200_000 // len(FILLER))
+    output = ("total 42\n-rw-r--r-- 1 me me 1337 \"main.rs\"\t\u2028\n" * 3_000)
+    resp = client.responses.create(
+        model="anthropic/claude-sonnet-4-5", instructions=instructions, store=False,
+        input=[{"role": "user", "content": [{"type": "input_text", "text": text}]},
+               {"type": "function_call", "call_id": "c1", "name": "shell", "arguments": '{"cmd":"ls"}'},
+               {"type": "function_call_output", "call_id": "c1", "output": output}])
+    assert resp.status == "completed" and resp.output_text
+    sent = next(r for r in reversed(mock_recent(stack)) if r["path"] == "/v1/messages")["body"]
+    assert sent["system"] == instructions
+    blocks = [b for m in sent["messages"] for b in m["content"]]
+    assert {"type": "text", "text": text} in blocks
+    assert any(b["type"] == "tool_result" and b["content"] == output for b in blocks)
+    assert any(b["type"] == "tool_use" and b["input"] == {"cmd": "ls"} for b in blocks)
 
 
 @pytest.mark.parametrize("body", [

@@ -44,8 +44,8 @@ pub struct TopLevel<'a> {
     /// string of [`LONG_TEXT`] bytes or more lie whose key is one of
     /// [`TEXT_KEYS`].
     texts: Vec<Range<usize>>,
-    /// Does a string anywhere hold `\u0000` or an escaped surrogate? (Then
-    /// no text is lifted.)
+    /// Does a string anywhere hold `\u0000` or half of an escaped surrogate
+    /// pair? (Then no text is lifted.)
     odd_escapes: bool,
 }
 
@@ -103,8 +103,8 @@ impl<'a> TopLevel<'a> {
 
     /// The long texts: where the contents (between the quotes) of the
     /// strings under [`TEXT_KEYS`] of [`LONG_TEXT`] bytes or more lie, in
-    /// body order; none when a string holds `\u0000` or an escaped
-    /// surrogate.
+    /// body order; none when a string holds `\u0000` or half of an escaped
+    /// surrogate pair.
     pub fn texts(&self) -> &[Range<usize>] {
         if self.odd_escapes {
             &[]
@@ -295,6 +295,14 @@ pub(crate) fn plain_end(b: &[u8], mut at: usize) -> usize {
         at += 1;
     }
     at
+}
+
+/// Four hex digits (an escape's `XXXX` in `\uXXXX`).
+fn hex4(hex: &[u8]) -> Option<u16> {
+    if hex.len() != 4 || !hex.iter().all(u8::is_ascii_hexdigit) {
+        return None;
+    }
+    u16::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()
 }
 
 /// The eight bytes at `at` (little-endian), if the body has them.
@@ -570,15 +578,21 @@ impl<'a> Scanner<'a> {
                                 .b
                                 .get(self.at + 1..self.at + 5)
                                 .ok_or("invalid escape")?;
-                            let code = std::str::from_utf8(hex)
-                                .ok()
-                                .and_then(|h| u16::from_str_radix(h, 16).ok())
-                                .filter(|_| hex.iter().all(u8::is_ascii_hexdigit))
-                                .ok_or("invalid escape")?;
-                            if code == 0 || (0xd800..=0xdfff).contains(&code) {
-                                self.odd_escapes = true;
-                            }
+                            let code = hex4(hex).ok_or("invalid escape")?;
                             self.at += 5;
+                            match code {
+                                0 | 0xdc00..=0xdfff => self.odd_escapes = true,
+                                0xd800..=0xdbff => {
+                                    // A pair is one character; a lone half
+                                    // is text serde_json will not decode.
+                                    let low = self.b.get(self.at..self.at + 6);
+                                    match low.and_then(|l| l.strip_prefix(b"\\u")).and_then(hex4) {
+                                        Some(0xdc00..=0xdfff) => self.at += 6,
+                                        _ => self.odd_escapes = true,
+                                    }
+                                }
+                                _ => {}
+                            }
                         }
                         _ => return Err("invalid escape"),
                     }

@@ -110,14 +110,23 @@ fn long_texts_reach_anthropic_as_the_client_wrote_them() {
 }
 
 #[test]
-fn the_whole_body_is_built_when_a_string_holds_a_nul_or_a_surrogate() {
-    for odd in [r#""\u0000""#, r#""\ud83d\ude00""#] {
-        let body = agent_body("smart", &format!(r#","name":{odd}"#));
-        let sent = planned(&body).unwrap();
-        // Byte for byte what the translator writes from the whole document.
-        assert_eq!(sent, built(&body).unwrap(), "{odd}");
-        assert!(!String::from_utf8_lossy(&sent).contains(r"a\/b"));
+fn the_whole_body_is_built_when_a_string_holds_a_nul_or_half_a_surrogate_pair() {
+    let body = agent_body("smart", r#","name":"\u0000""#);
+    let sent = planned(&body).unwrap();
+    // Byte for byte what the translator writes from the whole document.
+    assert_eq!(sent, built(&body).unwrap());
+    assert!(!String::from_utf8_lossy(&sent).contains(r"a\/b"));
+    // Half a pair: serde_json's own error for the whole document.
+    for half in [r"\ud83d", r"\ude00", r"\ud83d\ud83d"] {
+        let body = agent_body("smart", &format!(r#","name":"{half}""#));
+        let e = planned(&body).unwrap_err();
+        assert_eq!(e.code.as_deref(), Some("invalid_json"), "{half}");
     }
+    // A whole pair is one character: the texts are lifted.
+    let body = agent_body("smart", r#","name":"\ud83d\ude00""#);
+    let sent = planned(&body).unwrap();
+    assert_eq!(parsed(&sent), parsed(&built(&body).unwrap()));
+    assert!(String::from_utf8_lossy(&sent).contains(r"a\/b"));
 }
 
 #[test]
@@ -254,6 +263,7 @@ fn random_turns_translate_as_their_whole_documents() {
                 .unwrap()
                 .replace('/', r"\/")
                 .replace('é', r"\u00e9")
+                .replace('😀', r"\ud83d\ude00")
                 .into_bytes();
         }
         if TopLevel::parse(&body).unwrap().texts().is_empty() {
