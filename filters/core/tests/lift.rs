@@ -12,7 +12,7 @@ use tollgate_core::keys::XorShift;
 use tollgate_core::lift::MIN_BODY;
 use tollgate_core::plan::{plan, RequestFacts};
 use tollgate_core::scan::{TopLevel, LONG_TEXT};
-use tollgate_core::translate::{responses, Endpoint, Front, RequestCtx};
+use tollgate_core::translate::{responses, Endpoint, Front};
 
 fn planned(body: &[u8]) -> Result<Vec<u8>, ApiError> {
     planned_at(body, Endpoint::Chat)
@@ -39,19 +39,13 @@ fn built(body: &[u8]) -> Result<Vec<u8>, ApiError> {
 }
 
 fn built_at(body: &[u8], endpoint: Endpoint) -> Result<Vec<u8>, ApiError> {
-    let rt = common::runtime();
     let doc: Value = serde_json::from_slice(body).unwrap();
-    let r = rt.resolve(doc["model"].as_str().unwrap()).unwrap();
-    let p = rt.provider(r.provider).unwrap();
-    let ctx = RequestCtx {
-        provider: p,
-        model: &r.model,
-        model_cfg: &p.models[&r.model],
-        endpoint,
-    };
-    responses::translator(p, endpoint)
-        .request(&ctx, &doc)
-        .map(|up| up.body)
+    let model = doc["model"].as_str().unwrap();
+    common::with_ctx(&common::runtime(), model, endpoint, |p, ctx| {
+        responses::translator(p, endpoint)
+            .request(ctx, &doc)
+            .map(|up| up.body)
+    })
 }
 
 fn parsed(b: &[u8]) -> Value {

@@ -3,10 +3,12 @@
 //! streams (Gemini SSE, Bedrock event-stream) fed at every byte split, plus
 //! the event-stream translator on truncated and corrupted frames.
 
+mod common;
+
 use serde_json::{json, Value};
 use tollgate_core::codec::eventstream::{encode, event};
 use tollgate_core::config::{Key, Runtime};
-use tollgate_core::translate::{for_kind, Endpoint, RequestCtx, ResponseCtx, Usage};
+use tollgate_core::translate::{for_kind, Endpoint, ResponseCtx, Usage};
 
 const CONFIG: &str = r#"{"providers": {
   "azure": {"kind": "azure", "cluster": "azure", "api_version": "2024-10-21",
@@ -25,19 +27,12 @@ fn rt() -> Runtime {
 type Req = Result<(String, Value), (u16, Option<String>, Option<String>)>;
 
 fn translate(model: &str, endpoint: Endpoint, body: Value) -> Req {
-    let rt = rt();
-    let r = rt.resolve(model).unwrap();
-    let p = rt.provider(r.provider).unwrap();
-    let ctx = RequestCtx {
-        provider: p,
-        model: &r.model,
-        model_cfg: &p.models[&r.model],
-        endpoint,
-    };
-    match for_kind(p.kind()).request(&ctx, &body) {
-        Ok(up) => Ok((up.path, serde_json::from_slice(&up.body).unwrap())),
-        Err(e) => Err((e.status, e.param, e.code)),
-    }
+    common::with_ctx(&rt(), model, endpoint, |p, ctx| {
+        match for_kind(p.kind()).request(ctx, &body) {
+            Ok(up) => Ok((up.path, serde_json::from_slice(&up.body).unwrap())),
+            Err(e) => Err((e.status, e.param, e.code)),
+        }
+    })
 }
 
 fn user(s: &str) -> Value {

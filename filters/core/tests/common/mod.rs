@@ -35,13 +35,29 @@ pub fn with_chat_ctx<R>(
     model: &str,
     f: impl FnOnce(tollgate_core::config::Kind, &tollgate_core::translate::RequestCtx<'_>) -> R,
 ) -> R {
+    with_ctx(
+        rt,
+        model,
+        tollgate_core::translate::Endpoint::Chat,
+        |p, ctx| f(p.kind(), ctx),
+    )
+}
+
+/// Runs `f` with the request context of `model` at `endpoint` in `rt`, and
+/// the model's provider.
+pub fn with_ctx<R>(
+    rt: &Runtime,
+    model: &str,
+    endpoint: tollgate_core::translate::Endpoint,
+    f: impl FnOnce(&tollgate_core::config::Provider, &tollgate_core::translate::RequestCtx<'_>) -> R,
+) -> R {
     let r = rt.resolve(model).unwrap();
     let p = rt.provider(r.provider).unwrap();
     let ctx = tollgate_core::translate::RequestCtx {
         provider: p,
         model: &r.model,
         model_cfg: &p.models[&r.model],
-        endpoint: tollgate_core::translate::Endpoint::Chat,
+        endpoint,
     };
-    f(p.kind(), &ctx)
+    f(p, &ctx)
 }
