@@ -127,6 +127,14 @@ impl<'a> TopLevel<'a> {
             .map(|(_, r)| r.clone())
     }
 
+    /// The edit that makes `model` the body's model (its span and new JSON
+    /// text), unless the body already names it that way.
+    pub fn model_edit(&self, model: &str) -> Option<(Range<usize>, String)> {
+        let span = self.span("model")?;
+        let model = Value::from(model).to_string();
+        (self.body.get(span.clone())? != model).then_some((span, model))
+    }
+
     /// The body itself.
     pub fn body(&self) -> &'a str {
         self.body

@@ -144,13 +144,8 @@ impl Translator for AnthropicPassthrough {
             top.small(&["stream"]).and_then(|small| stream_flag(&small))
         };
         Some(stream.map(|stream| {
-            let model = Value::from(ctx.model).to_string();
-            let (prefix, replaced) = match (top.get("model"), top.span("model")) {
-                (Some(raw), Some(span)) if raw != model => {
-                    edit_prefix(top.body(), &[(span, model)])
-                }
-                _ => (Vec::new(), 0),
-            };
+            let edit = top.model_edit(ctx.model);
+            let (prefix, replaced) = edit_prefix(top.body(), edit.as_slice());
             (self.upstream(ctx, prefix, stream), replaced)
         }))
     }

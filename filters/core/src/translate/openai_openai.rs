@@ -179,12 +179,7 @@ pub(crate) fn prepare_in_place(
             ("/embeddings", false, false)
         }
     };
-    if let (Some(raw), Some(span)) = (top.get("model"), top.span("model")) {
-        let model = Value::from(ctx.model).to_string();
-        if raw != model {
-            edits.push((span, model));
-        }
-    }
+    edits.extend(top.model_edit(ctx.model));
     edits.sort_by_key(|(r, _)| r.start);
     let (prefix, replaced) = edit_prefix(top.body(), &edits);
     Ok((prefix, replaced, suffix, stream, include_usage))
