@@ -90,6 +90,46 @@ def test_large_body_translated_to_anthropic_keeps_every_character(stack, auth):
     assert sent["body"]["messages"] == [{"role": "user", "content": [{"type": "text", "text": text}]}]
 
 
+def holds(value, text: str) -> bool:
+    """Does this JSON value hold `text` as one of its strings?"""
+    if isinstance(value, dict):
+        return any(holds(v, text) for v in value.values())
+    if isinstance(value, list):
+        return any(holds(v, text) for v in value)
+    return value == text
+
+
+@pytest.mark.parametrize("model,path", [
+    ("anthropic/claude-sonnet-4-5", "/v1/messages"),
+    ("gemini/gemini-2.0-flash", ":generateContent"),
+    ("bedrock/anthropic.claude-3-haiku-20240307-v1:0", "/converse"),
+])
+@pytest.mark.parametrize("lifted", [True, False])
+def test_large_translated_body_written_in_slices_reaches_each_provider_whole(stack, auth, model, path,
+                                                                             lifted):
+    # A translated body of several hundred KB is written to Envoy in 16 KiB
+    # slices (filters/README.md, "512 KB translated with its long texts
+    # lifted out"): each provider gets it whole and in order, Bedrock's
+    # signature included (the mock checks it over the body it received).
+    # A NUL in a string keeps the texts from being lifted.
+    tail = "end" if lifted else "end \x00"
+    texts = [(FILLER + f"part {i} \"é\" 🦀\t") * (3_000 + 1_000 * i) + tail for i in range(3)]
+    body = json.dumps({"model": model, "max_tokens": 16,
+                       "messages": [{"role": "user", "content": texts[0]},
+                                    {"role": "assistant", "content": texts[1]},
+                                    {"role": "user", "content": texts[2]}]}).encode()
+    seq = last_seq(stack)
+    req = urllib.request.Request(f"{stack.base_url}/chat/completions", data=body, method="POST",
+                                 headers={"content-type": "application/json", **auth})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert resp.status == 200
+        assert json.load(resp)["choices"][0]["message"]["content"]
+    sent = [r for r in mock_recent(stack) if r["seq"] > seq]
+    assert len(sent) == 1 and sent[0]["path"].endswith(path)
+    assert sent[0]["status"] == 200
+    assert all(holds(sent[0]["body"], t) for t in texts)
+
+
 @pytest.mark.parametrize("model", ["claude-sonnet-4-5", "anthropic/claude-sonnet-4-5"])
 def test_large_messages_request_reaches_anthropic_edited_only_at_the_model(stack, demo_key, model):
     # Claude Code's turn through the official client: the body goes on as

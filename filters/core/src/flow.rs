@@ -29,7 +29,7 @@ use crate::cooldown;
 use crate::error::{clip, ApiError, ECHO_MAX_CHARS, SERVER};
 use crate::host::{Host, Level, MetricKind};
 use crate::metrics::{self, property, ErrorClass, Metrics, Series};
-use crate::plan::{plan, provider_request_id_header, RequestFacts, Route};
+use crate::plan::{plan, provider_request_id_header, upstream_body, writes, RequestFacts, Route};
 use crate::translate::messages::DROPPED_HEADER;
 use crate::translate::{
     for_route, map_error_status, merge_embeddings, Endpoint, Front, StreamTranslator, Usage,
@@ -482,11 +482,20 @@ impl Flow {
         }
         let edited = planned.body_replaces > 0 || !planned.body.is_empty();
         if !body.is_empty() && body.len() <= COMPACT_BODY_MAX {
-            let whole = crate::plan::spliced(planned.body, planned.body_replaces, body);
+            let whole = upstream_body(&planned.body, planned.body_replaces, &planned.inserts, body);
             // Unedited, the write only saves memory: a refusal is no error.
             let written = h.set_request_body(body.len(), &whole);
             ok &= written || !edited;
+        } else if edited && planned.body_replaces >= body.len() {
+            // Replaced whole: written in slices (crate::plan::writes).
+            let mut writes = writes(&planned.body, &planned.inserts, body).into_iter();
+            let first = writes.next().unwrap_or_default();
+            ok &= h.set_request_body(planned.body_replaces, &first);
+            for more in writes {
+                ok = ok && h.append_request_body(&more);
+            }
         } else if edited {
+            // An edit at the start; only whole replacements have inserts.
             ok &= h.set_request_body(planned.body_replaces, &planned.body);
         }
         if !ok {

@@ -44,6 +44,8 @@ pub trait Host {
     fn request_body(&self, size: usize) -> Option<Vec<u8>>;
     /// Replaces the body's first `size` bytes with `body` (the rest stays).
     fn set_request_body(&mut self, size: usize, body: &[u8]) -> bool;
+    /// Adds `body` at the end of the request body.
+    fn append_request_body(&mut self, body: &[u8]) -> bool;
     fn response_header(&self, name: &str) -> Option<String>;
     /// Every response header, name and value (one host call where the host
     /// has it); `None` when the host refused.
@@ -134,7 +136,10 @@ pub mod fake {
         pub logs: RefCell<Vec<String>>,
         /// Each [`Host::set_request_body`]: (bytes replaced, bytes written).
         pub req_body_writes: Vec<(usize, usize)>,
-        /// [`Host::set_request_body`] refuses (and changes nothing).
+        /// Each [`Host::append_request_body`]: bytes written.
+        pub req_body_appends: Vec<usize>,
+        /// [`Host::set_request_body`] and [`Host::append_request_body`] refuse
+        /// (and change nothing).
         pub refuse_body_writes: bool,
         /// How many times each [`Host`] method was called (what a request
         /// costs in host calls).
@@ -194,6 +199,15 @@ pub mod fake {
             // As Envoy does: drain `size` bytes, prepend `body`.
             let size = size.min(self.req_body.len());
             self.req_body.splice(..size, body.iter().copied());
+            true
+        }
+        fn append_request_body(&mut self, body: &[u8]) -> bool {
+            self.note("append_request_body");
+            self.req_body_appends.push(body.len());
+            if self.refuse_body_writes {
+                return false;
+            }
+            self.req_body.extend_from_slice(body);
             true
         }
         fn response_headers(&self) -> Option<Vec<(String, String)>> {

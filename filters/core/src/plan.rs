@@ -15,7 +15,7 @@ use tollgate_wire::models_allowed;
 
 use crate::config::{Key, Kind, ModelCfg, Provider, Resolved, Runtime};
 use crate::error::{echo, ApiError, INVALID_REQUEST, SERVER};
-use crate::lift;
+use crate::lift::{self, Insert};
 use crate::scan::{leading_model, TopLevel};
 use crate::translate::{
     for_route, messages, parse_client_body, Endpoint, Front, RequestCtx, ResponseCtx, Translator,
@@ -94,6 +94,9 @@ pub struct Plan {
     /// empty `body`: the body goes on untouched).
     pub body: Vec<u8>,
     pub body_replaces: usize,
+    /// The client's long texts the translated `body` leaves out, and where
+    /// they go in it ([`lift`]); only with a whole-body replacement.
+    pub inserts: Vec<Insert>,
     /// A fan-out: instead of forwarding the request, make these calls to
     /// the provider's cluster and answer with their merged answers.
     pub calls: Vec<Call>,
@@ -108,9 +111,54 @@ pub struct Plan {
 impl Plan {
     /// The body the provider gets, from the client's.
     pub fn upstream_body(&self, client: &[u8]) -> Vec<u8> {
-        spliced(self.body.clone(), self.body_replaces, client)
+        upstream_body(&self.body, self.body_replaces, &self.inserts, client)
     }
 }
+
+/// The body the provider gets: `body` with the client texts of `inserts`
+/// put in, followed by the client's body after its first `replaces` bytes.
+pub fn upstream_body(body: &[u8], replaces: usize, inserts: &[Insert], client: &[u8]) -> Vec<u8> {
+    spliced(lift::joined(body, inserts, client), replaces, client)
+}
+
+/// The writes that replace a whole client body with `body` and the client
+/// texts of `inserts` put in: the first one replaces the client's bytes,
+/// each next one goes at the end. Each write is one of Envoy's 16 KiB
+/// buffer slices ([`WRITE_MAX`]), taken from the client's body as it lies
+/// where a lifted text fills it; pieces shorter than that are joined.
+///
+/// Envoy sends a request body to an HTTP/2 provider in frames, moving whole
+/// slices into them and copying those a frame ends inside: a body written
+/// in one call is one slice, copied again frame by frame, where a body
+/// read from the client is in 16 KiB slices. Measured (`perf` on Envoy,
+/// 512 KB translated request): the copies took ~245 µs of Envoy's CPU per
+/// request, and copying the texts into the VM's output first ~50 µs more.
+pub fn writes<'a>(body: &'a [u8], inserts: &'a [Insert], client: &'a [u8]) -> Vec<Cow<'a, [u8]>> {
+    let mut writes = Vec::new();
+    let mut joined = Vec::new();
+    for mut piece in lift::pieces(body, inserts, client) {
+        if !joined.is_empty() {
+            let (head, rest) = piece.split_at((WRITE_MAX - joined.len()).min(piece.len()));
+            joined.extend_from_slice(head);
+            piece = rest;
+            if joined.len() < WRITE_MAX {
+                continue;
+            }
+            writes.push(Cow::Owned(std::mem::take(&mut joined)));
+        }
+        let mut chunks = piece.chunks_exact(WRITE_MAX);
+        writes.extend(chunks.by_ref().map(Cow::Borrowed));
+        joined.extend_from_slice(chunks.remainder());
+    }
+    if !joined.is_empty() || writes.is_empty() {
+        writes.push(Cow::Owned(joined));
+    }
+    writes
+}
+
+/// The most bytes one write of a replaced body carries ([`writes`]): the
+/// size of Envoy's buffer slices.
+pub const WRITE_MAX: usize = 16 * 1024;
 
 /// `prefix` followed by the client's body after its first `replaces` bytes.
 pub fn spliced(mut prefix: Vec<u8>, replaces: usize, client: &[u8]) -> Vec<u8> {
@@ -237,11 +285,14 @@ pub fn plan(
         tr,
         up,
         body_replaces,
+        inserts,
         dropped,
         local,
         key_idx,
     } = t;
-    let body_len = facts.body.len() - body_replaces.min(facts.body.len()) + up.body.len();
+    let inserted: usize = inserts.iter().map(|i| i.text.len()).sum();
+    let body_len =
+        facts.body.len() - body_replaces.min(facts.body.len()) + up.body.len() + inserted;
     let key = provider
         .keys
         .get(key_idx)
@@ -307,6 +358,7 @@ pub fn plan(
         headers,
         body: up.body,
         body_replaces,
+        inserts,
         calls,
         local,
         fallbacks,
@@ -378,6 +430,7 @@ struct Target<'r> {
     tr: &'static dyn Translator,
     up: UpstreamRequest,
     body_replaces: usize,
+    inserts: Vec<Insert>,
     /// Messages routes: the Anthropic request fields the provider does not get.
     dropped: Vec<&'static str>,
     /// Answered by the gateway without a provider call (count_tokens of a
@@ -410,6 +463,7 @@ fn target<'r>(
     };
     let mut dropped = Vec::new();
     let mut local = None;
+    let mut inserts = Vec::new();
     let in_place = match parsed {
         Parsed::Top(top) => tr.request_in_place(&ctx, top),
         Parsed::Document(..) => None,
@@ -421,7 +475,10 @@ fn target<'r>(
                 .then(|| lift::request(tr, &ctx, top))
                 .flatten();
             let up = match lifted {
-                Some(up) => up,
+                Some((up, lifted)) => {
+                    inserts = lifted;
+                    up
+                }
                 None => tr.request(&ctx, &top.value()?)?,
             };
             (up, facts.body.len())
@@ -466,6 +523,7 @@ fn target<'r>(
         tr,
         up,
         body_replaces,
+        inserts,
         dropped,
         local,
         key_idx,
@@ -582,6 +640,35 @@ pub fn metric_safe(s: &str) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Whatever the pieces' sizes, the writes carry the upstream body in
+    /// order, each a full slice but the last.
+    #[test]
+    fn writes_are_the_body_in_full_slices() {
+        let mut rng = crate::keys::XorShift::new(7);
+        for _ in 0..300 {
+            let client: Vec<u8> = (0..rng.next_u32() % 100_000).map(|i| i as u8).collect();
+            let body: Vec<u8> = (0..rng.next_u32() % 40_000)
+                .map(|i| (i % 7) as u8)
+                .collect();
+            let mut inserts = Vec::new();
+            let mut at = 0;
+            for _ in 0..rng.next_u32() % 6 {
+                at += (rng.next_u32() as usize % 5_000).min(body.len() - at);
+                let start = rng.next_u32() as usize % (client.len() + 1);
+                let end = start + (rng.next_u32() as usize % 40_000).min(client.len() - start);
+                inserts.push(Insert {
+                    at,
+                    text: start..end,
+                });
+            }
+            let w = writes(&body, &inserts, &client);
+            assert_eq!(w.concat(), lift::joined(&body, &inserts, &client));
+            let (last, full) = w.split_last().unwrap();
+            assert!(full.iter().all(|w| w.len() == WRITE_MAX));
+            assert!(last.len() <= WRITE_MAX && (full.is_empty() || !last.is_empty()));
+        }
+    }
 
     fn rt() -> Runtime {
         Runtime::from_json(

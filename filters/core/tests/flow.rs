@@ -1292,6 +1292,51 @@ fn small_bodies_are_written_whole_and_large_ones_edited_at_their_start() {
     }
 }
 
+/// A large translated body reaches Envoy as the plan's upstream body,
+/// written in slices of 16 KiB (`WRITE_MAX`) and the rest: the first write
+/// replaces the client's body, the others go at its end.
+#[test]
+fn a_large_translated_body_is_written_in_slices() {
+    use tollgate_core::plan::{plan, RequestFacts, WRITE_MAX};
+    use tollgate_core::translate::{Endpoint, Front};
+    let long = r#"fn main() {\n    println!(\"hi\"); // a\/b caf\u00e9\n}\n"#.repeat(1200);
+    let short = r#"tool \"output\"\n"#.repeat(100);
+    // Lifted (long), and lifted (short), or not (tiny) but joined with the rest.
+    for (first, tiny) in [(&short, "ok"), (&long, r"\u0000")] {
+        let body = format!(
+            r#"{{"model":"anthropic/claude-sonnet-4-5","max_tokens":64,"messages":[{{"role":"system","content":"{first}"}},{{"role":"user","content":"{long}"}},{{"role":"assistant","content":"{tiny}"}},{{"role":"user","content":"{short}"}}]}}"#
+        )
+        .into_bytes();
+        let facts = RequestFacts {
+            endpoint: Endpoint::Chat,
+            front: Front::OpenAi,
+            body: &body,
+            header_names: None,
+            allowed: "*",
+            declared_model: None,
+            now_ms: 1,
+            random: 0,
+        };
+        let rt = common::runtime();
+        let expected = plan(&rt, &facts, &|_| 0).unwrap().upstream_body(&body);
+
+        let mut h = host("POST", "/v1/chat/completions", &body);
+        let (_f, fwd) = request_with(roomy_flow(), &mut h, true);
+        assert!(fwd);
+        assert_eq!(h.req_body, expected);
+        let sent: Value = serde_json::from_slice(&h.req_body).unwrap();
+        assert_eq!(sent["model"], "claude-sonnet-4-5");
+        let text: Value = serde_json::from_str(&format!(r#""{long}""#)).unwrap();
+        assert_eq!(sent["messages"][0]["content"][0]["text"], text);
+        let slices = expected.len().div_ceil(WRITE_MAX);
+        assert_eq!(h.req_body_writes, vec![(body.len(), WRITE_MAX)]);
+        assert_eq!(h.req_body_appends.len(), slices - 1);
+        assert!(h.req_body_appends[..slices - 2]
+            .iter()
+            .all(|&n| n == WRITE_MAX));
+    }
+}
+
 /// Writing an unedited small body back only saves memory: a host that
 /// refuses it does not fail the request; a refused edit still does.
 #[test]

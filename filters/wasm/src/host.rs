@@ -298,6 +298,11 @@ impl Host for WasmHost {
     fn set_request_body(&mut self, size: usize, body: &[u8]) -> bool {
         set_buffer(BufferType::HttpRequestBody, 0, size, body)
     }
+    fn append_request_body(&mut self, body: &[u8]) -> bool {
+        // Envoy adds at the end when the start is at or past the buffer's
+        // length (any other start but 0 is refused).
+        set_buffer(BufferType::HttpRequestBody, i32::MAX as usize, 0, body)
+    }
     fn response_header(&self, name: &str) -> Option<String> {
         get_header(MapType::HttpResponseHeaders, name)
     }
