@@ -411,7 +411,7 @@ impl Flow {
             now_ms: now,
             random,
         };
-        let planned = {
+        let mut planned = {
             let host: &dyn Host = &*h;
             plan(&self.rt, &facts, &|id| {
                 cooldown::remaining_ms(host, id, now)
@@ -482,7 +482,12 @@ impl Flow {
         }
         let edited = planned.body_replaces > 0 || !planned.body.is_empty();
         if !body.is_empty() && body.len() <= COMPACT_BODY_MAX {
-            let whole = upstream_body(&planned.body, planned.body_replaces, &planned.inserts, body);
+            let whole = upstream_body(
+                std::mem::take(&mut planned.body),
+                planned.body_replaces,
+                &planned.inserts,
+                body,
+            );
             // Unedited, the write only saves memory: a refusal is no error.
             let written = h.set_request_body(body.len(), &whole);
             ok &= written || !edited;

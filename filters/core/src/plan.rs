@@ -111,14 +111,17 @@ pub struct Plan {
 impl Plan {
     /// The body the provider gets, from the client's.
     pub fn upstream_body(&self, client: &[u8]) -> Vec<u8> {
-        upstream_body(&self.body, self.body_replaces, &self.inserts, client)
+        upstream_body(self.body.clone(), self.body_replaces, &self.inserts, client)
     }
 }
 
 /// The body the provider gets: `body` with the client texts of `inserts`
 /// put in, followed by the client's body after its first `replaces` bytes.
-pub fn upstream_body(body: &[u8], replaces: usize, inserts: &[Insert], client: &[u8]) -> Vec<u8> {
-    spliced(lift::joined(body, inserts, client), replaces, client)
+pub fn upstream_body(body: Vec<u8>, replaces: usize, inserts: &[Insert], client: &[u8]) -> Vec<u8> {
+    if inserts.is_empty() {
+        return spliced(body, replaces, client);
+    }
+    spliced(lift::joined(&body, inserts, client), replaces, client)
 }
 
 /// The writes that replace a whole client body with `body` and the client
