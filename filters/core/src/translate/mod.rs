@@ -227,7 +227,10 @@ pub trait Translator: Sync {
     /// joined or concatenated, never read (beyond being empty or not), cut
     /// or parsed?
     /// Then a large body's long texts are kept out of the document it
-    /// builds ([`crate::lift`]).
+    /// builds ([`crate::lift`]), and out of the `body` the plan holds until
+    /// it is written: such a translator's [`Translator::auth_headers`] must
+    /// not depend on the body (no signature over it), and it makes no
+    /// fan-out.
     fn keeps_texts_whole(&self) -> bool {
         false
     }
