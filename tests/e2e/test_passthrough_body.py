@@ -107,7 +107,7 @@ def holds(value, text: str) -> bool:
 @pytest.mark.parametrize("lifted", [True, False])
 def test_large_translated_body_written_in_slices_reaches_each_provider_whole(stack, auth, model, path,
                                                                              lifted):
-    # A translated body of several hundred KB is written to Envoy in 16 KiB
+    # A translated body of about 1.2 MB is written to Envoy in 16 KiB
     # slices (filters/README.md, "512 KB translated with its long texts
     # lifted out"): each provider gets it whole and in order, Bedrock's
     # signature included (the mock checks it over the body it received).
