@@ -53,8 +53,13 @@ status: ## Show which parts of the detached stack are running
 test: build test-unit validate check-config compose-check k8s-check dashboard-check test-e2e bench-smoke ## Everything: unit tests, config checks, end-to-end tests
 	@echo "make test: all passed"
 
-test-unit: ## Unit and integration tests of every Rust crate (cargo test)
+test-unit: ## Unit and integration tests of every Rust crate (cargo test); the scanner's tests in V8 too
 	$(CARGO) test --release
+	@if command -v node >/dev/null; then \
+	  tests=$$($(CARGO) test -q -p tollgate-core --lib --target wasm32-wasip1 --no-run --message-format=json \
+	    | sed -n 's/.*"executable":"\([^"]*\.wasm\)".*/\1/p' | tail -1) && test -n "$$tests" && \
+	  node --no-warnings filters/tools/wasm-test/run.mjs "$$tests" scan --test-threads=1; \
+	else echo "test-unit: node not found: the scanner's Wasm-only code was not tested in V8"; fi
 
 validate: build-wasm ## Validate envoy.yaml with `envoy --mode validate` and the built Wasm file
 	@tmp=$$(mktemp -d) && printf validate-only-usage-token > $$tmp/token && \

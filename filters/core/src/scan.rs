@@ -18,6 +18,8 @@ use serde_json::{Map, Value};
 
 use crate::error::{echo, ApiError, INVALID_REQUEST};
 
+mod block;
+
 /// Nesting deeper than this is refused (serde_json's own limit when it
 /// builds a document).
 const MAX_DEPTH: usize = 128;
@@ -263,7 +265,8 @@ enum Kind {
 type Fields<'a> = Vec<(Cow<'a, str>, Range<usize>)>;
 
 /// A JSON validator over bytes (RFC 8259 grammar; UTF-8 is checked before).
-/// Strings are skipped eight bytes at a time.
+/// Strings are skipped eight bytes at a time up to their first escape, then
+/// by 64-byte blocks.
 struct Scanner<'a> {
     b: &'a [u8],
     at: usize,
@@ -565,9 +568,31 @@ impl<'a> Scanner<'a> {
 
     /// A string from its opening quote; true when it holds escapes.
     fn string(&mut self) -> Result<bool, &'static str> {
+        self.string_by(true)
+    }
+
+    /// [`Self::string`]; `blocks`: once the string has an escape, the rest
+    /// is skipped by 64-byte blocks where it can ([`block::skip`]), else
+    /// escape by escape.
+    fn string_by(&mut self, blocks: bool) -> Result<bool, &'static str> {
         self.at += 1;
         let mut escaped = false;
+        // Blocks are tried from this index on (none before the first escape:
+        // most strings are short and plain).
+        let mut blocks_from = usize::MAX;
         loop {
+            if self.at >= blocks_from {
+                match block::skip(self.b, self.at) {
+                    block::Skip::End(quote) => {
+                        self.at = quote + 1;
+                        return Ok(escaped);
+                    }
+                    block::Skip::Stop { at, until } => {
+                        self.at = at;
+                        blocks_from = until.map_or(usize::MAX, |i| i + 1);
+                    }
+                }
+            }
             self.at = plain_end(self.b, self.at);
             match self.peek() {
                 Some(b'"') => {
@@ -575,6 +600,9 @@ impl<'a> Scanner<'a> {
                     return Ok(escaped);
                 }
                 Some(b'\\') => {
+                    if blocks && !escaped {
+                        blocks_from = self.at;
+                    }
                     escaped = true;
                     self.at += 1;
                     match self.peek() {
@@ -750,5 +778,79 @@ mod tests {
         whole.extend_from_slice(&body.as_bytes()[replaced..]);
         assert_eq!(whole, br#"{"x":1,"model":"b","messages":[]}"#);
         assert_eq!(edit_prefix(body, &[]), (Vec::new(), 0));
+    }
+
+    /// Strings skipped by blocks end where, and fail how, the same strings
+    /// skipped escape by escape do: long texts with escapes of every kind,
+    /// runs of backslashes, bad escapes and raw control bytes at every
+    /// offset of a block, closed or not.
+    #[test]
+    fn strings_skipped_by_blocks_match_escape_by_escape() {
+        const PIECES: [&[u8]; 21] = [
+            b"\\n",
+            b"\\\"",
+            b"\\\\",
+            b"\\/",
+            b"\\t",
+            b"\\b\\f\\r",
+            b"\\u00e9",
+            b"\\ud83d\\ude00",
+            b"\\ud800",
+            b"\\udc00x",
+            b"\\u0000",
+            b"\\u12",
+            b"\\x",
+            b"\\\\\\\\\\\\",
+            b"\\\\\\\"",
+            b"\x01",
+            b"\x1f",
+            "\u{e9}\u{1f600}".as_bytes(),
+            b" ",
+            b"let x = 1;",
+            b"\"",
+        ];
+        let mut state = 0x853c_49e6_748f_ea9bu64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as usize
+        };
+        let (mut closed, mut refused) = (0, 0);
+        for _ in 0..20_000 {
+            let mut body = b"\"".to_vec();
+            while body.len() < 40 + next() % 400 {
+                match next() % 10 {
+                    // Mostly plain text with the escapes a coding agent's text has.
+                    0..=4 => body.extend(std::iter::repeat_n(b'a', next() % 30)),
+                    5..=7 => body.extend_from_slice(PIECES[next() % 6]),
+                    _ => body.extend_from_slice(PIECES[next() % PIECES.len()]),
+                }
+            }
+            if next() % 4 > 0 {
+                body.extend_from_slice(b"\",1]");
+            }
+            let run = |blocks: bool| {
+                let mut sc = Scanner {
+                    b: &body,
+                    at: 0,
+                    twice: None,
+                    texts: Vec::new(),
+                    odd_escapes: false,
+                };
+                let result = sc.string_by(blocks);
+                (result, sc.at, sc.odd_escapes)
+            };
+            let by_blocks = run(true);
+            assert_eq!(by_blocks, run(false), "{}", String::from_utf8_lossy(&body));
+            match by_blocks.0 {
+                Ok(_) => closed += 1,
+                Err(_) => refused += 1,
+            }
+        }
+        assert!(
+            closed > 3_000 && refused > 3_000,
+            "{closed} closed, {refused} refused"
+        );
     }
 }
