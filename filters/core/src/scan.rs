@@ -852,5 +852,23 @@ mod tests {
             closed > 3_000 && refused > 3_000,
             "{closed} closed, {refused} refused"
         );
+        // Runs of backslashes longer than a block, ending with the string
+        // or escaping its quote.
+        for run in [63, 64, 65, 127, 128, 129, 200] {
+            for tail in ["\"", "x\"", "\"x\""] {
+                let body = format!("\"a\\n{}{tail},1]", "\\".repeat(run));
+                let run_by = |blocks: bool| {
+                    let mut sc = Scanner {
+                        b: body.as_bytes(),
+                        at: 0,
+                        twice: None,
+                        texts: Vec::new(),
+                        odd_escapes: false,
+                    };
+                    (sc.string_by(blocks), sc.at)
+                };
+                assert_eq!(run_by(true), run_by(false), "{body}");
+            }
+        }
     }
 }
