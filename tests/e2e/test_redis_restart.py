@@ -106,11 +106,22 @@ def test_redis_killed_and_restarted_under_load(make_stack, tmp_path):
 
     # Usage reports that came while Redis was down were queued, then written:
     # the tokens metric ends at the sum of every answer's usage, not before.
+    # A debit sent as Redis died and never answered may have been applied, so
+    # it is not sent again (never debited twice) and is counted as a store
+    # error: only then may tokens be missing, and only those of the reports
+    # that were on their way at the kill (answers ended within a second of it;
+    # the filter sends a batch every 100 ms).
     assert authz_metric(s, 'tollgate_authz_usage_reports_total{result="queued"}') > 0
     want = spent_tokens + sum(r[4]["usage"]["total_tokens"] for r in results if r[3] == 200)
     deadline = time.monotonic() + 5
     while authz_metric(s, "tollgate_authz_usage_tokens_total") < want and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert authz_metric(s, "tollgate_authz_usage_tokens_total") == want
+    debited = authz_metric(s, "tollgate_authz_usage_tokens_total")
+    if authz_metric(s, 'tollgate_authz_usage_reports_total{result="store_error"}') == 0:
+        assert debited == want
+    else:
+        at_kill = sum(r[4]["usage"]["total_tokens"] for r in results
+                      if r[3] == 200 and abs(r[1] - t_kill) < 1.0)
+        assert want - at_kill <= debited <= want, (debited, want, at_kill)
     assert authz_metric(s, "tollgate_authz_usage_queued") == 0
     assert authz_metric(s, "tollgate_authz_usage_dropped_total") == 0
