@@ -308,6 +308,12 @@ pub(crate) fn plain_end(b: &[u8], mut at: usize) -> usize {
     at
 }
 
+/// Is `c` the letter of an escape that stands alone (`\n`, `\"`, …), i.e.
+/// any escape but `\uXXXX`?
+fn plain_escape(c: u8) -> bool {
+    matches!(c, b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't')
+}
+
 /// Four hex digits (an escape's `XXXX` in `\uXXXX`).
 fn hex4(hex: &[u8]) -> Option<u16> {
     if hex.len() != 4 || !hex.iter().all(u8::is_ascii_hexdigit) {
@@ -606,9 +612,7 @@ impl<'a> Scanner<'a> {
                     escaped = true;
                     self.at += 1;
                     match self.peek() {
-                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => {
-                            self.at += 1
-                        }
+                        Some(c) if plain_escape(c) => self.at += 1,
                         Some(b'u') => {
                             let hex = self
                                 .b
@@ -809,13 +813,8 @@ mod tests {
             b"let x = 1;",
             b"\"",
         ];
-        let mut state = 0x853c_49e6_748f_ea9bu64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as usize
-        };
+        let mut rng = crate::keys::XorShift::new(0x853c_49e6_748f_ea9b);
+        let mut next = move || rng.next_u32() as usize;
         let (mut closed, mut refused) = (0, 0);
         for _ in 0..20_000 {
             let mut body = b"\"".to_vec();

@@ -43,7 +43,7 @@ pub(super) fn skip(b: &[u8], mut at: usize) -> Skip {
         while plain != 0 {
             let i = plain.trailing_zeros();
             let c = block.get(i as usize).copied().unwrap_or(0);
-            if !matches!(c, b'"' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') {
+            if !super::plain_escape(c) {
                 trouble = 1 << i;
                 break;
             }
@@ -134,27 +134,23 @@ fn masks(block: &[u8; 64]) -> [u64; 3] {
 mod tests {
     use super::*;
 
-    struct Rng(u64);
+    use crate::keys::XorShift;
 
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
+    /// 64 random bits.
+    fn next(r: &mut XorShift) -> u64 {
+        u64::from(r.next_u32()) << 32 | u64::from(r.next_u32())
     }
 
     #[test]
     fn masks_mark_quotes_backslashes_and_controls() {
-        let mut r = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut r = XorShift::new(0x9e37_79b9_7f4a_7c15);
         let alphabet = [
             b'"', b'\\', b'a', 0x1f, 0x20, 0x00, 0x7f, 0x80, 0xa2, 0xdc, b'!', b']',
         ];
         for round in 0..20_000 {
             let mut block = [0u8; 64];
             for byte in &mut block {
-                let x = r.next();
+                let x = next(&mut r);
                 *byte = if round % 2 == 0 {
                     x as u8
                 } else {
@@ -173,12 +169,12 @@ mod tests {
 
     #[test]
     fn escaped_bytes_follow_odd_runs_of_backslashes() {
-        let mut r = Rng(0x2545_f491_4f6c_dd1d);
+        let mut r = XorShift::new(0x2545_f491_4f6c_dd1d);
         for round in 0..50_000u64 {
             let backslashes = match round % 3 {
-                0 => r.next(),
-                1 => r.next() | r.next(),
-                _ => r.next() | r.next() | r.next(),
+                0 => next(&mut r),
+                1 => next(&mut r) | next(&mut r),
+                _ => next(&mut r) | next(&mut r) | next(&mut r),
             };
             let mut want = 0u64;
             let mut escape = false;
