@@ -1,0 +1,59 @@
+"""bench/ab.py, the alternated A/B of Wasm modules: a real (short) run.
+
+The variant's module must be the one its Envoy loads (both the route filter
+and the providers' per-attempt filter), and the summary compares it with the
+first SPEC round by round.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from stack import ROOT
+
+sys.path.insert(0, str(ROOT / "bench"))
+import ab  # noqa: E402
+import bench  # noqa: E402
+
+
+def test_every_reference_to_the_module_is_replaced(tmp_path):
+    known = {sc.name: sc for sc in bench.scenarios("mock-openai-key-1")}
+    module = tmp_path / "other.wasm"
+    module.write_bytes(b"\0asm")
+    _, sc = ab.parse_spec(f"wasm@{module}", known)
+    text = yaml.safe_dump(sc.envoy)
+    assert ab.FILTER_WASM not in text and str(module) in text
+    # The scenario itself is left as it was.
+    assert ab.FILTER_WASM in yaml.safe_dump(known["wasm"].envoy)
+    with pytest.raises(SystemExit, match="nothing to replace"):
+        ab.parse_spec(f"wasm-null@{module}", known)
+    with pytest.raises(SystemExit, match="not a bench scenario"):
+        ab.parse_spec("no-such-scenario", known)
+
+
+def test_a_short_alternated_run(tmp_path):
+    module = tmp_path / "copy.wasm"
+    shutil.copyfile(ROOT / ab.FILTER_WASM, module)
+    out = tmp_path / "out"
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "ab.py"), "--rate", "50", "--seconds", "1",
+                          "--warmup", "0.5", "--rounds", "1", "--conns", "2", "--out", str(out),
+                          "wasm", f"wasm@{module}"], capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    result = json.loads((out / "ab.json").read_text())
+    for label in ("wasm", f"wasm@{module}"):
+        (row,) = result["runs"][label]
+        assert row["success_rate"] == 1.0 and row["requests"] >= 45, row
+        assert row["envoy_us"] > 0 and row["gateway_us"] >= row["envoy_us"], row
+    variant = result["summary"][f"wasm@{module}"]
+    assert variant["rounds_lower_than_reference"] in (0, 1)
+    assert "rounds_lower_than_reference" not in result["summary"]["wasm"]
+    # The variant's Envoy loaded the copy, in both of its Wasm filters.
+    config = (out / "spec1" / "stacks" / "wasm" / "envoy.yaml").read_text()
+    assert config.count(str(module)) == 1 and config.count("code: *") == 1
+    assert ab.FILTER_WASM not in config
+    assert ab.FILTER_WASM in (out / "spec0" / "stacks" / "wasm" / "envoy.yaml").read_text()
