@@ -77,13 +77,13 @@ def main() -> int:
     parser.add_argument("specs", nargs="+", metavar="SPEC", help="scenario or scenario@module.wasm")
     parser.add_argument("--rate", type=float, default=1000, help="requests/s (default 1000)")
     parser.add_argument("--seconds", type=float, default=12, help="measured seconds per run (default 12)")
-    parser.add_argument("--warmup", type=float, default=3, help="warm-up seconds per run (default 3)")
+    parser.add_argument("--warmup", type=float, default=3, help="warm-up seconds per run (default 3; 0: none)")
     parser.add_argument("--rounds", type=int, default=4, help="rounds (default 4)")
     parser.add_argument("--conns", type=int, default=32, help="fortio connections (default 32, as bench.py cpu)")
     parser.add_argument("--out", type=Path, default=None, help="results directory")
     args = parser.parse_args()
-    if args.rounds < 1 or args.rate <= 0 or args.seconds <= 0:
-        parser.error("--rounds, --rate and --seconds must be positive")
+    if args.rounds < 1 or args.rate <= 0 or args.seconds <= 0 or args.warmup < 0:
+        parser.error("--rounds, --rate and --seconds must be positive, --warmup not negative")
 
     known = {sc.name: sc for sc in B.scenarios("mock-openai-key-1")}
     specs = [parse_spec(s, known) for s in args.specs]
@@ -100,7 +100,8 @@ def main() -> int:
             work = out / f"spec{i}"
             stack = B.start_stack(sc, work, mock_config=B.mock_config_with(sc.mock_keys, work / "stacks" / sc.name))
             try:
-                B.run_load(stack, sc, args.rate, args.warmup, args.conns, out / "raw" / f"warmup-{i}.json")
+                if args.warmup > 0:  # fortio's -t 0 would run until stopped
+                    B.run_load(stack, sc, args.rate, args.warmup, args.conns, out / "raw" / f"warmup-{i}.json")
                 r = B.run_load(stack, sc, args.rate, args.seconds, args.conns, out / "raw" / f"r{rnd}-{i}.json")
             finally:
                 stack.stop()

@@ -41,7 +41,7 @@ def test_a_short_alternated_run(tmp_path):
     shutil.copyfile(ROOT / ab.FILTER_WASM, module)
     out = tmp_path / "out"
     run = subprocess.run([sys.executable, str(ROOT / "bench" / "ab.py"), "--rate", "50", "--seconds", "1",
-                          "--warmup", "0.5", "--rounds", "1", "--conns", "2", "--out", str(out),
+                          "--warmup", "0", "--rounds", "1", "--conns", "2", "--out", str(out),
                           "wasm", f"wasm@{module}"], capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     result = json.loads((out / "ab.json").read_text())
