@@ -72,13 +72,7 @@ impl<'a> TopLevel<'a> {
                 "Request body is not valid UTF-8",
             ));
         };
-        let mut sc = Scanner {
-            b: body,
-            at: 0,
-            twice: None,
-            texts: Vec::new(),
-            odd_escapes: false,
-        };
+        let mut sc = Scanner::new(body);
         sc.ws();
         if sc.peek() != Some(b'{') {
             // Valid JSON but no object, or no JSON at all: say which.
@@ -329,6 +323,16 @@ fn word(b: &[u8], at: usize) -> Option<u64> {
 }
 
 impl<'a> Scanner<'a> {
+    fn new(b: &'a [u8]) -> Self {
+        Scanner {
+            b,
+            at: 0,
+            twice: None,
+            texts: Vec::new(),
+            odd_escapes: false,
+        }
+    }
+
     fn peek(&self) -> Option<u8> {
         self.b.get(self.at).copied()
     }
@@ -784,6 +788,14 @@ mod tests {
         assert_eq!(edit_prefix(body, &[]), (Vec::new(), 0));
     }
 
+    /// The string starting `body`, read by blocks or escape by escape:
+    /// the result, where it ended, and whether it had odd escapes.
+    fn string_read(body: &[u8], blocks: bool) -> (Result<bool, &'static str>, usize, bool) {
+        let mut sc = Scanner::new(body);
+        let result = sc.string_by(blocks);
+        (result, sc.at, sc.odd_escapes)
+    }
+
     /// Strings skipped by blocks end where, and fail how, the same strings
     /// skipped escape by escape do: long texts with escapes of every kind,
     /// runs of backslashes, bad escapes and raw control bytes at every
@@ -829,19 +841,13 @@ mod tests {
             if next() % 4 > 0 {
                 body.extend_from_slice(b"\",1]");
             }
-            let run = |blocks: bool| {
-                let mut sc = Scanner {
-                    b: &body,
-                    at: 0,
-                    twice: None,
-                    texts: Vec::new(),
-                    odd_escapes: false,
-                };
-                let result = sc.string_by(blocks);
-                (result, sc.at, sc.odd_escapes)
-            };
-            let by_blocks = run(true);
-            assert_eq!(by_blocks, run(false), "{}", String::from_utf8_lossy(&body));
+            let by_blocks = string_read(&body, true);
+            assert_eq!(
+                by_blocks,
+                string_read(&body, false),
+                "{}",
+                String::from_utf8_lossy(&body)
+            );
             match by_blocks.0 {
                 Ok(_) => closed += 1,
                 Err(_) => refused += 1,
@@ -856,17 +862,13 @@ mod tests {
         for run in [63, 64, 65, 127, 128, 129, 200] {
             for tail in ["\"", "x\"", "\"x\""] {
                 let body = format!("\"a\\n{}{tail},1]", "\\".repeat(run));
-                let run_by = |blocks: bool| {
-                    let mut sc = Scanner {
-                        b: body.as_bytes(),
-                        at: 0,
-                        twice: None,
-                        texts: Vec::new(),
-                        odd_escapes: false,
-                    };
-                    (sc.string_by(blocks), sc.at)
-                };
-                assert_eq!(run_by(true), run_by(false), "{body}");
+                let body = body.as_bytes();
+                assert_eq!(
+                    string_read(body, true),
+                    string_read(body, false),
+                    "{}",
+                    String::from_utf8_lossy(body)
+                );
             }
         }
     }
