@@ -15,6 +15,13 @@ in the same round. A difference smaller than the rounds' spread is not a
 result; filters/README.md ("Where the route filter's CPU goes") has the
 figures of past runs.
 
+`--ratio A/B` (repeatable; A and B among the SPECs) also prints A's CPU per
+request over B's, Envoy's and the gateway's (Envoy + authz-service + Redis,
+as bench/REPORT.md's × columns), as the ratio of the means and round by
+round: a target such as `full` ≤ 1.25 × `floor` measured in turns:
+
+    bench/ab.py --rate 1000 --rounds 3 wasm-null wasm floor full --ratio wasm/wasm-null --ratio full/floor
+
 Results go to stdout and to OUT/ab.json (default bench/results/<time>-ab/);
 SPEC number i's stack (its Envoy config and logs) is in OUT/spec<i>/.
 """
@@ -72,6 +79,17 @@ def parse_spec(spec: str, known: dict[str, B.Scenario]) -> tuple[str, B.Scenario
     return spec, sc
 
 
+def ratio(runs: dict[str, list[dict]], a: str, b: str) -> dict:
+    """A's CPU per request over B's, for Envoy and the gateway: the ratio of
+    the means, and round by round."""
+    out = {}
+    for key, name in (("envoy_us", "envoy"), ("gateway_us", "gateway")):
+        xs, ys = [row[key] for row in runs[a]], [row[key] for row in runs[b]]
+        out[name] = {"of_means": round(statistics.fmean(xs) / statistics.fmean(ys), 3),
+                     "rounds": [round(x / y, 3) for x, y in zip(xs, ys)]}
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("specs", nargs="+", metavar="SPEC", help="scenario or scenario@module.wasm")
@@ -81,6 +99,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=4, help="rounds (default 4)")
     parser.add_argument("--conns", type=int, default=32, help="fortio connections (default 32, as bench.py cpu)")
     parser.add_argument("--out", type=Path, default=None, help="results directory")
+    parser.add_argument("--ratio", action="append", default=[], metavar="A/B",
+                        help="also print SPEC A's CPU per request over SPEC B's (repeatable)")
     args = parser.parse_args()
     if args.rounds < 1 or args.rate <= 0 or args.seconds <= 0 or args.warmup < 0:
         parser.error("--rounds, --rate and --seconds must be positive, --warmup not negative")
@@ -89,6 +109,15 @@ def main() -> int:
     specs = [parse_spec(s, known) for s in args.specs]
     if len({label for label, _ in specs}) != len(specs):
         parser.error("each SPEC once")
+    # A/B: split at a "/" that leaves two SPECs (a module path has "/" too).
+    pairs = []
+    labels = [label for label, _ in specs]
+    for r in args.ratio:
+        pair = next(((r[:i], r[i + 1:]) for i in range(len(r)) if r[i] == "/"
+                     and r[:i] in labels and r[i + 1:] in labels), None)
+        if pair is None:
+            parser.error(f"--ratio {r}: not A/B with A and B among the SPECs")
+        pairs.append(pair)
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = args.out or B.ROOT / "bench" / "results" / f"{stamp}-ab"
     (out / "raw").mkdir(parents=True, exist_ok=True)
@@ -128,9 +157,15 @@ def main() -> int:
             line += "  (some requests failed: not comparable)"
         summary[label] = s
         print(line)
+    ratios = {}
+    for a, b in pairs:
+        ratios[f"{a}/{b}"] = rt = ratio(runs, a, b)
+        print(f"  {a} ÷ {b}: " + ", ".join(
+            f"{name} {r['of_means']:.2f} (rounds {', '.join(f'{x:.2f}' for x in r['rounds'])})"
+            for name, r in rt.items()))
     (out / "ab.json").write_text(json.dumps({"started": stamp, "rate": args.rate, "seconds": args.seconds,
                                              "rounds": args.rounds, "conns": args.conns, "runs": runs,
-                                             "summary": summary}, indent=2))
+                                             "summary": summary, "ratios": ratios}, indent=2))
     print(f"ab: {out / 'ab.json'}")
     return 1 if any(row["success_rate"] < 1.0 for rows in runs.values() for row in rows) else 0
 

@@ -2,7 +2,8 @@
 
 The variant's module must be the one its Envoy loads (both the route filter
 and the providers' per-attempt filter), and the summary compares it with the
-first SPEC round by round.
+first SPEC round by round; `--ratio A/B` divides one SPEC's CPU per request
+by another's, the module's path (with its "/") included.
 """
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def test_a_short_alternated_run(tmp_path):
     out = tmp_path / "out"
     run = subprocess.run([sys.executable, str(ROOT / "bench" / "ab.py"), "--rate", "50", "--seconds", "1",
                           "--warmup", "0", "--rounds", "1", "--conns", "2", "--out", str(out),
-                          "wasm", f"wasm@{module}"], capture_output=True, text=True, timeout=180)
+                          "wasm", f"wasm@{module}", "--ratio", f"wasm@{module}/wasm"],
+                         capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     result = json.loads((out / "ab.json").read_text())
     for label in ("wasm", f"wasm@{module}"):
@@ -52,8 +54,21 @@ def test_a_short_alternated_run(tmp_path):
     variant = result["summary"][f"wasm@{module}"]
     assert variant["rounds_lower_than_reference"] in (0, 1)
     assert "rounds_lower_than_reference" not in result["summary"]["wasm"]
+    (ratios,) = result["ratios"].values()
+    (a,), (b,) = result["runs"][f"wasm@{module}"], result["runs"]["wasm"]
+    for name, key in (("envoy", "envoy_us"), ("gateway", "gateway_us")):
+        assert ratios[name]["rounds"] == [round(a[key] / b[key], 3)], ratios
+        assert ratios[name]["of_means"] == round(a[key] / b[key], 3), ratios
+    assert f"wasm@{module} ÷ wasm: envoy {a['envoy_us'] / b['envoy_us']:.2f}" in run.stdout
     # The variant's Envoy loaded the copy, in both of its Wasm filters.
     config = (out / "spec1" / "stacks" / "wasm" / "envoy.yaml").read_text()
     assert config.count(str(module)) == 1 and config.count("code: *") == 1
     assert ab.FILTER_WASM not in config
     assert ab.FILTER_WASM in (out / "spec0" / "stacks" / "wasm" / "envoy.yaml").read_text()
+
+
+def test_a_ratio_names_two_specs():
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "ab.py"), "--rounds", "1",
+                          "wasm", "wasm-null", "--ratio", "wasm/floor"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "--ratio wasm/floor: not A/B" in run.stderr, run.stderr
