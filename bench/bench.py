@@ -58,7 +58,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -107,6 +107,15 @@ def without_attempt_filter(cfg: dict) -> dict:
             filters = opts.get("http_filters", [])
             if any(f["name"] == "envoy.filters.http.wasm" for f in filters):
                 opts.pop("http_filters")
+    return cfg
+
+
+def without_retry_policy(cfg: dict) -> dict:
+    """The route without its retry_policy (a diagnosis, not a product
+    setting: what Envoy holds per request when it need not keep the body
+    for a retry)."""
+    cfg = copy.deepcopy(cfg)
+    _hcm(cfg)["route_config"]["virtual_hosts"][0]["routes"][0]["route"].pop("retry_policy", None)
     return cfg
 
 
@@ -754,6 +763,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=0, help="the Bifrost replica's seconds per rate")
     parser.add_argument("--protocols", default="", help="the Bifrost replica's provider protocols: h1,h2,config")
     parser.add_argument("--answer-bytes", default="", help="the Bifrost replica's answer sizes: 1370,10320")
+    parser.add_argument("--no-retry", action="store_true",
+                        help="the Bifrost replica without the route's retry_policy (a diagnosis)")
     args = parser.parse_args()
     plan = copy.copy(PLANS[args.plan])
     if args.rates:
@@ -767,6 +778,10 @@ def main() -> int:
     replica = next((sc for sc in scenarios("mock-openai-key-1") if sc.name == args.scenario), None)
     if replica is None or replica.envoy is None:
         parser.error(f"--scenario {args.scenario}: not a scenario with Envoy")
+    if args.no_retry:
+        replica = replace(replica, name=f"{replica.name}-noretry",
+                          what=f"{replica.what}, without the route's retry_policy",
+                          envoy=without_retry_policy(replica.envoy))
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = args.out or ROOT / "bench" / "results" / f"{stamp}-{args.plan}"
     (out / "raw").mkdir(parents=True, exist_ok=True)

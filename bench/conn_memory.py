@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import copy
 import json
 import sys
 import urllib.parse
@@ -98,8 +97,7 @@ def main() -> int:
     if sc.envoy is None:
         parser.error("the scenario has no Envoy")
     if args.no_retry:
-        sc.envoy = copy.deepcopy(sc.envoy)
-        bench._hcm(sc.envoy)["route_config"]["virtual_hosts"][0]["routes"][0]["route"].pop("retry_policy", None)
+        sc.envoy = bench.without_retry_policy(sc.envoy)
     stack = bench.start_stack(sc, args.out, envoy_concurrency=bench.BIFROST_ENVOY_CONCURRENCY)
     try:
         result = asyncio.run(measure(sc, stack, args.connections, args.hold_ms))

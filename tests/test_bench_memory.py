@@ -32,6 +32,17 @@ def test_memory_is_divided_by_the_requests_in_flight_at_the_peak():
     assert steady["kb_per_in_flight"]["envoy"] == 81.9
 
 
+def test_the_no_retry_diagnosis_drops_the_retry_policy_and_nothing_else():
+    cfg = bench.load_envoy()
+    route = bench._hcm(cfg)["route_config"]["virtual_hosts"][0]["routes"][0]["route"]
+    assert route["retry_policy"]["num_retries"] >= 1
+    out = bench.without_retry_policy(cfg)
+    out_route = bench._hcm(out)["route_config"]["virtual_hosts"][0]["routes"][0]["route"]
+    assert out_route == {k: v for k, v in route.items() if k != "retry_policy"}
+    assert "retry_policy" in route  # the product config it was given is left as it was
+    assert bench.without_retry_policy(cfg)["static_resources"]["clusters"] == cfg["static_resources"]["clusters"]
+
+
 def test_the_heap_sampler_sees_requests_active_in_envoy(tmp_path):
     sc = next(s for s in bench.scenarios("mock-openai-key-1") if s.name == "envoy")
     stack = bench.start_stack(sc, tmp_path, envoy_concurrency=1)
