@@ -91,6 +91,11 @@ def _hcm(cfg: dict) -> dict:
     return cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
 
 
+def _route(cfg: dict) -> dict:
+    """The one route every request takes (envoy.yaml's providers route)."""
+    return _hcm(cfg)["route_config"]["virtual_hosts"][0]["routes"][0]
+
+
 def without_filters(cfg: dict, *names: str) -> dict:
     cfg = copy.deepcopy(cfg)
     hcm = _hcm(cfg)
@@ -115,7 +120,7 @@ def without_retry_policy(cfg: dict) -> dict:
     setting: what Envoy holds per request when it need not keep the body
     for a retry)."""
     cfg = copy.deepcopy(cfg)
-    _hcm(cfg)["route_config"]["virtual_hosts"][0]["routes"][0]["route"].pop("retry_policy", None)
+    _route(cfg)["route"].pop("retry_policy", None)
     return cfg
 
 
@@ -123,7 +128,7 @@ def fixed_route_to_mock(cfg: dict, mock_key: str) -> dict:
     """Without the Wasm filter nothing picks a cluster or a provider key: route
     straight to the openai cluster and add the mock's key, as a plain proxy would."""
     cfg = without_attempt_filter(cfg)
-    route = _hcm(cfg)["route_config"]["virtual_hosts"][0]["routes"][0]
+    route = _route(cfg)
     route["route"].pop("cluster_header")
     route["route"]["cluster"] = "openai"
     route["request_headers_to_add"] = [{"header": {"key": "authorization", "value": f"Bearer {mock_key}"},
