@@ -29,8 +29,7 @@ use tollgate_wire::header::CLUSTER;
 
 use crate::config::{Kind, Provider, Runtime};
 use crate::cooldown;
-use crate::flow::Action;
-use crate::host::{Host, Level, MetricKind};
+use crate::host::{Action, Host, Level, MetricKind};
 use crate::metrics::property;
 use crate::translate::{for_kind, UpstreamRequest};
 

@@ -36,13 +36,10 @@ use crate::translate::{
 };
 use crate::usage::{report_body, Report, UsageBatch};
 
+/// The host's answer to a callback, also named `flow::Action` by the
+/// crate's tests.
+pub use crate::host::Action;
 pub use crate::plan::metric_safe;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
-    Continue,
-    Pause,
-}
 
 const PROVIDER_RATELIMIT_HEADERS: [&str; 6] = [
     "x-ratelimit-limit-requests",

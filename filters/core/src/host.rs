@@ -2,6 +2,14 @@
 //! `tollgate-filter` implements it with proxy-wasm host calls;
 //! [`crate::host::fake::FakeHost`] implements it for native tests.
 
+/// What a callback tells the host to do with the stream: go on, or hold
+/// it (the request's and the attempt's callbacks both answer with it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Continue,
+    Pause,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Level {
     Debug,

@@ -4,8 +4,9 @@
 //! ```
 //! use std::sync::Arc;
 //! use tollgate_core::config::Runtime;
-//! use tollgate_core::flow::{Action, Flow};
+//! use tollgate_core::flow::Flow;
 //! use tollgate_core::host::fake::FakeHost;
+//! use tollgate_core::host::Action;
 //!
 //! let cfg = br#"{"providers":{"openai":{"kind":"openai","cluster":"openai",
 //!   "models":["gpt-4o-mini"],"keys":[{"id":"k1","value":"sk-1"}]}}}"#;

@@ -23,8 +23,8 @@ use proxy_wasm::types::{Action as WasmAction, BufferType, ContextType, LogLevel,
 use tollgate_core::attempt::Attempt;
 use tollgate_core::config::Runtime;
 use tollgate_core::error::{ApiError, SERVER};
-use tollgate_core::flow::{Action, Flow};
-use tollgate_core::host::Host;
+use tollgate_core::flow::Flow;
+use tollgate_core::host::{Action, Host};
 use tollgate_core::metrics::Metrics;
 use tollgate_core::usage::UsageBatch;
 
