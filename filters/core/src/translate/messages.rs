@@ -29,6 +29,7 @@
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use super::messages_parts::{anthropic_usage, message_id, stop_reason, tool_input};
 use super::messages_stream::{AnthropicUsageStream, MessagesStream};
 use super::openai_anthropic::{parse_usage, OpenAiAnthropic};
 use super::{
@@ -482,48 +483,6 @@ pub(crate) fn openai_usage(u: Option<&Value>) -> Usage {
             .and_then(Value::as_u64)
             .unwrap_or(0),
         cache_write_tokens: 0,
-    }
-}
-
-/// Usage in Anthropic's fields: `input_tokens` excludes the cache reads
-/// (OpenAI's `prompt_tokens` includes them).
-pub(crate) fn anthropic_usage(u: &Usage) -> Value {
-    json!({
-        "input_tokens": u
-            .prompt_tokens
-            .saturating_sub(u.cached_tokens)
-            .saturating_sub(u.cache_write_tokens),
-        "output_tokens": u.completion_tokens,
-        "cache_creation_input_tokens": u.cache_write_tokens,
-        "cache_read_input_tokens": u.cached_tokens,
-    })
-}
-
-/// OpenAI `finish_reason` → Anthropic `stop_reason`.
-pub(crate) fn stop_reason(finish: &str) -> &'static str {
-    match finish {
-        "length" => "max_tokens",
-        "tool_calls" | "function_call" => "tool_use",
-        "content_filter" => "refusal",
-        _ => "end_turn",
-    }
-}
-
-/// An Anthropic message id from the provider's id.
-pub(crate) fn message_id(id: &str) -> String {
-    if id.starts_with("msg_") {
-        id.to_string()
-    } else {
-        format!("msg_{id}")
-    }
-}
-
-/// Tool-call arguments (a JSON string) as a tool_use `input` object.
-pub(crate) fn tool_input(arguments: &str) -> Value {
-    match serde_json::from_str::<Value>(arguments) {
-        Ok(v @ Value::Object(_)) => v,
-        _ if arguments.trim().is_empty() => json!({}),
-        _ => json!({ "_raw": arguments }),
     }
 }
 

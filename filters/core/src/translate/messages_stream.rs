@@ -10,7 +10,7 @@
 
 use serde_json::{json, Value};
 
-use super::messages::{anthropic_usage, message_id, stop_reason};
+use super::messages_parts::{anthropic_usage, message_id, stop_reason};
 use super::openai_anthropic::parse_usage;
 use super::{StreamTranslator, Usage};
 use crate::codec::sse::{Event, SseParser};

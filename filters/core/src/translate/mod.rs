@@ -10,6 +10,7 @@
 pub mod chat_ir;
 mod chunk;
 pub mod messages;
+mod messages_parts;
 mod messages_stream;
 pub mod openai_anthropic;
 pub mod openai_azure;
