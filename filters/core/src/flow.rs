@@ -10,6 +10,10 @@
 //! into OpenAI errors, cool down keys the provider refused
 //! ([`crate::cooldown`]), and after the stream report usage and stats.
 //!
+//! The calls a request makes itself, inside its own stream (a fan-out, a
+//! fallback to the alias's next target), are [`crate::calls`]'s: the
+//! phases call it where the plan asks for them and where an answer fails.
+//!
 //! Each [`Phase`] owns what is valid in it: the request's headers while its
 //! body is awaited, the route and the response state once routed.
 
@@ -24,16 +28,18 @@ use tollgate_wire::header::{
 };
 use tollgate_wire::models_allowed;
 
+use crate::calls::{self, Answer, FanOut, Retained};
 use crate::config::Runtime;
 use crate::cooldown;
 use crate::error::{clip, ApiError, ECHO_MAX_CHARS, SERVER};
 use crate::host::{Host, Level, MetricKind};
 use crate::metrics::{self, property, ErrorClass, Metrics, Series};
-use crate::plan::{plan, provider_request_id_header, upstream_body, writes, RequestFacts, Route};
-use crate::translate::messages::DROPPED_HEADER;
-use crate::translate::{
-    for_route, map_error_status, merge_embeddings, Endpoint, Front, StreamTranslator, Usage,
+use crate::plan::{
+    apply_header_changes, plan, provider_request_id_header, upstream_body, writes, Call,
+    RequestFacts, Route,
 };
+use crate::translate::messages::DROPPED_HEADER;
+use crate::translate::{for_route, map_error_status, Endpoint, Front, StreamTranslator, Usage};
 use crate::usage::{report_body, Report, UsageBatch};
 
 /// The host's answer to a callback, also named `flow::Action` by the
@@ -70,8 +76,8 @@ enum Phase {
     /// Body over the limit: discard it as it arrives, answer 413 at its end
     /// (an HTTP/1 client still uploading would otherwise see a reset).
     Draining { drained: u64 },
-    /// Waiting for the answers of a fan-out's calls ([`crate::plan::Call`]).
-    FanOut(Box<FanOut>),
+    /// Waiting for the answers of a fan-out's calls ([`crate::calls`]).
+    FanOut { routed: Box<Routed>, calls: FanOut },
     /// Sent to a provider.
     Routed(Box<Routed>),
     /// We answered locally.
@@ -127,34 +133,14 @@ struct Routed {
     fallback_call: Option<u32>,
 }
 
-/// What a fallback within the request needs: the client's request as it
-/// came, and the providers that failed it.
-struct Retained {
-    endpoint: Endpoint,
-    front: Front,
-    allowed: Option<String>,
-    declared_model: Option<String>,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-    tried: Vec<usize>,
-}
-
-/// A fan-out under way: one answer slot per call, in request order.
-struct FanOut {
-    routed: Routed,
-    tokens: Vec<u32>,
-    answers: Vec<Option<(u16, Vec<u8>)>>,
-}
-
-/// How long a fan-out's calls may take.
-pub const FAN_OUT_TIMEOUT_MS: u64 = 60_000;
-/// How long a fallback target's call may take (the route's `timeout`).
-pub const FALLBACK_TIMEOUT_MS: u64 = 600_000;
-
-/// A final answer that a fallback target may replace: a refusal, a server
-/// failure, or Envoy's own reply (connect failure, timeout).
-fn fallback_worthy(status: u16, from_upstream: bool) -> bool {
-    !from_upstream || matches!(status, 401 | 403 | 408 | 429) || status >= 500
+impl Routed {
+    /// Records the provider's latency, from the request's sending to `now`.
+    fn record_latency(&self, h: &mut dyn Host, now: u64) {
+        if let Some(s) = &self.series {
+            let ms = now.saturating_sub(self.route.sent_ms);
+            metrics::record(h, MetricKind::Histogram, s.upstream_latency_ms, ms);
+        }
+    }
 }
 
 enum RespMode {
@@ -340,7 +326,7 @@ impl Flow {
             Phase::Draining { .. } => return self.drain(h, body_size, end_of_stream),
             Phase::AwaitBody(_) => {}
             Phase::Replied => return Action::Pause,
-            Phase::FanOut(_) => return Action::Pause,
+            Phase::FanOut { .. } => return Action::Pause,
             Phase::Idle | Phase::Routed(_) => return Action::Continue,
         }
         if body_size as u64 > self.rt.max_body_bytes {
@@ -355,8 +341,8 @@ impl Flow {
         };
         let body = h.request_body(body_size).unwrap_or_default();
         match self.route_request(h, &body, *pending) {
-            Ok(Phase::FanOut(f)) => {
-                self.phase = Phase::FanOut(f);
+            Ok(phase @ Phase::FanOut { .. }) => {
+                self.phase = phase;
                 Action::Pause
             }
             Ok(phase) => {
@@ -446,7 +432,7 @@ impl Flow {
             }
         }
         if !planned.calls.is_empty() {
-            return self.fan_out(h, routed, planned.calls);
+            return self.fan_out(h, routed, &planned.calls);
         }
         if let Some(body) = planned.local {
             // Answered without a provider call: no tokens used, so the
@@ -552,48 +538,31 @@ impl Flow {
         h.set_property(property::OPERATION, operation.as_bytes());
     }
 
+    /// Makes a fan-out's calls ([`FanOut::send`]); their answers come to
+    /// [`Flow::on_call_response`].
     fn fan_out(
         &mut self,
         h: &mut dyn Host,
         mut routed: Routed,
-        calls: Vec<crate::plan::Call>,
+        calls: &[Call],
     ) -> Result<Phase, ApiError> {
         let cluster = self
             .rt
             .provider(routed.route.provider)
             .map(|p| p.cluster.clone())
             .unwrap_or_default();
-        let mut tokens = Vec::with_capacity(calls.len());
-        for call in &calls {
-            let headers: Vec<(&str, &str)> =
-                call.headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
-            match h.call(&cluster, &headers, &call.body, FAN_OUT_TIMEOUT_MS) {
-                Some(t) => tokens.push(t),
-                None => {
-                    h.log(
-                        Level::Error,
-                        &format!("tollgate: the host refused a call to cluster {cluster}"),
-                    );
-                    return Err(ApiError::new(
-                        500,
-                        SERVER,
-                        "internal_error",
-                        "The gateway could not call the provider",
-                    ));
-                }
-            }
-        }
+        let calls = FanOut::send(h, &cluster, calls)?;
         self.count_request(h, &mut routed);
-        Ok(Phase::FanOut(Box::new(FanOut {
-            answers: vec![None; tokens.len()],
-            tokens,
-            routed,
-        })))
+        Ok(Phase::FanOut {
+            routed: Box::new(routed),
+            calls,
+        })
     }
 
-    /// The answer to one call of a fan-out (`status` 0: no answer, e.g. a
-    /// timeout or a connect failure). Once every call has answered, the
-    /// client gets the merged answers, or the first failure in request
+    /// The answer to one of the request's own calls (`status` 0: no
+    /// answer, e.g. a timeout or a connect failure): a fallback target's,
+    /// or one of a fan-out's. Once every call of a fan-out has answered,
+    /// the client gets the merged answers, or the first failure in request
     /// order as an OpenAI error.
     pub fn on_call_response(&mut self, h: &mut dyn Host, token: u32, status: u16, body: Vec<u8>) {
         if let Phase::Routed(r) = &self.phase {
@@ -602,168 +571,47 @@ impl Flow {
             }
             return;
         }
-        let Phase::FanOut(f) = &mut self.phase else {
+        let Phase::FanOut { calls, .. } = &mut self.phase else {
             return;
         };
-        let Some(i) = f.tokens.iter().position(|t| *t == token) else {
-            return;
-        };
-        if let Some(slot) = f.answers.get_mut(i) {
-            *slot = Some((status, body));
+        if calls.answered(token, status, body) {
+            self.fan_out_answer(h);
         }
-        if f.answers.iter().any(Option::is_none) {
-            return;
-        }
-        let Phase::FanOut(f) = std::mem::replace(&mut self.phase, Phase::Idle) else {
+    }
+
+    /// Every call of the fan-out has answered: the client gets their
+    /// answers merged ([`FanOut::merge`]).
+    fn fan_out_answer(&mut self, h: &mut dyn Host) {
+        let Phase::FanOut { routed, calls } = std::mem::replace(&mut self.phase, Phase::Idle)
+        else {
             return;
         };
-        let FanOut {
-            mut routed,
-            answers,
-            ..
-        } = *f;
         let rt = Arc::clone(&self.rt);
         let Some(provider) = rt.provider(routed.route.provider) else {
             return;
         };
-        let tr = for_route(provider, routed.route.endpoint, routed.route.front);
         let now = h.now_ms();
-        if let Some(s) = &routed.series {
-            let ms = now.saturating_sub(routed.route.sent_ms);
-            metrics::record(h, MetricKind::Histogram, s.upstream_latency_ms, ms);
-        }
-        let ctx = routed.route.response_ctx(false, now / 1000);
-        let mut lists = Vec::with_capacity(answers.len());
-        let mut outcome: Result<(), ApiError> = Ok(());
-        for (status, body) in answers.into_iter().flatten() {
-            routed.upstream_status = status;
-            if status == 0 {
-                outcome = Err(ApiError::new(
-                    502,
-                    SERVER,
-                    "upstream_unavailable",
-                    "The provider could not be reached or did not answer in time",
-                ));
-                break;
-            }
-            if !(200..300).contains(&status) {
-                let e = tr.error(status, &body);
-                if status == 429
-                    || status == 401
-                    || e.code.as_deref() == Some("provider_auth_failed")
-                {
-                    if let Some(key) = provider.keys.get(routed.route.key) {
-                        cooldown::start(h, &provider.name, &key.id, status, now, rt.cooldown_ms);
-                    }
-                }
-                outcome = Err(e);
-                break;
-            }
-            match tr.response(&ctx, &body) {
-                Ok(t) => lists.push(t.body.unwrap_or(body)),
-                Err(e) => {
-                    outcome = Err(e);
-                    break;
-                }
-            }
-        }
-        let (status, body) = match outcome.and_then(|()| merge_embeddings(&lists, &ctx.model)) {
-            Ok((body, usage)) => {
-                routed.usage = Some(usage);
-                (200, body)
-            }
-            Err(e) => (e.status, e.body()),
-        };
-        routed.fanned_out = true;
-        expose_usage(h, &mut routed);
-        let name = provider.name.clone();
-        self.phase = Phase::Routed(Box::new(routed));
-        h.send_local_reply(
-            status,
-            &[("content-type", "application/json"), (PROVIDER, &name)],
-            &body,
-        );
+        routed.record_latency(h, now);
+        let answer = calls.merge(h, &rt, provider, &routed.route, now);
+        self.phase = Phase::Routed(routed);
+        self.answer(h, answer);
     }
 
     /// Sends the request to the next target of its alias that has not
-    /// failed it (translated for that target, with one of its keys), as a
-    /// call whose answer replaces the failed one
-    /// ([`Flow::fallback_answer`]). False when there is none.
+    /// failed it ([`Retained::fall_back`]), as a call whose answer replaces
+    /// the failed one ([`Flow::fallback_answer`]). False when there is none.
     fn fall_back(&mut self, h: &mut dyn Host) -> bool {
         let Phase::Routed(r) = &mut self.phase else {
             return false;
         };
+        let failed = r.route.provider;
         let Some(keep) = r.retained.as_mut() else {
             return false;
         };
-        keep.tried.push(r.route.provider);
-        let rt = Arc::clone(&self.rt);
-        let now = h.now_ms();
-        let random = h.random_u32();
-        let names: Vec<String> = keep.headers.iter().map(|(n, _)| n.clone()).collect();
-        let facts = RequestFacts {
-            endpoint: keep.endpoint,
-            front: keep.front,
-            body: &keep.body,
-            header_names: Some(&names),
-            allowed: keep.allowed.as_deref().unwrap_or(""),
-            declared_model: keep.declared_model.as_deref(),
-            now_ms: now,
-            random,
-        };
-        // The providers that failed this request count as cooling.
-        let failed: Vec<&str> = keep
-            .tried
-            .iter()
-            .filter_map(|&p| rt.provider(p))
-            .flat_map(|p| p.keys.iter().map(|k| k.id.as_str()))
-            .collect();
-        let planned = {
-            let host: &dyn Host = &*h;
-            plan(&rt, &facts, &|id| {
-                if failed.contains(&id) {
-                    u64::MAX / 4
-                } else {
-                    cooldown::remaining_ms(host, id, now)
-                }
-            })
-        };
-        let Ok(planned) = planned else {
+        let Some((route, token)) = keep.fall_back(h, &self.rt, failed) else {
             return false;
         };
-        if keep.tried.contains(&planned.route.provider)
-            || !planned.calls.is_empty()
-            || planned.local.is_some()
-        {
-            return false;
-        }
-        let Some(provider) = rt.provider(planned.route.provider) else {
-            return false;
-        };
-        let mut headers = keep.headers.clone();
-        apply_header_changes(&mut headers, &planned.headers);
-        // Routing and retry headers are for the router; a call names its
-        // cluster and is not retried.
-        headers.retain(|(n, _)| {
-            !n.eq_ignore_ascii_case(tollgate_wire::header::CLUSTER)
-                && !n.eq_ignore_ascii_case(crate::plan::MAX_RETRIES)
-        });
-        let pairs: Vec<(&str, &str)> = headers
-            .iter()
-            .map(|(n, v)| (n.as_str(), v.as_str()))
-            .collect();
-        let body = planned.upstream_body(&keep.body);
-        let Some(token) = h.call(&provider.cluster, &pairs, &body, FALLBACK_TIMEOUT_MS) else {
-            h.log(
-                Level::Error,
-                &format!(
-                    "tollgate: the host refused a call to cluster {}",
-                    provider.cluster
-                ),
-            );
-            return false;
-        };
-        r.route = planned.route;
+        r.route = route;
         r.fallback_call = Some(token);
         r.series = None;
         r.usage = None;
@@ -776,81 +624,59 @@ impl Flow {
         true
     }
 
-    /// A fallback target's answer: the client gets it translated, or, when
-    /// it failed too, the next target's ([`Flow::fall_back`]), or this
-    /// failure as the API's error naming the provider (`status` 0: no
-    /// answer).
+    /// A fallback target's answer: the client gets it
+    /// ([`calls::fallback_answer`]), or, when it failed too, the next
+    /// target's ([`Flow::fall_back`]).
     fn fallback_answer(&mut self, h: &mut dyn Host, status: u16, body: Vec<u8>) {
         if let Phase::Routed(r) = &mut self.phase {
             r.fallback_call = None;
             r.upstream_status = status;
         }
-        if fallback_worthy(status, status != 0) && self.fall_back(h) {
+        if calls::fallback_worthy(status, status != 0) && self.fall_back(h) {
             return;
         }
         let rt = Arc::clone(&self.rt);
-        let anthropic = self.anthropic;
         let Phase::Routed(r) = &mut self.phase else {
             return;
         };
         let Some(provider) = rt.provider(r.route.provider) else {
             return;
         };
-        let tr = for_route(provider, r.route.endpoint, r.route.front);
         let now = h.now_ms();
+        r.record_latency(h, now);
+        let answer = calls::fallback_answer(
+            h,
+            &rt,
+            provider,
+            &r.route,
+            (status, body),
+            now,
+            self.anthropic,
+        );
+        self.answer(h, answer);
+    }
+
+    /// Sends the client the answer made from the request's own calls.
+    fn answer(&mut self, h: &mut dyn Host, answer: Answer) {
+        let Phase::Routed(r) = &mut self.phase else {
+            return;
+        };
+        let Some(provider) = self.rt.provider(r.route.provider) else {
+            return;
+        };
+        r.upstream_status = answer.upstream_status;
+        r.usage = answer.usage;
+        r.stream_ended |= answer.stream_ended;
         r.fanned_out = true;
-        if let Some(s) = &r.series {
-            let ms = now.saturating_sub(r.route.sent_ms);
-            metrics::record(h, MetricKind::Histogram, s.upstream_latency_ms, ms);
-        }
-        let mut ctype = "application/json";
-        let answer = if status == 0 {
-            Err(ApiError::new(
-                502,
-                SERVER,
-                "upstream_unavailable",
-                "The provider could not be reached or did not answer in time",
-            ))
-        } else if status >= 400 {
-            let e = tr.error(status, &body);
-            if matches!(status, 401 | 403 | 429)
-                || e.code.as_deref() == Some("provider_auth_failed")
-            {
-                if let Some(key) = provider.keys.get(r.route.key) {
-                    cooldown::start(h, &provider.name, &key.id, status, now, rt.cooldown_ms);
-                }
-            }
-            Err(e)
-        } else if r.route.stream {
-            // The whole stream at once: its events, translated.
-            let mut t = tr.stream(&r.route.response_ctx(true, now / 1000));
-            let mut out = Vec::with_capacity(body.len() + 64);
-            t.feed(&body, &mut out);
-            t.finish(&mut out);
-            r.usage = t.usage();
-            r.stream_ended = true;
-            ctype = "text/event-stream";
-            Ok(out)
-        } else {
-            tr.response(&r.route.response_ctx(false, now / 1000), &body)
-                .map(|t| {
-                    r.usage = t.usage;
-                    t.body.unwrap_or(body)
-                })
-        };
-        let (code, out) = match answer {
-            Ok(out) => (200, out),
-            Err(mut e) => {
-                e.message = format!("provider {}: {}", provider.name, e.message);
-                (e.status, e.body_for(anthropic))
-            }
-        };
         expose_usage(h, r);
-        let mut headers = vec![("content-type", ctype), (PROVIDER, provider.name.as_str())];
+        let mut headers = vec![
+            ("content-type", answer.content_type),
+            (PROVIDER, provider.name.as_str()),
+        ];
         if !r.route.dropped.is_empty() {
             headers.push((DROPPED_HEADER, r.route.dropped.as_str()));
         }
-        h.send_local_reply(code, &headers, &out);
+        h.send_local_reply(answer.status, &headers, &answer.body);
     }
 
     /// Error and translated bodies hold the response headers until the body
@@ -883,7 +709,7 @@ impl Flow {
         // provider, and only other statuses pay for the property read (a
         // host call returning data enters the VM twice).
         let from_upstream = (200..300).contains(&status) || h.response_from_upstream();
-        if r.retained.is_some() && fallback_worthy(status, from_upstream) {
+        if r.retained.is_some() && calls::fallback_worthy(status, from_upstream) {
             let (failed, key) = (r.route.provider, r.route.key);
             let rt = Arc::clone(rt);
             if !from_upstream && matches!(status, 502 | 503) && rt.failure_cooldown_ms > 0 {
@@ -1174,19 +1000,6 @@ impl Flow {
                     target.cluster
                 ),
             );
-        }
-    }
-}
-
-/// Applies a plan's header changes (`Some` sets, `None` removes) to a list.
-fn apply_header_changes(
-    all: &mut Vec<(String, String)>,
-    changes: &[(std::borrow::Cow<'static, str>, Option<String>)],
-) {
-    for (name, value) in changes {
-        all.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
-        if let Some(v) = value {
-            all.push((name.to_string(), v.clone()));
         }
     }
 }

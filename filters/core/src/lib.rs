@@ -30,10 +30,15 @@
 //! (weighted choice), [`codec`] (SSE and AWS event-stream readers),
 //! [`credentials`] (API-key headers, SigV4), [`translate`] (one
 //! `<from>_<to>` module per provider family), [`plan`] (the pure route
-//! planner), [`scan`] (a body's top level read without building it), [`lift`] (long texts kept out of a translated document), [`flow`] (the per-request state machine, in phases),
-//! [`cooldown`] (provider keys skipped after refusals), [`attempt`]
-//! (the per-attempt key choice of retries, in an upstream filter), [`usage`] (usage reports and their batches), [`host`] (the one
-//! host boundary).
+//! planner), [`scan`] (a body's top level read without building it),
+//! [`lift`] (long texts kept out of a translated document), [`flow`] (the
+//! per-request state machine, in phases), [`calls`] (the calls a request
+//! makes itself: a fan-out, a fallback to the next target, and the answer
+//! made from theirs), [`cooldown`] (provider keys skipped after refusals),
+//! [`attempt`] (the per-attempt key choice of retries, in an upstream
+//! filter), [`usage`] (usage reports and their batches), [`metrics`] (the
+//! per-request metrics and the facts exposed to the access log and tracer),
+//! [`error`] (the OpenAI-shaped errors), [`host`] (the one host boundary).
 
 #![cfg_attr(
     not(test),
@@ -41,6 +46,7 @@
 )]
 
 pub mod attempt;
+pub mod calls;
 pub mod codec;
 pub mod config;
 pub mod cooldown;

@@ -115,6 +115,20 @@ impl Plan {
     }
 }
 
+/// Applies a plan's header changes ([`Plan::headers`]: `Some` sets, `None`
+/// removes) to a list of headers.
+pub fn apply_header_changes(
+    all: &mut Vec<(String, String)>,
+    changes: &[(Cow<'static, str>, Option<String>)],
+) {
+    for (name, value) in changes {
+        all.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+        if let Some(v) = value {
+            all.push((name.to_string(), v.clone()));
+        }
+    }
+}
+
 /// The body the provider gets: `body` with the client texts of `inserts`
 /// put in, followed by the client's body after its first `replaces` bytes.
 pub fn upstream_body(body: Vec<u8>, replaces: usize, inserts: &[Insert], client: &[u8]) -> Vec<u8> {

@@ -180,7 +180,8 @@ fn action(a: Action) -> WasmAction {
 }
 
 impl Context for Http {
-    /// The answer to one call of a fan-out (see `Flow::on_call_response`).
+    /// The answer to one of the request's own calls, a fan-out's or a
+    /// fallback's (see `Flow::on_call_response`).
     fn on_http_call_response(
         &mut self,
         token_id: u32,
