@@ -35,7 +35,7 @@ use crate::error::{clip, ApiError, ECHO_MAX_CHARS, SERVER};
 use crate::host::{Host, Level, MetricKind};
 use crate::metrics::{self, property, ErrorClass, Metrics, Series};
 use crate::plan::{
-    apply_header_changes, plan, provider_request_id_header, upstream_body, writes, Call,
+    apply_header_changes, plan, provider_request_id_header, upstream_body, writes, Call, Plan,
     RequestFacts, Route,
 };
 use crate::translate::messages::DROPPED_HEADER;
@@ -134,11 +134,57 @@ struct Routed {
 }
 
 impl Routed {
+    /// A request sent on `route`, nothing of its answer seen yet.
+    fn new(
+        route: Route,
+        tenant: Option<String>,
+        key_id: Option<String>,
+        reserved: Option<(u64, Option<u64>)>,
+    ) -> Routed {
+        Routed {
+            route,
+            tenant,
+            key_id,
+            reserved,
+            resp: RespMode::None,
+            usage: None,
+            first_token: false,
+            first_token_ms: 0,
+            series: None,
+            usage_exposed: false,
+            upstream_status: 0,
+            envoy_reply: false,
+            fanned_out: false,
+            stream_ended: false,
+            retained: None,
+            fallback_call: None,
+        }
+    }
+
     /// Records the provider's latency, from the request's sending to `now`.
     fn record_latency(&self, h: &mut dyn Host, now: u64) {
         if let Some(s) = &self.series {
             let ms = now.saturating_sub(self.route.sent_ms);
             metrics::record(h, MetricKind::Histogram, s.upstream_latency_ms, ms);
+        }
+    }
+
+    /// Counts the router's retries of the request, from the attempt count
+    /// it sets on the answer (the virtual host's
+    /// include_attempt_count_in_response). `all`: the response headers,
+    /// when the host gave them in one call.
+    fn count_retries(&self, h: &mut dyn Host, all: Option<&[(String, String)]>) {
+        let Some(s) = &self.series else {
+            return;
+        };
+        let attempts: u64 = match all {
+            Some(all) => find_header(all, "x-envoy-attempt-count"),
+            None => h.response_header("x-envoy-attempt-count"),
+        }
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+        if attempts > 1 {
+            metrics::record(h, MetricKind::Counter, s.retries, attempts - 1);
         }
     }
 }
@@ -378,6 +424,57 @@ impl Flow {
         body: &[u8],
         pending: Pending,
     ) -> Result<Phase, ApiError> {
+        let mut planned = self.plan_request(h, body, &pending)?;
+        let routed_on =
+            |route| Routed::new(route, pending.tenant, pending.key_id, pending.reserved);
+        if !planned.calls.is_empty() {
+            return self.fan_out(h, routed_on(planned.route), &planned.calls);
+        }
+        if let Some(answer) = planned.local.take() {
+            return Ok(self.answer_locally(h, routed_on(planned.route), &answer));
+        }
+        // The client's request, kept for its alias's fallback targets.
+        let retained = match &pending.headers {
+            Some(headers) if planned.fallbacks => Some(Box::new(Retained {
+                endpoint: pending.endpoint,
+                front: pending.front,
+                allowed: pending.allowed.clone(),
+                declared_model: pending.declared_model.clone(),
+                headers: headers.clone(),
+                body: body.to_vec(),
+                tried: Vec::new(),
+            })),
+            _ => None,
+        };
+        if !write_request(h, body, pending.headers, &mut planned) {
+            h.log(Level::Error, "tollgate: the host refused a request rewrite");
+            return Err(ApiError::new(
+                500,
+                SERVER,
+                "internal_error",
+                "The gateway could not rewrite the request",
+            ));
+        }
+        if !h.clear_route_cache() {
+            h.log(
+                Level::Warn,
+                "tollgate: clear_route_cache is not available; routing may use a stale route",
+            );
+        }
+        let mut routed = routed_on(planned.route);
+        routed.retained = retained;
+        self.count_request(h, &mut routed);
+        Ok(Phase::Routed(Box::new(routed)))
+    }
+
+    /// The request's facts gathered (its headers' names, the time, a random
+    /// number for the key choice) and planned, keys that cool skipped.
+    fn plan_request(
+        &self,
+        h: &mut dyn Host,
+        body: &[u8],
+        pending: &Pending,
+    ) -> Result<Plan, ApiError> {
         let now = h.now_ms();
         let random = h.random_u32();
         let header_names = match &pending.headers {
@@ -394,115 +491,22 @@ impl Flow {
             now_ms: now,
             random,
         };
-        let mut planned = {
-            let host: &dyn Host = &*h;
-            plan(&self.rt, &facts, &|id| {
-                cooldown::remaining_ms(host, id, now)
-            })?
-        };
-        let mut routed = Routed {
-            route: planned.route,
-            tenant: pending.tenant,
-            key_id: pending.key_id,
-            reserved: pending.reserved,
-            resp: RespMode::None,
-            usage: None,
-            first_token: false,
-            first_token_ms: 0,
-            series: None,
-            usage_exposed: false,
-            upstream_status: 0,
-            envoy_reply: false,
-            fanned_out: false,
-            stream_ended: false,
-            retained: None,
-            fallback_call: None,
-        };
-        if planned.fallbacks && planned.calls.is_empty() && planned.local.is_none() {
-            if let Some(headers) = &pending.headers {
-                routed.retained = Some(Box::new(Retained {
-                    endpoint: pending.endpoint,
-                    front: pending.front,
-                    allowed: pending.allowed.clone(),
-                    declared_model: pending.declared_model.clone(),
-                    headers: headers.clone(),
-                    body: body.to_vec(),
-                    tried: Vec::new(),
-                }));
-            }
-        }
-        if !planned.calls.is_empty() {
-            return self.fan_out(h, routed, &planned.calls);
-        }
-        if let Some(body) = planned.local {
-            // Answered without a provider call: no tokens used, so the
-            // usage report (0) refunds the reservation.
-            self.count_request(h, &mut routed);
-            routed.usage = Some(Usage::default());
-            routed.fanned_out = true;
-            routed.upstream_status = 200;
-            expose_usage(h, &mut routed);
-            h.send_local_reply(200, &[("content-type", "application/json")], &body);
-            return Ok(Phase::Routed(Box::new(routed)));
-        }
-        // The whole header map in one call where the host can (the plan's
-        // removals and sets applied to the headers read), else one call a
-        // change.
-        let mut ok = match pending.headers {
-            Some(mut all) => {
-                apply_header_changes(&mut all, &planned.headers);
-                let pairs: Vec<(&str, &str)> =
-                    all.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
-                h.set_request_headers(&pairs)
-            }
-            None => false,
-        };
-        if !ok {
-            ok = true;
-            for (name, value) in &planned.headers {
-                ok &= h.set_request_header(name.as_ref(), value.as_deref());
-            }
-        }
-        let edited = planned.body_replaces > 0 || !planned.body.is_empty();
-        if !body.is_empty() && body.len() <= COMPACT_BODY_MAX {
-            let whole = upstream_body(
-                std::mem::take(&mut planned.body),
-                planned.body_replaces,
-                &planned.inserts,
-                body,
-            );
-            // Unedited, the write only saves memory: a refusal is no error.
-            let written = h.set_request_body(body.len(), &whole);
-            ok &= written || !edited;
-        } else if edited && planned.body_replaces >= body.len() {
-            // Replaced whole: written in slices (crate::plan::writes).
-            let mut writes = writes(&planned.body, &planned.inserts, body).into_iter();
-            let first = writes.next().unwrap_or_default();
-            ok &= h.set_request_body(planned.body_replaces, &first);
-            for more in writes {
-                ok = ok && h.append_request_body(&more);
-            }
-        } else if edited {
-            // An edit at the start; only whole replacements have inserts.
-            ok &= h.set_request_body(planned.body_replaces, &planned.body);
-        }
-        if !ok {
-            h.log(Level::Error, "tollgate: the host refused a request rewrite");
-            return Err(ApiError::new(
-                500,
-                SERVER,
-                "internal_error",
-                "The gateway could not rewrite the request",
-            ));
-        }
-        if !h.clear_route_cache() {
-            h.log(
-                Level::Warn,
-                "tollgate: clear_route_cache is not available; routing may use a stale route",
-            );
-        }
+        let host: &dyn Host = &*h;
+        plan(&self.rt, &facts, &|id| {
+            cooldown::remaining_ms(host, id, now)
+        })
+    }
+
+    /// Answers without a provider call (the plan's local answer): no tokens
+    /// used, so the usage report (0) refunds the reservation.
+    fn answer_locally(&self, h: &mut dyn Host, mut routed: Routed, body: &[u8]) -> Phase {
         self.count_request(h, &mut routed);
-        Ok(Phase::Routed(Box::new(routed)))
+        routed.usage = Some(Usage::default());
+        routed.fanned_out = true;
+        routed.upstream_status = 200;
+        expose_usage(h, &mut routed);
+        h.send_local_reply(200, &[("content-type", "application/json")], body);
+        Phase::Routed(Box::new(routed))
     }
 
     /// Counts the request, and exposes its labels to the access log and
@@ -595,6 +599,45 @@ impl Flow {
         let answer = calls.merge(h, &rt, provider, &routed.route, now);
         self.phase = Phase::Routed(routed);
         self.answer(h, answer);
+    }
+
+    /// An answer that failed a request with fallback targets: cools what
+    /// failed and sends the request to the next target
+    /// ([`Flow::fall_back`]). False when there is none: the request has no
+    /// further fallback then.
+    fn fall_back_after_failure(
+        &mut self,
+        h: &mut dyn Host,
+        status: u16,
+        from_upstream: bool,
+        now: u64,
+    ) -> bool {
+        let Phase::Routed(r) = &self.phase else {
+            return false;
+        };
+        let (failed, key) = (r.route.provider, r.route.key);
+        let rt = Arc::clone(&self.rt);
+        if !from_upstream && matches!(status, 502 | 503) && rt.failure_cooldown_ms > 0 {
+            // Envoy's own reply after its retries (connect failure, no
+            // healthy host; local_reply_config makes it a 502): the
+            // provider is down, not one key. Every key cools, so the
+            // next requests go to the fallback at once.
+            if let Some(p) = rt.provider(failed) {
+                for k in &p.keys {
+                    cooldown::start(h, &p.name, &k.id, status, now, rt.failure_cooldown_ms);
+                }
+            }
+        }
+        if self.fall_back(h) {
+            if from_upstream && matches!(status, 401 | 403 | 429) {
+                cool_final_key(h, &rt, failed, key, status, now);
+            }
+            return true;
+        }
+        if let Phase::Routed(r) = &mut self.phase {
+            r.retained = None;
+        }
+        false
     }
 
     /// Sends the request to the next target of its alias that has not
@@ -710,29 +753,10 @@ impl Flow {
         // host call returning data enters the VM twice).
         let from_upstream = (200..300).contains(&status) || h.response_from_upstream();
         if r.retained.is_some() && calls::fallback_worthy(status, from_upstream) {
-            let (failed, key) = (r.route.provider, r.route.key);
-            let rt = Arc::clone(rt);
-            if !from_upstream && matches!(status, 502 | 503) && rt.failure_cooldown_ms > 0 {
-                // Envoy's own reply after its retries (connect failure, no
-                // healthy host; local_reply_config makes it a 502): the
-                // provider is down, not one key. Every key cools, so the
-                // next requests go to the fallback at once.
-                if let Some(p) = rt.provider(failed) {
-                    for k in &p.keys {
-                        cooldown::start(h, &p.name, &k.id, status, now, rt.failure_cooldown_ms);
-                    }
-                }
-            }
-            if self.fall_back(h) {
-                if from_upstream && matches!(status, 401 | 403 | 429) {
-                    cool_final_key(h, &rt, failed, key, status, now);
-                }
+            if self.fall_back_after_failure(h, status, from_upstream, now) {
                 return Action::Pause;
             }
-            let Phase::Routed(r2) = &mut self.phase else {
-                return Action::Continue;
-            };
-            r2.retained = None;
+            // No target left: this answer is the client's.
             return self.on_response_headers(h, end_of_stream);
         }
         if !from_upstream {
@@ -743,36 +767,9 @@ impl Flow {
             return Action::Continue;
         }
         r.upstream_status = status;
-        h.set_response_header(PROVIDER, Some(&provider.name));
-        if let Some(id) = provider_request_id {
-            h.set_response_header(PROVIDER_REQUEST_ID, Some(&clip(&id, ECHO_MAX_CHARS)));
-        }
-        // The provider's rate-limit headers describe the gateway's provider
-        // key, not the client's virtual key (authz-service sets those):
-        // removed where present (each removal is a host call).
-        for name in PROVIDER_RATELIMIT_HEADERS {
-            if all
-                .as_ref()
-                .is_none_or(|all| find_header(all, name).is_some())
-            {
-                h.set_response_header(name, None);
-            }
-        }
-        if let Some(s) = &r.series {
-            let ms = now.saturating_sub(r.route.sent_ms);
-            metrics::record(h, MetricKind::Histogram, s.upstream_latency_ms, ms);
-            // Set by the router (the virtual host's
-            // include_attempt_count_in_response).
-            let attempts: u64 = match &all {
-                Some(all) => find_header(all, "x-envoy-attempt-count"),
-                None => h.response_header("x-envoy-attempt-count"),
-            }
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(1);
-            if attempts > 1 {
-                metrics::record(h, MetricKind::Counter, s.retries, attempts - 1);
-            }
-        }
+        name_provider(h, &provider.name, provider_request_id, all.as_deref());
+        r.record_latency(h, now);
+        r.count_retries(h, all.as_deref());
         if matches!(status, 401 | 403 | 429) {
             // The per-attempt filter cooled this key already when it runs
             // (crate::attempt); cooling the same key again is harmless, and
@@ -1000,6 +997,82 @@ impl Flow {
                     target.cluster
                 ),
             );
+        }
+    }
+}
+
+/// Writes the plan's header and body changes over the client's request:
+/// false when the host refused one. `headers`: the request's headers as
+/// read with the headers callback (`None`: the host refused them).
+fn write_request(
+    h: &mut dyn Host,
+    body: &[u8],
+    headers: Option<Vec<(String, String)>>,
+    planned: &mut Plan,
+) -> bool {
+    // The whole header map in one call where the host can (the plan's
+    // removals and sets applied to the headers read), else one call a
+    // change.
+    let mut ok = match headers {
+        Some(mut all) => {
+            apply_header_changes(&mut all, &planned.headers);
+            let pairs: Vec<(&str, &str)> =
+                all.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+            h.set_request_headers(&pairs)
+        }
+        None => false,
+    };
+    if !ok {
+        ok = true;
+        for (name, value) in &planned.headers {
+            ok &= h.set_request_header(name.as_ref(), value.as_deref());
+        }
+    }
+    let edited = planned.body_replaces > 0 || !planned.body.is_empty();
+    if !body.is_empty() && body.len() <= COMPACT_BODY_MAX {
+        let whole = upstream_body(
+            std::mem::take(&mut planned.body),
+            planned.body_replaces,
+            &planned.inserts,
+            body,
+        );
+        // Unedited, the write only saves memory: a refusal is no error.
+        let written = h.set_request_body(body.len(), &whole);
+        ok &= written || !edited;
+    } else if edited && planned.body_replaces >= body.len() {
+        // Replaced whole: written in slices (crate::plan::writes).
+        let mut writes = writes(&planned.body, &planned.inserts, body).into_iter();
+        let first = writes.next().unwrap_or_default();
+        ok &= h.set_request_body(planned.body_replaces, &first);
+        for more in writes {
+            ok = ok && h.append_request_body(&more);
+        }
+    } else if edited {
+        // An edit at the start; only whole replacements have inserts.
+        ok &= h.set_request_body(planned.body_replaces, &planned.body);
+    }
+    ok
+}
+
+/// Names the provider and its request id to the client, and removes the
+/// provider's rate-limit headers. `all`: the response headers, when the
+/// host gave them in one call.
+fn name_provider(
+    h: &mut dyn Host,
+    provider: &str,
+    request_id: Option<String>,
+    all: Option<&[(String, String)]>,
+) {
+    h.set_response_header(PROVIDER, Some(provider));
+    if let Some(id) = request_id {
+        h.set_response_header(PROVIDER_REQUEST_ID, Some(&clip(&id, ECHO_MAX_CHARS)));
+    }
+    // The provider's rate-limit headers describe the gateway's provider
+    // key, not the client's virtual key (authz-service sets those):
+    // removed where present (each removal is a host call).
+    for name in PROVIDER_RATELIMIT_HEADERS {
+        if all.is_none_or(|all| find_header(all, name).is_some()) {
+            h.set_response_header(name, None);
         }
     }
 }
