@@ -690,17 +690,42 @@ fn convert_message(
             ))
         }
     };
-    let mut parts = Vec::new();
-    let mut calls = Vec::new();
-    let mut tool_msgs = Vec::new();
+    let mut converted = Blocks::default();
     for (j, b) in blocks.iter().enumerate() {
-        let bp = format!("{param}.content[{j}]");
+        converted.add(b, &format!("{param}.content[{j}]"), role, provider, dropped)?;
+    }
+    converted.push_to(role, out);
+    Ok(())
+}
+
+/// The content blocks of one Anthropic message, read into their OpenAI
+/// places.
+#[derive(Default)]
+struct Blocks {
+    /// Text and image parts.
+    parts: Vec<Value>,
+    /// The assistant's tool calls.
+    calls: Vec<Value>,
+    /// The user's tool results, as `tool` messages.
+    tool_msgs: Vec<Value>,
+}
+
+impl Blocks {
+    /// Reads one block (`bp`: its parameter path) of a `role` message.
+    fn add(
+        &mut self,
+        b: &Value,
+        bp: &str,
+        role: &str,
+        provider: &str,
+        dropped: &mut Vec<&'static str>,
+    ) -> Result<(), ApiError> {
         if b.get("cache_control").is_some() {
             note(dropped, "cache_control");
         }
         match b.get("type").and_then(Value::as_str) {
             Some("text") => match b.get("text") {
-                Some(Value::String(t)) => parts.push(json!({"type": "text", "text": t})),
+                Some(Value::String(t)) => self.parts.push(json!({"type": "text", "text": t})),
                 _ => {
                     return Err(bad(
                         &format!("{bp}.text"),
@@ -708,20 +733,20 @@ fn convert_message(
                     ))
                 }
             },
-            Some("image") if role == "user" => parts.push(image_part(b, &bp)?),
+            Some("image") if role == "user" => self.parts.push(image_part(b, bp)?),
             Some("tool_use") if role == "assistant" => {
                 let id = b.get("id").and_then(Value::as_str);
                 let name = b.get("name").and_then(Value::as_str);
                 let (Some(id), Some(name)) = (id, name) else {
                     return Err(bad(
-                        &bp,
+                        bp,
                         format!(
                             "Invalid value for '{bp}': tool_use needs a string 'id' and 'name'"
                         ),
                     ));
                 };
                 let input = b.get("input").cloned().unwrap_or_else(|| json!({}));
-                calls.push(json!({
+                self.calls.push(json!({
                     "id": id, "type": "function",
                     "function": {"name": name, "arguments": input.to_string()},
                 }));
@@ -737,7 +762,8 @@ fn convert_message(
                 if b.get("is_error").and_then(Value::as_bool) == Some(true) {
                     text = format!("Error: {text}");
                 }
-                tool_msgs.push(json!({"role": "tool", "tool_call_id": id, "content": text}));
+                self.tool_msgs
+                    .push(json!({"role": "tool", "tool_call_id": id, "content": text}));
             }
             Some("thinking") | Some("redacted_thinking") if role == "assistant" => {
                 // Earlier reasoning of an Anthropic model: no OpenAI field.
@@ -757,35 +783,41 @@ fn convert_message(
                 ))
             }
         }
+        Ok(())
     }
-    out.extend(tool_msgs);
-    if role == "assistant" {
-        if parts.is_empty() && calls.is_empty() {
-            return Ok(());
+
+    /// The blocks' OpenAI messages: the tool results first, then the
+    /// assistant's text and calls, or the user's parts.
+    fn push_to(self, role: &str, out: &mut Vec<Value>) {
+        out.extend(self.tool_msgs);
+        if role == "assistant" {
+            if self.parts.is_empty() && self.calls.is_empty() {
+                return;
+            }
+            let text: String = self
+                .parts
+                .iter()
+                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join("");
+            let mut a = Map::new();
+            a.insert("role".into(), json!("assistant"));
+            a.insert(
+                "content".into(),
+                if text.is_empty() {
+                    Value::Null
+                } else {
+                    Value::String(text)
+                },
+            );
+            if !self.calls.is_empty() {
+                a.insert("tool_calls".into(), Value::Array(self.calls));
+            }
+            out.push(Value::Object(a));
+        } else if !self.parts.is_empty() {
+            out.push(json!({"role": "user", "content": self.parts}));
         }
-        let text: String = parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("");
-        let mut a = Map::new();
-        a.insert("role".into(), json!("assistant"));
-        a.insert(
-            "content".into(),
-            if text.is_empty() {
-                Value::Null
-            } else {
-                Value::String(text)
-            },
-        );
-        if !calls.is_empty() {
-            a.insert("tool_calls".into(), Value::Array(calls));
-        }
-        out.push(Value::Object(a));
-    } else if !parts.is_empty() {
-        out.push(json!({"role": "user", "content": parts}));
     }
-    Ok(())
 }
 
 /// Anthropic `tools` → OpenAI `tools` (client tools only: Anthropic's
@@ -874,17 +906,46 @@ pub fn to_chat(body: &Value, provider: &str) -> Result<ChatRequest, ApiError> {
     };
     let mut dropped = Vec::new();
     let mut out = Map::new();
+    let messages = chat_messages(obj, provider, &mut dropped)?;
+    for (k, v) in obj {
+        convert_field(k, v, body, provider, &mut out, &mut dropped)?;
+    }
+    if !out.contains_key("max_tokens") {
+        return Err(bad(
+            "max_tokens",
+            "Missing required parameter: 'max_tokens'",
+        ));
+    }
+    if out.contains_key("tool_choice") && !out.contains_key("tools") {
+        // Anthropic accepts a choice without tools; OpenAI does not.
+        out.remove("tool_choice");
+        out.remove("parallel_tool_calls");
+    }
+    out.insert("messages".into(), Value::Array(messages));
+    Ok(ChatRequest {
+        body: Value::Object(out),
+        dropped,
+    })
+}
+
+/// The system prompt and the messages of a Messages request as OpenAI chat
+/// messages.
+fn chat_messages(
+    obj: &Map<String, Value>,
+    provider: &str,
+    dropped: &mut Vec<&'static str>,
+) -> Result<Vec<Value>, ApiError> {
     let mut messages = Vec::new();
     if let Some(s) = obj.get("system") {
         if !s.is_null() {
-            let text = system_text(s, "system", &mut dropped)?;
+            let text = system_text(s, "system", dropped)?;
             messages.push(json!({"role": "system", "content": text}));
         }
     }
     match obj.get("messages") {
         Some(Value::Array(a)) if !a.is_empty() => {
             for (i, m) in a.iter().enumerate() {
-                convert_message(m, i, provider, &mut messages, &mut dropped)?;
+                convert_message(m, i, provider, &mut messages, dropped)?;
             }
         }
         Some(Value::Array(_)) => {
@@ -903,151 +964,151 @@ pub fn to_chat(body: &Value, provider: &str) -> Result<ChatRequest, ApiError> {
             ))
         }
     }
-    for (k, v) in obj {
-        match k.as_str() {
-            "model" => {
-                out.insert("model".into(), v.clone());
+    Ok(messages)
+}
+
+/// One top-level field `k` of a Messages request (`body`) into the chat
+/// request `out`, or the 400 that names it; `system` and `messages` are
+/// [`chat_messages`]'.
+fn convert_field(
+    k: &str,
+    v: &Value,
+    body: &Value,
+    provider: &str,
+    out: &mut Map<String, Value>,
+    dropped: &mut Vec<&'static str>,
+) -> Result<(), ApiError> {
+    match k {
+        "model" => {
+            out.insert("model".into(), v.clone());
+        }
+        "system" | "messages" => {}
+        "max_tokens" => match v.as_u64() {
+            Some(n) if n > 0 => {
+                out.insert("max_tokens".into(), json!(n));
             }
-            "system" | "messages" => {}
-            "max_tokens" => match v.as_u64() {
-                Some(n) if n > 0 => {
-                    out.insert("max_tokens".into(), json!(n));
-                }
-                _ => {
-                    return Err(bad(
-                        "max_tokens",
-                        "Invalid value for 'max_tokens': expected a positive integer",
-                    ))
-                }
-            },
-            "stream" => {
-                let s = stream_flag(body)?;
-                out.insert("stream".into(), json!(s));
-                if s {
-                    out.insert("stream_options".into(), json!({"include_usage": true}));
-                }
+            _ => {
+                return Err(bad(
+                    "max_tokens",
+                    "Invalid value for 'max_tokens': expected a positive integer",
+                ))
             }
-            "temperature" | "top_p" => {
-                if !v.is_null() {
-                    out.insert(k.clone(), v.clone());
-                }
-            }
-            "stop_sequences" => match v {
-                Value::Array(a) if a.iter().all(Value::is_string) => {
-                    if !a.is_empty() {
-                        out.insert("stop".into(), v.clone());
-                    }
-                }
-                Value::Null => {}
-                _ => {
-                    return Err(bad(
-                        "stop_sequences",
-                        "Invalid type for 'stop_sequences': expected an array of strings",
-                    ))
-                }
-            },
-            "tools" => {
-                if !v.is_null() {
-                    let tools = convert_tools(v, provider, &mut dropped)?;
-                    if tools.as_array().is_some_and(|a| !a.is_empty()) {
-                        out.insert("tools".into(), tools);
-                    }
-                }
-            }
-            "tool_choice" => {
-                if !v.is_null() {
-                    convert_tool_choice(v, &mut out)?;
-                }
-            }
-            "metadata" => {
-                if let Some(u) = v.get("user_id").and_then(Value::as_str) {
-                    out.insert("user".into(), json!(u));
-                }
-            }
-            "thinking" => {
-                // Mapped by `request` where the target has a reasoning
-                // control; named dropped otherwise.
-                if v.get("type").and_then(Value::as_str) == Some("enabled") {
-                    let max = obj.get("max_tokens").and_then(Value::as_u64);
-                    match v.get("budget_tokens").and_then(Value::as_u64) {
-                        Some(n) if max.is_some_and(|m| n >= m) => {
-                            return Err(bad(
-                                "thinking.budget_tokens",
-                                "'max_tokens' must be greater than 'thinking.budget_tokens'",
-                            ))
-                        }
-                        Some(n) if n >= 1024 => {}
-                        _ => {
-                            return Err(bad(
-                                "thinking.budget_tokens",
-                                "'thinking.budget_tokens' must be an integer of at least 1024",
-                            ))
-                        }
-                    }
-                    note(&mut dropped, "thinking");
-                }
-            }
-            "top_k" => {
-                if !v.is_null() {
-                    return Err(ApiError::unsupported_param("top_k", provider));
-                }
-            }
-            "output_format" => match (v.get("type").and_then(Value::as_str), v.get("schema")) {
-                (Some("json_schema"), Some(schema)) => {
-                    out.insert(
-                        "response_format".into(),
-                        json!({"type": "json_schema",
-                               "json_schema": {"name": "output", "schema": schema}}),
-                    );
-                }
-                _ if v.is_null() => {}
-                _ => {
-                    return Err(bad(
-                        "output_format",
-                        "Invalid value for 'output_format': expected {\"type\": \"json_schema\", \"schema\": …}",
-                    ))
-                }
-            },
-            // Anthropic-side settings with no counterpart elsewhere (Claude
-            // Code sends context_management and output_config): dropped
-            // and named in the response header.
-            "service_tier" => {}
-            "container" | "mcp_servers" | "inference_geo" => {
-                if !v.is_null() {
-                    return Err(ApiError::unsupported_param(k, provider));
-                }
-            }
-            "context_management" => {
-                if !v.is_null() {
-                    note(&mut dropped, "context_management");
-                }
-            }
-            "output_config" => {
-                if !v.is_null() {
-                    note(&mut dropped, "output_config");
-                }
-            }
-            other => {
-                return Err(ApiError::unsupported_param(other, provider));
+        },
+        "stream" => {
+            let s = stream_flag(body)?;
+            out.insert("stream".into(), json!(s));
+            if s {
+                out.insert("stream_options".into(), json!({"include_usage": true}));
             }
         }
+        "temperature" | "top_p" => {
+            if !v.is_null() {
+                out.insert(k.to_string(), v.clone());
+            }
+        }
+        "stop_sequences" => match v {
+            Value::Array(a) if a.iter().all(Value::is_string) => {
+                if !a.is_empty() {
+                    out.insert("stop".into(), v.clone());
+                }
+            }
+            Value::Null => {}
+            _ => {
+                return Err(bad(
+                    "stop_sequences",
+                    "Invalid type for 'stop_sequences': expected an array of strings",
+                ))
+            }
+        },
+        "tools" => {
+            if !v.is_null() {
+                let tools = convert_tools(v, provider, dropped)?;
+                if tools.as_array().is_some_and(|a| !a.is_empty()) {
+                    out.insert("tools".into(), tools);
+                }
+            }
+        }
+        "tool_choice" => {
+            if !v.is_null() {
+                convert_tool_choice(v, out)?;
+            }
+        }
+        "metadata" => {
+            if let Some(u) = v.get("user_id").and_then(Value::as_str) {
+                out.insert("user".into(), json!(u));
+            }
+        }
+        "thinking" => {
+            // Mapped by `request` where the target has a reasoning
+            // control; named dropped otherwise.
+            if v.get("type").and_then(Value::as_str) == Some("enabled") {
+                check_thinking_budget(v, body.get("max_tokens").and_then(Value::as_u64))?;
+                note(dropped, "thinking");
+            }
+        }
+        "top_k" => {
+            if !v.is_null() {
+                return Err(ApiError::unsupported_param("top_k", provider));
+            }
+        }
+        "output_format" => {
+            if let Some(format) = convert_output_format(v)? {
+                out.insert("response_format".into(), format);
+            }
+        }
+        other => without_counterpart(other, v, provider, dropped)?,
     }
-    if !out.contains_key("max_tokens") {
-        return Err(bad(
-            "max_tokens",
-            "Missing required parameter: 'max_tokens'",
-        ));
+    Ok(())
+}
+
+/// A field with no counterpart in the chat request: one of Anthropic's own
+/// settings, ignored (`service_tier`) or dropped and named in the response
+/// header (Claude Code sends `context_management` and `output_config`);
+/// any other is refused, as is a field the gateway does not know.
+fn without_counterpart(
+    k: &str,
+    v: &Value,
+    provider: &str,
+    dropped: &mut Vec<&'static str>,
+) -> Result<(), ApiError> {
+    match k {
+        "service_tier" => {}
+        "context_management" if !v.is_null() => note(dropped, "context_management"),
+        "output_config" if !v.is_null() => note(dropped, "output_config"),
+        "context_management" | "output_config" => {}
+        "container" | "mcp_servers" | "inference_geo" if v.is_null() => {}
+        _ => return Err(ApiError::unsupported_param(k, provider)),
     }
-    if out.contains_key("tool_choice") && !out.contains_key("tools") {
-        // Anthropic accepts a choice without tools; OpenAI does not.
-        out.remove("tool_choice");
-        out.remove("parallel_tool_calls");
+    Ok(())
+}
+
+/// An enabled `thinking`'s budget: at least 1024 tokens, and below
+/// `max_tokens`.
+fn check_thinking_budget(v: &Value, max_tokens: Option<u64>) -> Result<(), ApiError> {
+    match v.get("budget_tokens").and_then(Value::as_u64) {
+        Some(n) if max_tokens.is_some_and(|m| n >= m) => Err(bad(
+            "thinking.budget_tokens",
+            "'max_tokens' must be greater than 'thinking.budget_tokens'",
+        )),
+        Some(n) if n >= 1024 => Ok(()),
+        _ => Err(bad(
+            "thinking.budget_tokens",
+            "'thinking.budget_tokens' must be an integer of at least 1024",
+        )),
     }
-    out.insert("messages".into(), Value::Array(messages));
-    Ok(ChatRequest {
-        body: Value::Object(out),
-        dropped,
-    })
+}
+
+/// Anthropic `output_format` → OpenAI `response_format` (`None` for null).
+fn convert_output_format(v: &Value) -> Result<Option<Value>, ApiError> {
+    match (v.get("type").and_then(Value::as_str), v.get("schema")) {
+        (Some("json_schema"), Some(schema)) => Ok(Some(json!({"type": "json_schema",
+               "json_schema": {"name": "output", "schema": schema}}))),
+        _ if v.is_null() => Ok(None),
+        _ => Err(bad(
+            "output_format",
+            "Invalid value for 'output_format': expected {\"type\": \"json_schema\", \"schema\": …}",
+        )),
+    }
 }
 
 // ---------------------------------------------------------------------------
