@@ -437,296 +437,9 @@ impl Runtime {
         let mut by_name = HashMap::new();
         let mut key_ids: HashMap<String, String> = HashMap::new();
         for (name, p) in raw.providers {
-            let at = format!("providers.{name}");
-            if !valid_name(&name) {
-                return err(format!(
-                    "{at}: provider names may contain only letters, digits, '-', '_' and '.'"
-                ));
-            }
-            if p.cluster.is_empty() {
-                return err(format!("{at}.cluster: must not be empty"));
-            }
-            let base_path = p
-                .base_path
-                .unwrap_or_else(|| p.kind.default_base_path().to_string());
-            if !base_path.is_empty() && !base_path.starts_with('/') {
-                return err(format!("{at}.base_path: must start with '/'"));
-            }
-            if p.kind != Kind::Azure {
-                if p.api_version.is_some() {
-                    return err(format!("{at}.api_version: only valid for kind azure"));
-                }
-                if p.deployments.is_some() {
-                    return err(format!("{at}.deployments: only valid for kind azure"));
-                }
-            }
-            if let Some(v) = &p.api_version {
-                if v.is_empty()
-                    || !v
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
-                {
-                    return err(format!(
-                        "{at}.api_version: must be a version such as 2024-10-21"
-                    ));
-                }
-            }
-            let region = match (p.kind, p.region) {
-                (Kind::Bedrock, Some(r)) => {
-                    if r.is_empty()
-                        || !r
-                            .bytes()
-                            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                    {
-                        return err(format!(
-                            "{at}.region: must be an AWS region such as us-east-1"
-                        ));
-                    }
-                    r
-                }
-                (Kind::Bedrock, None) => {
-                    return err(format!("{at}.region: required for kind bedrock"))
-                }
-                (_, Some(_)) => return err(format!("{at}.region: only valid for kind bedrock")),
-                (_, None) => String::new(),
-            };
-            if p.kind != Kind::Anthropic {
-                if p.version.is_some() {
-                    return err(format!("{at}.version: only valid for kind anthropic"));
-                }
-                if p.max_tokens.is_some() {
-                    return err(format!("{at}.max_tokens: only valid for kind anthropic"));
-                }
-            }
-            if p.kind != Kind::Openai && p.responses_api.is_some() {
-                return err(format!("{at}.responses_api: only valid for kind openai"));
-            }
-            if !matches!(p.kind, Kind::Openai | Kind::Azure) && p.stream_usage.is_some() {
-                return err(format!(
-                    "{at}.stream_usage: only valid for kinds openai and azure"
-                ));
-            }
-            if p.max_tokens == Some(0) {
-                return err(format!("{at}.max_tokens: must be greater than 0"));
-            }
-            let default_max = p.max_tokens.unwrap_or(DEFAULT_ANTHROPIC_MAX_TOKENS);
-            let mut model_max: Vec<(String, u32, bool)> = Vec::new();
-            match p.models {
-                RawModels::List(list) => {
-                    for (i, m) in list.into_iter().enumerate() {
-                        if m.is_empty() {
-                            return err(format!("{at}.models[{i}]: must not be empty"));
-                        }
-                        if model_max.iter().any(|(n, _, _)| *n == m) {
-                            return err(format!("{at}.models[{i}]: duplicate model {m}"));
-                        }
-                        model_max.push((m, default_max, false));
-                    }
-                }
-                RawModels::Map(map) => {
-                    for (m, cfg) in map {
-                        if m.is_empty() {
-                            return err(format!("{at}.models: model names must not be empty"));
-                        }
-                        if cfg.max_tokens.is_some() && p.kind != Kind::Anthropic {
-                            return err(format!(
-                                "{at}.models.{m}.max_tokens: only valid for kind anthropic"
-                            ));
-                        }
-                        if cfg.max_tokens == Some(0) {
-                            return err(format!(
-                                "{at}.models.{m}.max_tokens: must be greater than 0"
-                            ));
-                        }
-                        if cfg.reasoning && !matches!(p.kind, Kind::Openai | Kind::Azure) {
-                            return err(format!(
-                                "{at}.models.{m}.reasoning: only valid for kinds openai and azure"
-                            ));
-                        }
-                        model_max.push((m, cfg.max_tokens.unwrap_or(default_max), cfg.reasoning));
-                    }
-                }
-            }
-            if model_max.is_empty() {
-                return err(format!("{at}.models: at least one model is required"));
-            }
-            if p.keys.is_empty() {
-                return err(format!("{at}.keys: at least one key is required"));
-            }
-            let mut keys = Vec::new();
-            let mut key_models: Vec<Option<Vec<String>>> = Vec::new();
-            let mut weights = Vec::new();
-            for (i, k) in p.keys.into_iter().enumerate() {
-                let kat = format!("{at}.keys[{i}]");
-                if !valid_name(&k.id) {
-                    return err(format!(
-                        "{kat}.id: must be non-empty and contain only letters, digits, '-', '_' and '.'"
-                    ));
-                }
-                if let Some(other) = key_ids.insert(k.id.clone(), kat.clone()) {
-                    return err(format!(
-                        "{kat}.id: duplicate key id {} (also {other})",
-                        k.id
-                    ));
-                }
-                if k.weight == 0 || k.weight > 1000 {
-                    return err(format!("{kat}.weight: must be between 1 and 1000"));
-                }
-                let value = match (k.value, k.value_env) {
-                    (Some(v), None) => v,
-                    (None, Some(var)) => match env(&var) {
-                        Some(v) => v,
-                        None => {
-                            return err(format!(
-                                "{kat}.value_env: environment variable {var} is not set (list it in vm_config.environment_variables.host_env_keys)"
-                            ))
-                        }
-                    },
-                    _ => return err(format!("{kat}: exactly one of value and value_env is required")),
-                };
-                if value.is_empty() {
-                    return err(format!("{kat}: the key value is empty"));
-                }
-                if value.bytes().any(|b| b < 0x20 || b == 0x7f) {
-                    return err(format!("{kat}: the key value contains control characters"));
-                }
-                match (p.kind, &k.access_key_id) {
-                    (Kind::Bedrock, None) => {
-                        return err(format!(
-                            "{kat}.access_key_id: required for kind bedrock (value is the secret access key)"
-                        ))
-                    }
-                    (Kind::Bedrock, Some(a)) if a.is_empty() || !a.bytes().all(|b| b.is_ascii_alphanumeric()) => {
-                        return err(format!("{kat}.access_key_id: must be letters and digits"))
-                    }
-                    (Kind::Bedrock, _) => {}
-                    (_, Some(_)) => {
-                        return err(format!("{kat}.access_key_id: only valid for kind bedrock"))
-                    }
-                    (_, None) => {}
-                }
-                if p.kind != Kind::Bedrock && k.session_token.is_some() {
-                    return err(format!("{kat}.session_token: only valid for kind bedrock"));
-                }
-                if k.session_token
-                    .as_ref()
-                    .is_some_and(|t| t.is_empty() || t.bytes().any(|b| b < 0x20 || b == 0x7f))
-                {
-                    return err(format!(
-                        "{kat}.session_token: must be non-empty, without control characters"
-                    ));
-                }
-                if let Some(ms) = &k.models {
-                    for (j, m) in ms.iter().enumerate() {
-                        if !model_max.iter().any(|(n, _, _)| n == m) {
-                            return err(format!(
-                                "{kat}.models[{j}]: {m} is not one of {at}.models"
-                            ));
-                        }
-                    }
-                }
-                keys.push(Key {
-                    id: k.id,
-                    value,
-                    access_key_id: k.access_key_id,
-                    session_token: k.session_token,
-                });
-                weights.push(k.weight);
-                key_models.push(k.models);
-            }
-            let mut models = BTreeMap::new();
-            for (m, max_tokens, reasoning) in model_max {
-                let allowed: Vec<(u16, u32)> = (0..keys.len())
-                    .filter(|&i| match key_models.get(i) {
-                        Some(Some(list)) => list.contains(&m),
-                        _ => true,
-                    })
-                    .map(|i| (i as u16, weights.get(i).copied().unwrap_or(1)))
-                    .collect();
-                if allowed.is_empty() {
-                    return err(format!("{at}.models: no key may serve model {m}"));
-                }
-                models.insert(
-                    m,
-                    ModelCfg {
-                        max_tokens,
-                        pool: KeyPool::new(&allowed),
-                        reasoning,
-                    },
-                );
-            }
-            let deployments = p.deployments.unwrap_or_default();
-            for (m, d) in &deployments {
-                if !models.contains_key(m) {
-                    return err(format!("{at}.deployments.{m}: not one of {at}.models"));
-                }
-                if d.is_empty()
-                    || !d
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
-                {
-                    return err(format!("{at}.deployments.{m}: deployment names may contain only letters, digits, '-', '_' and '.'"));
-                }
-            }
-            let host = match (p.host, p.kind) {
-                (Some(h), _) => Some(h),
-                // SigV4 signs the host: send the real endpoint's name.
-                (None, Kind::Bedrock) => Some(format!("bedrock-runtime.{region}.amazonaws.com")),
-                (None, _) => None,
-            };
-            let mut forward_headers = Vec::with_capacity(p.forward_headers.len());
-            for (i, h) in p.forward_headers.iter().enumerate() {
-                let h = h.to_ascii_lowercase();
-                if h.is_empty()
-                    || !h
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-                {
-                    return err(format!("{at}.forward_headers[{i}]: a header name has only letters, digits, '-' and '_'"));
-                }
-                if NEVER_FORWARDED.contains(&h.as_str())
-                    || h.starts_with("x-tollgate-")
-                    || h.starts_with("x-amz-")
-                {
-                    return err(format!("{at}.forward_headers[{i}]: '{h}' carries credentials or gateway state and is never forwarded"));
-                }
-                forward_headers.push(h);
-            }
-            let stream_usage = p.stream_usage.unwrap_or(true);
-            let responses_api = match p.kind {
-                Kind::Openai => p.responses_api.unwrap_or(true),
-                Kind::Azure => true,
-                _ => false,
-            };
-            let api = match p.kind {
-                Kind::Openai => Api::Openai { stream_usage },
-                Kind::Anthropic => Api::Anthropic {
-                    version: p
-                        .version
-                        .unwrap_or_else(|| DEFAULT_ANTHROPIC_VERSION.to_string()),
-                },
-                Kind::Azure => Api::Azure {
-                    api_version: p
-                        .api_version
-                        .unwrap_or_else(|| DEFAULT_AZURE_API_VERSION.to_string()),
-                    deployments,
-                    stream_usage,
-                },
-                Kind::Gemini => Api::Gemini,
-                Kind::Bedrock => Api::Bedrock { region },
-            };
-            by_name.insert(name.clone(), providers.len());
-            providers.push(Provider {
-                name,
-                cluster: p.cluster,
-                base_path: base_path.trim_end_matches('/').to_string(),
-                host,
-                forward_headers,
-                models,
-                keys,
-                api,
-                responses_api,
-            });
+            let provider = compile_provider(name, p, &mut key_ids, env)?;
+            by_name.insert(provider.name.clone(), providers.len());
+            providers.push(provider);
         }
         let mut rt = Runtime {
             providers,
@@ -764,7 +477,14 @@ impl Runtime {
                 .iter()
                 .position(|p| p.kind() == Kind::Anthropic),
         };
-        for (alias, target) in raw.aliases {
+        rt.add_aliases(raw.aliases)?;
+        Ok(rt)
+    }
+
+    /// The aliases, each resolved to its first target; the targets after it
+    /// are its fallbacks, in order.
+    fn add_aliases(&mut self, aliases: BTreeMap<String, RawAlias>) -> Result<(), ConfigError> {
+        for (alias, target) in aliases {
             if alias.is_empty() || alias.contains('/') {
                 return err(format!(
                     "aliases.{alias}: alias names must be non-empty and contain no '/'"
@@ -776,7 +496,7 @@ impl Runtime {
             };
             let mut resolved = Vec::with_capacity(targets.len());
             for target in &targets {
-                match rt.resolve_canonical(target) {
+                match self.resolve_canonical(target) {
                     Some(r) => resolved.push(r),
                     None => {
                         return err(format!(
@@ -789,14 +509,14 @@ impl Runtime {
             let Some(first) = resolved.next() else {
                 return err(format!("aliases.{alias}: at least one target is required"));
             };
-            rt.aliases
+            self.aliases
                 .insert(alias.clone(), (first.provider, first.model));
             let rest: Vec<Resolved> = resolved.collect();
             if !rest.is_empty() {
-                rt.fallbacks.insert(alias, rest);
+                self.fallbacks.insert(alias, rest);
             }
         }
-        Ok(rt)
+        Ok(())
     }
 
     fn resolve_canonical(&self, name: &str) -> Option<Resolved> {
@@ -863,6 +583,355 @@ impl Runtime {
         }
         out
     }
+}
+
+/// One provider's settings checked and compiled. `key_ids`: every key id
+/// seen so far (an id names one key across all providers), and where.
+fn compile_provider(
+    name: String,
+    mut p: RawProvider,
+    key_ids: &mut HashMap<String, String>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Provider, ConfigError> {
+    let at = format!("providers.{name}");
+    if !valid_name(&name) {
+        return err(format!(
+            "{at}: provider names may contain only letters, digits, '-', '_' and '.'"
+        ));
+    }
+    if p.cluster.is_empty() {
+        return err(format!("{at}.cluster: must not be empty"));
+    }
+    let base_path = p
+        .base_path
+        .take()
+        .unwrap_or_else(|| p.kind.default_base_path().to_string());
+    if !base_path.is_empty() && !base_path.starts_with('/') {
+        return err(format!("{at}.base_path: must start with '/'"));
+    }
+    check_kind_settings(&at, &p)?;
+    let region = p.region.unwrap_or_default();
+    let default_max = p.max_tokens.unwrap_or(DEFAULT_ANTHROPIC_MAX_TOKENS);
+    let model_max = model_settings(&at, p.kind, default_max, p.models)?;
+    if p.keys.is_empty() {
+        return err(format!("{at}.keys: at least one key is required"));
+    }
+    let mut keys = Vec::new();
+    let mut key_models: Vec<Option<Vec<String>>> = Vec::new();
+    let mut weights = Vec::new();
+    for (i, mut k) in p.keys.into_iter().enumerate() {
+        let kat = format!("{at}.keys[{i}]");
+        let (weight, models) = (k.weight, k.models.take());
+        let key = compile_key(&kat, k, p.kind, key_ids, env)?;
+        for (j, m) in models.iter().flatten().enumerate() {
+            if !model_max.iter().any(|(n, _, _)| n == m) {
+                return err(format!("{kat}.models[{j}]: {m} is not one of {at}.models"));
+            }
+        }
+        keys.push(key);
+        weights.push(weight);
+        key_models.push(models);
+    }
+    let models = model_pools(&at, model_max, &key_models, &weights)?;
+    let deployments = p.deployments.unwrap_or_default();
+    check_deployments(&at, &deployments, &models)?;
+    let host = match (p.host, p.kind) {
+        (Some(h), _) => Some(h),
+        // SigV4 signs the host: send the real endpoint's name.
+        (None, Kind::Bedrock) => Some(format!("bedrock-runtime.{region}.amazonaws.com")),
+        (None, _) => None,
+    };
+    let forward_headers = forward_headers(&at, &p.forward_headers)?;
+    let stream_usage = p.stream_usage.unwrap_or(true);
+    let responses_api = match p.kind {
+        Kind::Openai => p.responses_api.unwrap_or(true),
+        Kind::Azure => true,
+        _ => false,
+    };
+    let api = match p.kind {
+        Kind::Openai => Api::Openai { stream_usage },
+        Kind::Anthropic => Api::Anthropic {
+            version: p
+                .version
+                .unwrap_or_else(|| DEFAULT_ANTHROPIC_VERSION.to_string()),
+        },
+        Kind::Azure => Api::Azure {
+            api_version: p
+                .api_version
+                .unwrap_or_else(|| DEFAULT_AZURE_API_VERSION.to_string()),
+            deployments,
+            stream_usage,
+        },
+        Kind::Gemini => Api::Gemini,
+        Kind::Bedrock => Api::Bedrock { region },
+    };
+    Ok(Provider {
+        name,
+        cluster: p.cluster,
+        base_path: base_path.trim_end_matches('/').to_string(),
+        host,
+        forward_headers,
+        models,
+        keys,
+        api,
+        responses_api,
+    })
+}
+
+/// The settings that belong to one provider kind: refused on the others,
+/// checked on theirs.
+fn check_kind_settings(at: &str, p: &RawProvider) -> Result<(), ConfigError> {
+    if p.kind != Kind::Azure {
+        if p.api_version.is_some() {
+            return err(format!("{at}.api_version: only valid for kind azure"));
+        }
+        if p.deployments.is_some() {
+            return err(format!("{at}.deployments: only valid for kind azure"));
+        }
+    }
+    if let Some(v) = &p.api_version {
+        if !made_of(v, |b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.') {
+            return err(format!(
+                "{at}.api_version: must be a version such as 2024-10-21"
+            ));
+        }
+    }
+    match (p.kind, &p.region) {
+        (Kind::Bedrock, Some(r)) => {
+            if !made_of(r, |b| {
+                b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'
+            }) {
+                return err(format!(
+                    "{at}.region: must be an AWS region such as us-east-1"
+                ));
+            }
+        }
+        (Kind::Bedrock, None) => return err(format!("{at}.region: required for kind bedrock")),
+        (_, Some(_)) => return err(format!("{at}.region: only valid for kind bedrock")),
+        (_, None) => {}
+    }
+    if p.kind != Kind::Anthropic {
+        if p.version.is_some() {
+            return err(format!("{at}.version: only valid for kind anthropic"));
+        }
+        if p.max_tokens.is_some() {
+            return err(format!("{at}.max_tokens: only valid for kind anthropic"));
+        }
+    }
+    if p.kind != Kind::Openai && p.responses_api.is_some() {
+        return err(format!("{at}.responses_api: only valid for kind openai"));
+    }
+    if !matches!(p.kind, Kind::Openai | Kind::Azure) && p.stream_usage.is_some() {
+        return err(format!(
+            "{at}.stream_usage: only valid for kinds openai and azure"
+        ));
+    }
+    if p.max_tokens == Some(0) {
+        return err(format!("{at}.max_tokens: must be greater than 0"));
+    }
+    Ok(())
+}
+
+/// The provider's models, each with its `max_tokens` (`default_max` unless
+/// its own) and whether it is a reasoning model.
+fn model_settings(
+    at: &str,
+    kind: Kind,
+    default_max: u32,
+    models: RawModels,
+) -> Result<Vec<(String, u32, bool)>, ConfigError> {
+    let mut model_max: Vec<(String, u32, bool)> = Vec::new();
+    match models {
+        RawModels::List(list) => {
+            for (i, m) in list.into_iter().enumerate() {
+                if m.is_empty() {
+                    return err(format!("{at}.models[{i}]: must not be empty"));
+                }
+                if model_max.iter().any(|(n, _, _)| *n == m) {
+                    return err(format!("{at}.models[{i}]: duplicate model {m}"));
+                }
+                model_max.push((m, default_max, false));
+            }
+        }
+        RawModels::Map(map) => {
+            for (m, cfg) in map {
+                if m.is_empty() {
+                    return err(format!("{at}.models: model names must not be empty"));
+                }
+                if cfg.max_tokens.is_some() && kind != Kind::Anthropic {
+                    return err(format!(
+                        "{at}.models.{m}.max_tokens: only valid for kind anthropic"
+                    ));
+                }
+                if cfg.max_tokens == Some(0) {
+                    return err(format!(
+                        "{at}.models.{m}.max_tokens: must be greater than 0"
+                    ));
+                }
+                if cfg.reasoning && !matches!(kind, Kind::Openai | Kind::Azure) {
+                    return err(format!(
+                        "{at}.models.{m}.reasoning: only valid for kinds openai and azure"
+                    ));
+                }
+                model_max.push((m, cfg.max_tokens.unwrap_or(default_max), cfg.reasoning));
+            }
+        }
+    }
+    if model_max.is_empty() {
+        return err(format!("{at}.models: at least one model is required"));
+    }
+    Ok(model_max)
+}
+
+/// One key (`kat`: its place in the config) checked, its value read
+/// (from the environment for `value_env`), its id added to `key_ids`.
+fn compile_key(
+    kat: &str,
+    k: RawKey,
+    kind: Kind,
+    key_ids: &mut HashMap<String, String>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Key, ConfigError> {
+    if !valid_name(&k.id) {
+        return err(format!(
+            "{kat}.id: must be non-empty and contain only letters, digits, '-', '_' and '.'"
+        ));
+    }
+    if let Some(other) = key_ids.insert(k.id.clone(), kat.to_string()) {
+        return err(format!(
+            "{kat}.id: duplicate key id {} (also {other})",
+            k.id
+        ));
+    }
+    if k.weight == 0 || k.weight > 1000 {
+        return err(format!("{kat}.weight: must be between 1 and 1000"));
+    }
+    let value = match (k.value, k.value_env) {
+        (Some(v), None) => v,
+        (None, Some(var)) => match env(&var) {
+            Some(v) => v,
+            None => {
+                return err(format!(
+                    "{kat}.value_env: environment variable {var} is not set (list it in vm_config.environment_variables.host_env_keys)"
+                ))
+            }
+        },
+        _ => return err(format!("{kat}: exactly one of value and value_env is required")),
+    };
+    if value.is_empty() {
+        return err(format!("{kat}: the key value is empty"));
+    }
+    if value.bytes().any(|b| b < 0x20 || b == 0x7f) {
+        return err(format!("{kat}: the key value contains control characters"));
+    }
+    match (kind, &k.access_key_id) {
+        (Kind::Bedrock, None) => {
+            return err(format!(
+                "{kat}.access_key_id: required for kind bedrock (value is the secret access key)"
+            ))
+        }
+        (Kind::Bedrock, Some(a)) if !made_of(a, |b| b.is_ascii_alphanumeric()) => {
+            return err(format!("{kat}.access_key_id: must be letters and digits"))
+        }
+        (Kind::Bedrock, _) => {}
+        (_, Some(_)) => return err(format!("{kat}.access_key_id: only valid for kind bedrock")),
+        (_, None) => {}
+    }
+    if kind != Kind::Bedrock && k.session_token.is_some() {
+        return err(format!("{kat}.session_token: only valid for kind bedrock"));
+    }
+    if k.session_token
+        .as_ref()
+        .is_some_and(|t| t.is_empty() || t.bytes().any(|b| b < 0x20 || b == 0x7f))
+    {
+        return err(format!(
+            "{kat}.session_token: must be non-empty, without control characters"
+        ));
+    }
+    Ok(Key {
+        id: k.id,
+        value,
+        access_key_id: k.access_key_id,
+        session_token: k.session_token,
+    })
+}
+
+/// Each model's weighted pool of the keys that may serve it (`key_models`:
+/// each key's own list, `None` for all).
+fn model_pools(
+    at: &str,
+    model_max: Vec<(String, u32, bool)>,
+    key_models: &[Option<Vec<String>>],
+    weights: &[u32],
+) -> Result<BTreeMap<String, ModelCfg>, ConfigError> {
+    let mut models = BTreeMap::new();
+    for (m, max_tokens, reasoning) in model_max {
+        let allowed: Vec<(u16, u32)> = (0..key_models.len())
+            .filter(|&i| match key_models.get(i) {
+                Some(Some(list)) => list.contains(&m),
+                _ => true,
+            })
+            .map(|i| (i as u16, weights.get(i).copied().unwrap_or(1)))
+            .collect();
+        if allowed.is_empty() {
+            return err(format!("{at}.models: no key may serve model {m}"));
+        }
+        models.insert(
+            m,
+            ModelCfg {
+                max_tokens,
+                pool: KeyPool::new(&allowed),
+                reasoning,
+            },
+        );
+    }
+    Ok(models)
+}
+
+/// Azure's deployment names: each for a model of the provider, and a name.
+fn check_deployments(
+    at: &str,
+    deployments: &BTreeMap<String, String>,
+    models: &BTreeMap<String, ModelCfg>,
+) -> Result<(), ConfigError> {
+    for (m, d) in deployments {
+        if !models.contains_key(m) {
+            return err(format!("{at}.deployments.{m}: not one of {at}.models"));
+        }
+        if !made_of(d, |b| {
+            b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.'
+        }) {
+            return err(format!("{at}.deployments.{m}: deployment names may contain only letters, digits, '-', '_' and '.'"));
+        }
+    }
+    Ok(())
+}
+
+/// The client headers a provider forwards on purpose, lower-cased; never
+/// credentials or gateway state.
+fn forward_headers(at: &str, headers: &[String]) -> Result<Vec<String>, ConfigError> {
+    let mut forward_headers = Vec::with_capacity(headers.len());
+    for (i, h) in headers.iter().enumerate() {
+        let h = h.to_ascii_lowercase();
+        if !made_of(&h, |b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+            return err(format!(
+                "{at}.forward_headers[{i}]: a header name has only letters, digits, '-' and '_'"
+            ));
+        }
+        if NEVER_FORWARDED.contains(&h.as_str())
+            || h.starts_with("x-tollgate-")
+            || h.starts_with("x-amz-")
+        {
+            return err(format!("{at}.forward_headers[{i}]: '{h}' carries credentials or gateway state and is never forwarded"));
+        }
+        forward_headers.push(h);
+    }
+    Ok(forward_headers)
+}
+
+/// `s` is not empty and each of its bytes is `allowed`.
+fn made_of(s: &str, allowed: impl Fn(u8) -> bool) -> bool {
+    !s.is_empty() && s.bytes().all(allowed)
 }
 
 /// The `x-tollgate-models` allow-list check, shared with authz-service.
