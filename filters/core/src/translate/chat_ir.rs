@@ -253,6 +253,24 @@ pub fn image_url_refused(at: &str, provider: &str) -> ApiError {
     }
 }
 
+/// The `function` of a tool or a tool call (`at`), and its `name`: both
+/// required.
+fn function_and_name<'v>(v: &'v Value, at: &str) -> Result<(&'v Value, &'v str), ApiError> {
+    let f = v.get("function").ok_or_else(|| {
+        bad(
+            &format!("{at}.function"),
+            format!("Missing '{at}.function'"),
+        )
+    })?;
+    let name = f.get("name").and_then(Value::as_str).ok_or_else(|| {
+        bad(
+            &format!("{at}.function.name"),
+            format!("Missing '{at}.function.name'"),
+        )
+    })?;
+    Ok((f, name))
+}
+
 fn tool_calls(calls: &Value, at: &dyn Display) -> Result<Vec<Part>, ApiError> {
     let Value::Array(calls) = calls else {
         if calls.is_null() {
@@ -270,18 +288,7 @@ fn tool_calls(calls: &Value, at: &dyn Display) -> Result<Vec<Part>, ApiError> {
             .get("id")
             .and_then(Value::as_str)
             .ok_or_else(|| bad(&format!("{cat}.id"), format!("Missing '{cat}.id'")))?;
-        let f = c.get("function").ok_or_else(|| {
-            bad(
-                &format!("{cat}.function"),
-                format!("Missing '{cat}.function'"),
-            )
-        })?;
-        let name = f.get("name").and_then(Value::as_str).ok_or_else(|| {
-            bad(
-                &format!("{cat}.function.name"),
-                format!("Missing '{cat}.function.name'"),
-            )
-        })?;
+        let (f, name) = function_and_name(c, &cat)?;
         let args = match f.get("arguments") {
             None | Some(Value::Null) => Value::Object(Map::new()),
             Some(Value::String(s)) if s.trim().is_empty() => Value::Object(Map::new()),
@@ -355,6 +362,43 @@ pub fn parse(body: &Value, acc: &Accept) -> Result<Chat, ApiError> {
     let Some(obj) = body.as_object() else {
         return Err(ApiError::invalid_json("expected an object"));
     };
+    refuse_other_fields(obj, provider)?;
+    let mut chat = Chat::default();
+    read_sampling_extras(obj, acc, &mut chat)?;
+    (chat.system, chat.turns) = read_messages(check_messages(body)?, provider)?;
+    chat.max_tokens = match positive_int(obj, "max_completion_tokens")? {
+        Some(n) => Some(n),
+        None => positive_int(obj, "max_tokens")?,
+    };
+    chat.temperature = number(obj, "temperature")?;
+    chat.top_p = number(obj, "top_p")?;
+    chat.stop = read_stop(obj)?;
+    chat.tools = read_tools(obj, provider)?;
+    chat.tool_choice = read_tool_choice(obj, &chat.tools)?;
+    chat.json = read_response_format(obj)?;
+    chat.user = match obj.get("user") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(u)) => Some(u.clone()),
+        Some(_) => return Err(bad("user", "Invalid type for 'user': expected a string")),
+    };
+    chat.parallel_tool_calls = match obj.get("parallel_tool_calls") {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(b)) => Some(*b),
+        Some(_) => {
+            return Err(bad(
+                "parallel_tool_calls",
+                "Invalid type for 'parallel_tool_calls': expected a boolean",
+            ))
+        }
+    };
+    chat.stream = stream_flag(body)?;
+    super::include_usage_flag(body)?;
+    Ok(chat)
+}
+
+/// A field the IR does not carry is refused, unless it is null (or, for
+/// `logprobs`, false).
+fn refuse_other_fields(obj: &Map<String, Value>, provider: &str) -> Result<(), ApiError> {
     for (k, v) in obj {
         match k.as_str() {
             "model"
@@ -390,7 +434,16 @@ pub fn parse(body: &Value, acc: &Accept) -> Result<Chat, ApiError> {
             }
         }
     }
-    let mut chat = Chat::default();
+    Ok(())
+}
+
+/// `n`, `seed` and the penalties: kept where the provider takes them
+/// ([`Accept::sampling_extras`]), else refused unless they change nothing.
+fn read_sampling_extras(
+    obj: &Map<String, Value>,
+    acc: &Accept,
+    chat: &mut Chat,
+) -> Result<(), ApiError> {
     let n = positive_int(obj, "n")?;
     let seed = obj.get("seed").filter(|v| !v.is_null()).cloned();
     if let Some(s) = &seed {
@@ -407,15 +460,23 @@ pub fn parse(body: &Value, acc: &Accept) -> Result<Chat, ApiError> {
         chat.frequency_penalty = fp;
     } else {
         if n.is_some_and(|n| n > 1) {
-            return Err(ApiError::unsupported_param("n", provider));
+            return Err(ApiError::unsupported_param("n", acc.provider));
         }
         for (name, v) in [("presence_penalty", &pp), ("frequency_penalty", &fp)] {
             if v.as_ref().is_some_and(|v| v.as_f64() != Some(0.0)) {
-                return Err(ApiError::unsupported_param(name, provider));
+                return Err(ApiError::unsupported_param(name, acc.provider));
             }
         }
     }
-    let msgs = check_messages(body)?;
+    Ok(())
+}
+
+/// The messages as the system texts and the turns ([`Chat::turns`]): a
+/// tool result names the function of the earlier call it answers, and
+/// comes first in its user turn.
+fn read_messages(msgs: &[Value], provider: &str) -> Result<(Vec<String>, Vec<Turn>), ApiError> {
+    let mut system = Vec::new();
+    let mut turns = Vec::new();
     // tool_call_id → function name, from the assistant turns.
     let mut names: Vec<(String, String)> = Vec::new();
     for (i, m) in msgs.iter().enumerate() {
@@ -427,12 +488,12 @@ pub fn parse(body: &Value, acc: &Accept) -> Result<Chat, ApiError> {
             "system" | "developer" => {
                 let t = text_of(content, &MessageAt(i, ".content"))?;
                 if !t.is_empty() {
-                    chat.system.push(t);
+                    system.push(t);
                 }
             }
             "user" => {
                 let parts = content_parts(content, &MessageAt(i, ".content"), true, provider)?;
-                push(&mut chat.turns, Role::User, parts);
+                push(&mut turns, Role::User, parts);
             }
             "assistant" => {
                 let mut parts = content_parts(content, &MessageAt(i, ".content"), false, provider)?;
@@ -445,7 +506,7 @@ pub fn parse(body: &Value, acc: &Accept) -> Result<Chat, ApiError> {
                     }
                     parts.extend(calls);
                 }
-                push(&mut chat.turns, Role::Assistant, parts);
+                push(&mut turns, Role::Assistant, parts);
             }
             "tool" => {
                 let id = m
@@ -470,7 +531,7 @@ pub fn parse(body: &Value, acc: &Accept) -> Result<Chat, ApiError> {
                 };
                 let content = text_of(content, &MessageAt(i, ".content"))?;
                 push(
-                    &mut chat.turns,
+                    &mut turns,
                     Role::User,
                     vec![Part::ToolResult {
                         id: id.to_string(),
@@ -487,7 +548,7 @@ pub fn parse(body: &Value, acc: &Accept) -> Result<Chat, ApiError> {
             }
         }
     }
-    for t in &mut chat.turns {
+    for t in &mut turns {
         if t.role == Role::User && t.parts.iter().any(|p| matches!(p, Part::ToolResult { .. })) {
             let (mut tr, rest): (Vec<Part>, Vec<Part>) = t
                 .parts
@@ -497,85 +558,81 @@ pub fn parse(body: &Value, acc: &Accept) -> Result<Chat, ApiError> {
             t.parts = tr;
         }
     }
-    if chat.turns.is_empty() {
+    if turns.is_empty() {
         return Err(bad(
             "messages",
             "'messages' must contain at least one non-empty user or assistant message",
         ));
     }
-    chat.max_tokens = match positive_int(obj, "max_completion_tokens")? {
-        Some(n) => Some(n),
-        None => positive_int(obj, "max_tokens")?,
-    };
-    chat.temperature = number(obj, "temperature")?;
-    chat.top_p = number(obj, "top_p")?;
+    Ok((system, turns))
+}
+
+/// `stop`: a string or an array of strings.
+fn read_stop(obj: &Map<String, Value>) -> Result<Vec<String>, ApiError> {
     match obj.get("stop") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(s)) => chat.stop.push(s.clone()),
-        Some(Value::Array(a)) if a.iter().all(Value::is_string) => {
-            chat.stop = a
-                .iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect();
-        }
-        Some(_) => {
-            return Err(bad(
-                "stop",
-                "Invalid type for 'stop': expected a string or an array of strings",
-            ))
-        }
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::String(s)) => Ok(vec![s.clone()]),
+        Some(Value::Array(a)) if a.iter().all(Value::is_string) => Ok(a
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect()),
+        Some(_) => Err(bad(
+            "stop",
+            "Invalid type for 'stop': expected a string or an array of strings",
+        )),
     }
-    match obj.get("tools") {
-        None | Some(Value::Null) => {}
-        Some(Value::Array(tools)) => {
-            for (j, t) in tools.iter().enumerate() {
-                let at = format!("tools[{j}]");
-                if t.get("type").and_then(Value::as_str) != Some("function") {
-                    return Err(ApiError {
-                        message: format!("Only function tools are supported by provider '{provider}' ('{at}.type')"),
-                        ..ApiError::unsupported_param(&format!("{at}.type"), provider)
-                    });
-                }
-                let f = t.get("function").ok_or_else(|| {
-                    bad(
-                        &format!("{at}.function"),
-                        format!("Missing '{at}.function'"),
-                    )
-                })?;
-                let name = f.get("name").and_then(Value::as_str).ok_or_else(|| {
-                    bad(
-                        &format!("{at}.function.name"),
-                        format!("Missing '{at}.function.name'"),
-                    )
-                })?;
-                let parameters = match f.get("parameters") {
-                    None | Some(Value::Null) => {
-                        serde_json::json!({"type": "object", "properties": {}})
-                    }
-                    Some(v @ Value::Object(_)) => v.clone(),
-                    Some(_) => {
-                        return Err(bad(
-                            &format!("{at}.function.parameters"),
-                            format!(
-                                "Invalid type for '{at}.function.parameters': expected an object"
-                            ),
-                        ))
-                    }
-                };
-                chat.tools.push(Tool {
-                    name: name.to_string(),
-                    description: f
-                        .get("description")
-                        .and_then(Value::as_str)
-                        .map(str::to_string),
-                    parameters,
-                });
-            }
-        }
+}
+
+/// `tools`: function tools only.
+fn read_tools(obj: &Map<String, Value>, provider: &str) -> Result<Vec<Tool>, ApiError> {
+    let tools = match obj.get("tools") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(tools)) => tools,
         Some(_) => return Err(bad("tools", "Invalid type for 'tools': expected an array")),
+    };
+    let mut out = Vec::with_capacity(tools.len());
+    for (j, t) in tools.iter().enumerate() {
+        let at = format!("tools[{j}]");
+        if t.get("type").and_then(Value::as_str) != Some("function") {
+            return Err(ApiError {
+                message: format!(
+                    "Only function tools are supported by provider '{provider}' ('{at}.type')"
+                ),
+                ..ApiError::unsupported_param(&format!("{at}.type"), provider)
+            });
+        }
+        let (f, name) = function_and_name(t, &at)?;
+        let parameters = match f.get("parameters") {
+            None | Some(Value::Null) => {
+                serde_json::json!({"type": "object", "properties": {}})
+            }
+            Some(v @ Value::Object(_)) => v.clone(),
+            Some(_) => {
+                return Err(bad(
+                    &format!("{at}.function.parameters"),
+                    format!("Invalid type for '{at}.function.parameters': expected an object"),
+                ))
+            }
+        };
+        out.push(Tool {
+            name: name.to_string(),
+            description: f
+                .get("description")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            parameters,
+        });
     }
-    chat.tool_choice = match obj.get("tool_choice") {
+    Ok(out)
+}
+
+/// `tool_choice`, which may only name one of `tools`, and only with tools.
+fn read_tool_choice(
+    obj: &Map<String, Value>,
+    tools: &[Tool],
+) -> Result<Option<ToolChoice>, ApiError> {
+    let choice = match obj.get("tool_choice") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(match s.as_str() {
             "auto" => ToolChoice::Auto,
@@ -585,7 +642,7 @@ pub fn parse(body: &Value, acc: &Accept) -> Result<Chat, ApiError> {
         }),
         Some(Value::Object(o)) => match o.get("function").and_then(|f| f.get("name")).and_then(Value::as_str) {
             Some(name) => {
-                if !chat.tools.iter().any(|t| t.name == name) {
+                if !tools.iter().any(|t| t.name == name) {
                     return Err(bad("tool_choice", format!("'tool_choice' names function '{name}', which is not in 'tools'")));
                 }
                 Some(ToolChoice::Named(name.to_string()))
@@ -594,13 +651,18 @@ pub fn parse(body: &Value, acc: &Accept) -> Result<Chat, ApiError> {
         },
         Some(_) => return Err(bad("tool_choice", "Invalid type for 'tool_choice'")),
     };
-    if chat.tool_choice.is_some() && chat.tools.is_empty() {
+    if choice.is_some() && tools.is_empty() {
         return Err(bad(
             "tool_choice",
             "'tool_choice' is only allowed when 'tools' are specified",
         ));
     }
-    chat.json = match obj.get("response_format").filter(|v| !v.is_null()) {
+    Ok(choice)
+}
+
+/// `response_format` as [`Chat::json`].
+fn read_response_format(obj: &Map<String, Value>) -> Result<Option<Option<Value>>, ApiError> {
+    Ok(match obj.get("response_format").filter(|v| !v.is_null()) {
         None => None,
         Some(rf) => match rf.get("type").and_then(Value::as_str) {
             Some("text") => None,
@@ -621,25 +683,7 @@ pub fn parse(body: &Value, acc: &Accept) -> Result<Chat, ApiError> {
                 ))
             }
         },
-    };
-    chat.user = match obj.get("user") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(u)) => Some(u.clone()),
-        Some(_) => return Err(bad("user", "Invalid type for 'user': expected a string")),
-    };
-    chat.parallel_tool_calls = match obj.get("parallel_tool_calls") {
-        None | Some(Value::Null) => None,
-        Some(Value::Bool(b)) => Some(*b),
-        Some(_) => {
-            return Err(bad(
-                "parallel_tool_calls",
-                "Invalid type for 'parallel_tool_calls': expected a boolean",
-            ))
-        }
-    };
-    chat.stream = stream_flag(body)?;
-    super::include_usage_flag(body)?;
-    Ok(chat)
+    })
 }
 
 /// Tool call id for providers that give none.
