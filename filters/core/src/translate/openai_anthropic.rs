@@ -511,6 +511,129 @@ impl AnthropicStream {
         let f = self.finish.unwrap_or("stop");
         self.w.end(out, f, self.usage);
     }
+
+    /// A content delta of `text`, unless there is none.
+    fn content(&mut self, out: &mut Vec<u8>, text: Option<&str>) {
+        if let Some(t) = text {
+            if !t.is_empty() {
+                let d = json!({"content": t}).to_string();
+                self.chunk(out, &d, None);
+            }
+        }
+    }
+
+    /// `message_start`: the stream's id, model and first usage, and the
+    /// assistant's opening chunk.
+    fn message_start(&mut self, v: &native::Event<'_>, out: &mut Vec<u8>) {
+        let m = v.message.as_ref();
+        let id = m.and_then(|m| m.id.as_deref()).unwrap_or("");
+        let model = m.and_then(|m| m.model.as_deref()).unwrap_or("");
+        self.w.open(id, model);
+        if let Some(u) = m.and_then(|m| m.usage.as_ref()) {
+            self.usage = u.usage();
+            self.saw_usage = true;
+        }
+        self.chunk(out, "{\"role\":\"assistant\",\"content\":\"\"}", None);
+    }
+
+    /// `content_block_start` of block `idx`: its text, or a tool call opened
+    /// (JSON mode's forced tool becomes the content instead).
+    fn block_start(&mut self, idx: u64, b: &native::Block<'_>, out: &mut Vec<u8>) {
+        match b.kind.as_deref() {
+            Some("text") => self.content(out, b.text.as_deref()),
+            Some("tool_use") if self.json_mode && b.name.as_deref() == Some(JSON_TOOL) => {
+                self.json_block = Some(idx);
+            }
+            Some("tool_use") => {
+                let k = self.next_tool;
+                self.next_tool += 1;
+                self.tool_index.push((idx, k));
+                let d = json!({"tool_calls": [{
+                    "index": k,
+                    "id": b.id,
+                    "type": "function",
+                    "function": {"name": b.name, "arguments": ""},
+                }]})
+                .to_string();
+                self.chunk(out, &d, None);
+                // Some producers put a non-empty input on start.
+                if let Some(input) = &b.input {
+                    if input.as_object().is_some_and(|o| !o.is_empty()) {
+                        let d = json!({"tool_calls": [{"index": k, "function": {"arguments": input.to_string()}}]}).to_string();
+                        self.chunk(out, &d, None);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// `content_block_delta` of block `idx`: more text, or more of a tool
+    /// call's arguments (JSON mode's forced tool: more content).
+    fn block_delta(&mut self, idx: u64, d: &native::Delta<'_>, out: &mut Vec<u8>) {
+        match d.kind.as_deref() {
+            Some("text_delta") => self.content(out, d.text.as_deref()),
+            Some("input_json_delta") if self.json_block == Some(idx) => {
+                self.content(out, d.partial_json.as_deref());
+            }
+            Some("input_json_delta") => {
+                let k = self
+                    .tool_index
+                    .iter()
+                    .find(|(i, _)| *i == idx)
+                    .map(|(_, k)| *k);
+                if let (Some(k), Some(p)) = (k, d.partial_json.as_deref()) {
+                    if !p.is_empty() {
+                        let d = json!({"tool_calls": [{"index": k, "function": {"arguments": p}}]})
+                            .to_string();
+                        self.chunk(out, &d, None);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// `message_delta`: the final usage and the stop reason.
+    fn message_delta(&mut self, v: &native::Event<'_>) {
+        if let Some(u) = &v.usage {
+            if let Some(o) = u.output_tokens {
+                self.usage.completion_tokens = o;
+            }
+            if u.input_tokens.is_some() {
+                let p = u.usage();
+                if p.prompt_tokens > 0 {
+                    self.usage.prompt_tokens = p.prompt_tokens;
+                    self.usage.cached_tokens = p.cached_tokens;
+                }
+            }
+            self.saw_usage = true;
+        }
+        if let Some(r) = v.delta.as_ref().and_then(|d| d.stop_reason.as_deref()) {
+            self.finish = Some(
+                if r == "tool_use" && self.json_block.is_some() && self.next_tool == 0 {
+                    "stop"
+                } else {
+                    finish_reason(r)
+                },
+            );
+        }
+    }
+
+    /// An `error` event: the stream ends with an OpenAI error, its status
+    /// from the error's type.
+    fn provider_error(&mut self, e: Option<&native::Error<'_>>, out: &mut Vec<u8>) {
+        let status = match e.and_then(|e| e.kind.as_deref()) {
+            Some("overloaded_error") => 529,
+            Some("rate_limit_error") => 429,
+            _ => 502,
+        };
+        let msg = e
+            .and_then(|e| e.message.as_deref())
+            .unwrap_or("Provider error")
+            .to_string();
+        self.error_event(out, status, &msg);
+    }
 }
 
 impl SseEvents for AnthropicStream {
@@ -546,133 +669,20 @@ impl SseEvents for AnthropicStream {
         };
         let ty = v.kind.as_deref().unwrap_or(ev.event.as_str());
         match ty {
-            "message_start" => {
-                let m = v.message.as_ref();
-                let id = m.and_then(|m| m.id.as_deref()).unwrap_or("");
-                let model = m.and_then(|m| m.model.as_deref()).unwrap_or("");
-                self.w.open(id, model);
-                if let Some(u) = m.and_then(|m| m.usage.as_ref()) {
-                    self.usage = u.usage();
-                    self.saw_usage = true;
-                }
-                self.chunk(out, "{\"role\":\"assistant\",\"content\":\"\"}", None);
-            }
+            "message_start" => self.message_start(&v, out),
             "content_block_start" => {
-                let idx = v.index.unwrap_or(0);
-                let Some(b) = &v.content_block else {
-                    return;
-                };
-                match b.kind.as_deref() {
-                    Some("text") => {
-                        if let Some(t) = b.text.as_deref() {
-                            if !t.is_empty() {
-                                let d = json!({"content": t}).to_string();
-                                self.chunk(out, &d, None);
-                            }
-                        }
-                    }
-                    Some("tool_use") if self.json_mode && b.name.as_deref() == Some(JSON_TOOL) => {
-                        self.json_block = Some(idx);
-                    }
-                    Some("tool_use") => {
-                        let k = self.next_tool;
-                        self.next_tool += 1;
-                        self.tool_index.push((idx, k));
-                        let d = json!({"tool_calls": [{
-                            "index": k,
-                            "id": b.id,
-                            "type": "function",
-                            "function": {"name": b.name, "arguments": ""},
-                        }]})
-                        .to_string();
-                        self.chunk(out, &d, None);
-                        // Some producers put a non-empty input on start.
-                        if let Some(input) = &b.input {
-                            if input.as_object().is_some_and(|o| !o.is_empty()) {
-                                let d = json!({"tool_calls": [{"index": k, "function": {"arguments": input.to_string()}}]}).to_string();
-                                self.chunk(out, &d, None);
-                            }
-                        }
-                    }
-                    _ => {}
+                if let Some(b) = &v.content_block {
+                    self.block_start(v.index.unwrap_or(0), b, out);
                 }
             }
             "content_block_delta" => {
-                let idx = v.index.unwrap_or(0);
-                let Some(d) = &v.delta else {
-                    return;
-                };
-                match d.kind.as_deref() {
-                    Some("text_delta") => {
-                        if let Some(t) = d.text.as_deref() {
-                            if !t.is_empty() {
-                                let d = json!({"content": t}).to_string();
-                                self.chunk(out, &d, None);
-                            }
-                        }
-                    }
-                    Some("input_json_delta") if self.json_block == Some(idx) => {
-                        if let Some(p) = d.partial_json.as_deref() {
-                            if !p.is_empty() {
-                                let d = json!({"content": p}).to_string();
-                                self.chunk(out, &d, None);
-                            }
-                        }
-                    }
-                    Some("input_json_delta") => {
-                        let k = self
-                            .tool_index
-                            .iter()
-                            .find(|(i, _)| *i == idx)
-                            .map(|(_, k)| *k);
-                        if let (Some(k), Some(p)) = (k, d.partial_json.as_deref()) {
-                            if !p.is_empty() {
-                                let d = json!({"tool_calls": [{"index": k, "function": {"arguments": p}}]}).to_string();
-                                self.chunk(out, &d, None);
-                            }
-                        }
-                    }
-                    _ => {}
+                if let Some(d) = &v.delta {
+                    self.block_delta(v.index.unwrap_or(0), d, out);
                 }
             }
-            "message_delta" => {
-                if let Some(u) = &v.usage {
-                    if let Some(o) = u.output_tokens {
-                        self.usage.completion_tokens = o;
-                    }
-                    if u.input_tokens.is_some() {
-                        let p = u.usage();
-                        if p.prompt_tokens > 0 {
-                            self.usage.prompt_tokens = p.prompt_tokens;
-                            self.usage.cached_tokens = p.cached_tokens;
-                        }
-                    }
-                    self.saw_usage = true;
-                }
-                if let Some(r) = v.delta.as_ref().and_then(|d| d.stop_reason.as_deref()) {
-                    self.finish = Some(
-                        if r == "tool_use" && self.json_block.is_some() && self.next_tool == 0 {
-                            "stop"
-                        } else {
-                            finish_reason(r)
-                        },
-                    );
-                }
-            }
+            "message_delta" => self.message_delta(&v),
             "message_stop" => self.end(out),
-            "error" => {
-                let e = v.error.as_ref();
-                let status = match e.and_then(|e| e.kind.as_deref()) {
-                    Some("overloaded_error") => 529,
-                    Some("rate_limit_error") => 429,
-                    _ => 502,
-                };
-                let msg = e
-                    .and_then(|e| e.message.as_deref())
-                    .unwrap_or("Provider error")
-                    .to_string();
-                self.error_event(out, status, &msg);
-            }
+            "error" => self.provider_error(v.error.as_ref(), out),
             _ => {}
         }
     }
