@@ -2,11 +2,12 @@
 //! translator that builds chunks (Anthropic, Gemini, Bedrock): the envelope
 //! prefix shared by all chunks of an answer, first-token tracking (for the
 //! TTFT metric), the finish chunk, the usage chunk, `[DONE]`, and the error
-//! event that ends a failed stream.
+//! event that ends a failed stream. [`BlockTools`] numbers the tool calls
+//! of the streams whose provider numbers its content blocks.
 
 use std::fmt::Write as _;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use super::{push_stream_error, usage_json, ResponseCtx, Usage, DONE};
 
@@ -96,6 +97,54 @@ impl ChunkWriter {
     pub(crate) fn first_token_seen(&self) -> bool {
         self.first_token
     }
+}
+
+/// The tool calls of a stream whose provider numbers its content blocks
+/// (Anthropic, Bedrock): a tool-use block gets the next OpenAI `tool_calls`
+/// index when it starts, and its argument deltas go to that call.
+#[derive(Default)]
+pub(crate) struct BlockTools {
+    /// Provider block index → OpenAI tool-call index.
+    index: Vec<(u64, u32)>,
+}
+
+impl BlockTools {
+    /// Block `block` starts a tool call: its index, and the delta that
+    /// opens it (id, name, empty arguments).
+    pub(crate) fn open<T: serde::Serialize>(
+        &mut self,
+        block: u64,
+        id: &T,
+        name: &T,
+    ) -> (u32, Value) {
+        let k = self.index.len() as u32;
+        self.index.push((block, k));
+        let delta = json!({"tool_calls": [{
+            "index": k,
+            "id": id,
+            "type": "function",
+            "function": {"name": name, "arguments": ""},
+        }]});
+        (k, delta)
+    }
+
+    /// The tool-call index of block `block`, when it started one.
+    pub(crate) fn call_of(&self, block: u64) -> Option<u32> {
+        self.index
+            .iter()
+            .find(|(i, _)| *i == block)
+            .map(|(_, k)| *k)
+    }
+
+    /// No tool call has started.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+}
+
+/// The delta of more `arguments` (JSON text) of tool call `k`.
+pub(crate) fn arguments_delta(k: u32, arguments: &str) -> Value {
+    json!({"tool_calls": [{"index": k, "function": {"arguments": arguments}}]})
 }
 
 /// The end of a `chat.completion.chunk` whose prefix and delta are written:

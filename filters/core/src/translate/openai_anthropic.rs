@@ -23,7 +23,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::chat_ir::{self, Accept, Chat, Part, Role, ToolChoice};
-use super::chunk::ChunkWriter;
+use super::chunk::{arguments_delta, BlockTools, ChunkWriter};
 use super::read::{self, Unreadable};
 use super::{
     feed_sse, finish_sse, include_usage_flag, upstream_error, write_json, Completion, Endpoint,
@@ -477,9 +477,8 @@ const HANDLED: [&str; 6] = [
 pub struct AnthropicStream {
     parser: SseParser,
     w: ChunkWriter,
-    /// Anthropic content-block index → OpenAI tool_call index.
-    tool_index: Vec<(u64, u32)>,
-    next_tool: u32,
+    /// The tool calls, by Anthropic content-block index.
+    tools: BlockTools,
     usage: Usage,
     saw_usage: bool,
     finish: Option<&'static str>,
@@ -493,8 +492,7 @@ impl AnthropicStream {
         AnthropicStream {
             parser: SseParser::default(),
             w: ChunkWriter::new(ctx),
-            tool_index: Vec::new(),
-            next_tool: 0,
+            tools: BlockTools::default(),
             usage: Usage::default(),
             saw_usage: false,
             finish: None,
@@ -545,22 +543,13 @@ impl AnthropicStream {
                 self.json_block = Some(idx);
             }
             Some("tool_use") => {
-                let k = self.next_tool;
-                self.next_tool += 1;
-                self.tool_index.push((idx, k));
-                let d = json!({"tool_calls": [{
-                    "index": k,
-                    "id": b.id,
-                    "type": "function",
-                    "function": {"name": b.name, "arguments": ""},
-                }]})
-                .to_string();
-                self.chunk(out, &d, None);
+                let (k, d) = self.tools.open(idx, &b.id, &b.name);
+                self.w.delta_value(out, &d, None);
                 // Some producers put a non-empty input on start.
                 if let Some(input) = &b.input {
                     if input.as_object().is_some_and(|o| !o.is_empty()) {
-                        let d = json!({"tool_calls": [{"index": k, "function": {"arguments": input.to_string()}}]}).to_string();
-                        self.chunk(out, &d, None);
+                        self.w
+                            .delta_value(out, &arguments_delta(k, &input.to_string()), None);
                     }
                 }
             }
@@ -577,16 +566,9 @@ impl AnthropicStream {
                 self.content(out, d.partial_json.as_deref());
             }
             Some("input_json_delta") => {
-                let k = self
-                    .tool_index
-                    .iter()
-                    .find(|(i, _)| *i == idx)
-                    .map(|(_, k)| *k);
-                if let (Some(k), Some(p)) = (k, d.partial_json.as_deref()) {
+                if let (Some(k), Some(p)) = (self.tools.call_of(idx), d.partial_json.as_deref()) {
                     if !p.is_empty() {
-                        let d = json!({"tool_calls": [{"index": k, "function": {"arguments": p}}]})
-                            .to_string();
-                        self.chunk(out, &d, None);
+                        self.w.delta_value(out, &arguments_delta(k, p), None);
                     }
                 }
             }
@@ -611,7 +593,7 @@ impl AnthropicStream {
         }
         if let Some(r) = v.delta.as_ref().and_then(|d| d.stop_reason.as_deref()) {
             self.finish = Some(
-                if r == "tool_use" && self.json_block.is_some() && self.next_tool == 0 {
+                if r == "tool_use" && self.json_block.is_some() && self.tools.is_empty() {
                     "stop"
                 } else {
                     finish_reason(r)

@@ -33,7 +33,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::chat_ir::{self, Accept, Part, Role, ToolChoice};
-use super::chunk::ChunkWriter;
+use super::chunk::{arguments_delta, BlockTools, ChunkWriter};
 use super::openai_openai::error_message;
 use super::read::{self, Unreadable};
 use super::{
@@ -580,9 +580,8 @@ const HANDLED: [&str; 5] = [
 pub struct BedrockStream {
     decoder: Decoder,
     w: ChunkWriter,
-    /// Bedrock content-block index → OpenAI tool index.
-    tool_index: Vec<(u64, u32)>,
-    next_tool: u32,
+    /// The tool calls, by Bedrock content-block index.
+    tools: BlockTools,
     usage: Option<Usage>,
     finish: Option<&'static str>,
     started: bool,
@@ -598,8 +597,7 @@ impl BedrockStream {
         BedrockStream {
             decoder: Decoder::default(),
             w,
-            tool_index: Vec::new(),
-            next_tool: 0,
+            tools: BlockTools::default(),
             usage: None,
             finish: None,
             started: false,
@@ -680,15 +678,7 @@ impl BedrockStream {
                 if self.json_mode && start.and_then(|t| t.name.as_deref()) == Some(JSON_TOOL) {
                     self.json_block = Some(idx);
                 } else if let Some(tu) = start {
-                    let k = self.next_tool;
-                    self.next_tool += 1;
-                    self.tool_index.push((idx, k));
-                    let d = json!({"tool_calls": [{
-                        "index": k,
-                        "id": tu.tool_use_id,
-                        "type": "function",
-                        "function": {"name": tu.name, "arguments": ""},
-                    }]});
+                    let (_, d) = self.tools.open(idx, &tu.tool_use_id, &tu.name);
                     self.chunk(out, &d, None);
                 }
             }
@@ -708,14 +698,9 @@ impl BedrockStream {
                         self.chunk(out, &json!({"content": input}), None);
                     }
                 } else if let Some(input) = input {
-                    let k = self
-                        .tool_index
-                        .iter()
-                        .find(|(i, _)| *i == idx)
-                        .map(|(_, k)| *k);
-                    if let Some(k) = k {
+                    if let Some(k) = self.tools.call_of(idx) {
                         if !input.is_empty() {
-                            self.chunk(out, &json!({"tool_calls": [{"index": k, "function": {"arguments": input}}]}), None);
+                            self.chunk(out, &arguments_delta(k, input), None);
                         }
                     }
                 }
@@ -723,7 +708,7 @@ impl BedrockStream {
             "messageStop" => {
                 if let Some(r) = v.stop_reason.as_deref() {
                     self.finish = Some(
-                        if r == "tool_use" && self.json_block.is_some() && self.next_tool == 0 {
+                        if r == "tool_use" && self.json_block.is_some() && self.tools.is_empty() {
                             "stop"
                         } else {
                             finish_reason(r)
