@@ -59,6 +59,23 @@ pub struct Tool {
     pub parameters: Value,
 }
 
+impl Tool {
+    /// The tool as a provider declares it: its `name`, its `description`
+    /// when it has one, and `schema` (the provider's field for the
+    /// parameters, and their schema as it takes them) when given.
+    pub fn declared(&self, schema: Option<(&str, Value)>) -> Map<String, Value> {
+        let mut d = Map::new();
+        d.insert("name".into(), Value::String(self.name.clone()));
+        if let Some(desc) = &self.description {
+            d.insert("description".into(), Value::String(desc.clone()));
+        }
+        if let Some((field, schema)) = schema {
+            d.insert(field.into(), schema);
+        }
+        d
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum ToolChoice {
     Auto,

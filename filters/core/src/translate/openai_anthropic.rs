@@ -133,15 +133,7 @@ fn translate_request(ctx: &RequestCtx<'_>, mut chat: Chat) -> Result<Value, ApiE
         let tools: Vec<Value> = chat
             .tools
             .iter()
-            .map(|t| {
-                let mut tool = Map::new();
-                tool.insert("name".into(), Value::String(t.name.clone()));
-                if let Some(d) = &t.description {
-                    tool.insert("description".into(), Value::String(d.clone()));
-                }
-                tool.insert("input_schema".into(), t.parameters.clone());
-                Value::Object(tool)
-            })
+            .map(|t| Value::Object(t.declared(Some(("input_schema", t.parameters.clone())))))
             .collect();
         out.insert("tools".into(), Value::Array(tools));
         let mut choice = chat.tool_choice.as_ref().map(|c| match c {

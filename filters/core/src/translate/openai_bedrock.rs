@@ -32,7 +32,7 @@
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::chat_ir::{self, Accept, Part, Role, ToolChoice};
+use super::chat_ir::{self, Accept, Chat, Part, Role, ToolChoice};
 use super::chunk::{arguments_delta, BlockTools, ChunkWriter};
 use super::openai_openai::error_message;
 use super::read::{self, Unreadable};
@@ -57,15 +57,9 @@ pub const MAX_EMBEDDING_INPUTS: usize = 64;
 /// Name of the forced tool that carries JSON-mode answers.
 pub const JSON_TOOL: &str = "json_response";
 
-/// → (Converse body, stream, json_mode).
-fn chat_request(body: &Value) -> Result<(Value, bool, bool), ApiError> {
-    let mut chat = chat_ir::parse(
-        body,
-        &Accept {
-            provider: PROVIDER,
-            sampling_extras: false,
-        },
-    )?;
+/// JSON mode as a forced tool ([`JSON_TOOL`]) whose input is the answer
+/// (Converse has no response format): true when the request asked for it.
+fn json_mode_as_tool(chat: &mut Chat) -> Result<bool, ApiError> {
     let json_mode = chat.json.is_some();
     if let Some(schema) = chat.json.take() {
         if !chat.tools.is_empty() {
@@ -88,6 +82,45 @@ fn chat_request(body: &Value) -> Result<(Value, bool, bool), ApiError> {
         });
         chat.tool_choice = Some(ToolChoice::Named(JSON_TOOL.into()));
     }
+    Ok(json_mode)
+}
+
+/// Converse's `toolConfig`: the tools' specs and the tool choice.
+fn tool_config(tools: &[chat_ir::Tool], choice: Option<&ToolChoice>) -> Value {
+    let tools: Vec<Value> = tools
+        .iter()
+        .map(|t| {
+            let spec = t.declared(Some(("inputSchema", json!({"json": t.parameters}))));
+            json!({"toolSpec": spec})
+        })
+        .collect();
+    let mut tc = Map::new();
+    tc.insert("tools".into(), Value::Array(tools));
+    match choice {
+        Some(ToolChoice::Auto) => {
+            tc.insert("toolChoice".into(), json!({"auto": {}}));
+        }
+        Some(ToolChoice::Required) => {
+            tc.insert("toolChoice".into(), json!({"any": {}}));
+        }
+        Some(ToolChoice::Named(n)) => {
+            tc.insert("toolChoice".into(), json!({"tool": {"name": n}}));
+        }
+        _ => {}
+    }
+    Value::Object(tc)
+}
+
+/// → (Converse body, stream, json_mode).
+fn chat_request(body: &Value) -> Result<(Value, bool, bool), ApiError> {
+    let mut chat = chat_ir::parse(
+        body,
+        &Accept {
+            provider: PROVIDER,
+            sampling_extras: false,
+        },
+    )?;
+    let json_mode = json_mode_as_tool(&mut chat)?;
     if chat.tool_choice == Some(ToolChoice::None) {
         return Err(ApiError {
             message: "tool_choice 'none' is not supported by provider 'bedrock' (Converse has auto, any and a named tool); leave 'tools' out instead".into(),
@@ -149,34 +182,8 @@ fn chat_request(body: &Value) -> Result<(Value, bool, bool), ApiError> {
         out.insert("inferenceConfig".into(), Value::Object(ic));
     }
     if !chat.tools.is_empty() {
-        let tools: Vec<Value> = chat
-            .tools
-            .iter()
-            .map(|t| {
-                let mut spec = Map::new();
-                spec.insert("name".into(), json!(t.name));
-                if let Some(d) = &t.description {
-                    spec.insert("description".into(), json!(d));
-                }
-                spec.insert("inputSchema".into(), json!({"json": t.parameters}));
-                json!({"toolSpec": spec})
-            })
-            .collect();
-        let mut tc = Map::new();
-        tc.insert("tools".into(), Value::Array(tools));
-        match &chat.tool_choice {
-            Some(ToolChoice::Auto) => {
-                tc.insert("toolChoice".into(), json!({"auto": {}}));
-            }
-            Some(ToolChoice::Required) => {
-                tc.insert("toolChoice".into(), json!({"any": {}}));
-            }
-            Some(ToolChoice::Named(n)) => {
-                tc.insert("toolChoice".into(), json!({"tool": {"name": n}}));
-            }
-            _ => {}
-        }
-        out.insert("toolConfig".into(), Value::Object(tc));
+        let tc = tool_config(&chat.tools, chat.tool_choice.as_ref());
+        out.insert("toolConfig".into(), tc);
     }
     Ok((Value::Object(out), chat.stream, json_mode))
 }
@@ -627,6 +634,26 @@ impl BedrockStream {
         self.w.end(out, f, self.usage.unwrap_or_default());
     }
 
+    /// An exception or error message (`message`: its payload's): the
+    /// stream ends with an OpenAI error, its status from the exception's
+    /// type.
+    fn provider_error(&mut self, m: &Message, message: Option<&str>, out: &mut Vec<u8>) {
+        let kind = m
+            .header(":exception-type")
+            .or(m.header(":error-code"))
+            .unwrap_or("");
+        let status = match kind {
+            "throttlingException" => 429,
+            "serviceUnavailableException" | "modelStreamErrorException" => 503,
+            _ => 502,
+        };
+        let msg = message
+            .or(m.header(":error-message"))
+            .unwrap_or("Provider error")
+            .to_string();
+        self.error_event(out, status, &msg);
+    }
+
     fn on_message(&mut self, m: Message, out: &mut Vec<u8>) {
         if self.w.is_done() {
             return;
@@ -635,23 +662,8 @@ impl BedrockStream {
         match m.header(":message-type") {
             Some("event") => {}
             Some("exception") | Some("error") => {
-                let kind = m
-                    .header(":exception-type")
-                    .or(m.header(":error-code"))
-                    .unwrap_or("");
-                let status = match kind {
-                    "throttlingException" => 429,
-                    "serviceUnavailableException" | "modelStreamErrorException" => 503,
-                    _ => 502,
-                };
-                let msg = parsed
-                    .as_ref()
-                    .ok()
-                    .and_then(|v| v.message.as_deref())
-                    .or(m.header(":error-message"))
-                    .unwrap_or("Provider error")
-                    .to_string();
-                self.error_event(out, status, &msg);
+                let message = parsed.as_ref().ok().and_then(|v| v.message.as_deref());
+                self.provider_error(&m, message, out);
                 return;
             }
             _ => return,

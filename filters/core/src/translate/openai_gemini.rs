@@ -25,7 +25,7 @@
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::chat_ir::{self, Accept, Part, Role, ToolChoice};
+use super::chat_ir::{self, Accept, Part, Role, Tool, ToolChoice};
 use super::chunk::ChunkWriter;
 use super::read::{self, Unreadable};
 use super::{
@@ -74,6 +74,22 @@ pub fn clean_schema(v: &Value) -> Value {
     }
 }
 
+/// The tools as Gemini `functionDeclarations`, their schemas cleaned.
+fn function_declarations(tools: &[Tool]) -> Vec<Value> {
+    tools
+        .iter()
+        .map(|t| {
+            let params = clean_schema(&t.parameters);
+            // An object schema without properties is refused by Gemini.
+            let empty = params
+                .get("properties")
+                .and_then(Value::as_object)
+                .is_none_or(Map::is_empty);
+            Value::Object(t.declared((!empty).then_some(("parameters", params))))
+        })
+        .collect()
+}
+
 fn chat_request(ctx: &RequestCtx<'_>, body: &Value) -> Result<(Value, bool), ApiError> {
     let chat = chat_ir::parse(
         body,
@@ -119,27 +135,7 @@ fn chat_request(ctx: &RequestCtx<'_>, body: &Value) -> Result<(Value, bool), Api
         );
     }
     if !chat.tools.is_empty() {
-        let decls: Vec<Value> = chat
-            .tools
-            .iter()
-            .map(|t| {
-                let mut d = Map::new();
-                d.insert("name".into(), json!(t.name));
-                if let Some(desc) = &t.description {
-                    d.insert("description".into(), json!(desc));
-                }
-                let params = clean_schema(&t.parameters);
-                // An object schema without properties is refused by Gemini.
-                let empty = params
-                    .get("properties")
-                    .and_then(Value::as_object)
-                    .is_none_or(Map::is_empty);
-                if !empty {
-                    d.insert("parameters".into(), params);
-                }
-                Value::Object(d)
-            })
-            .collect();
+        let decls = function_declarations(&chat.tools);
         out.insert("tools".into(), json!([{"functionDeclarations": decls}]));
         if let Some(c) = &chat.tool_choice {
             let cfg = match c {
