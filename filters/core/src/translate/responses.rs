@@ -485,6 +485,53 @@ pub fn to_chat(body: &Value, provider: &str, kind: Kind) -> Result<Value, ApiErr
         "model".into(),
         obj.get("model").cloned().unwrap_or(Value::Null),
     );
+    chat.insert(
+        "messages".into(),
+        Value::Array(chat_messages(obj, provider)?),
+    );
+    if stream_flag(body)? {
+        chat.insert("stream".into(), Value::Bool(true));
+        chat.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    for (from, to) in [
+        ("max_output_tokens", "max_tokens"),
+        ("temperature", "temperature"),
+        ("top_p", "top_p"),
+        ("parallel_tool_calls", "parallel_tool_calls"),
+        ("user", "user"),
+    ] {
+        if let Some(v) = obj.get(from).filter(|v| !v.is_null()) {
+            chat.insert(to.into(), v.clone());
+        }
+    }
+    if let Some(Value::Array(tools)) = obj.get("tools") {
+        let out = chat_tools(tools, provider)?;
+        if !out.is_empty() {
+            chat.insert("tools".into(), Value::Array(out));
+        }
+    }
+    if let Some(choice) = chat_tool_choice(obj.get("tool_choice"), provider)? {
+        chat.insert("tool_choice".into(), choice);
+    }
+    if let Some(format) = obj.get("text").and_then(|t| t.get("format")) {
+        if let Some(rf) = response_format(format)? {
+            chat.insert("response_format".into(), rf);
+        }
+    }
+    // Reasoning effort: OpenAI-compatible chat servers take it as
+    // `reasoning_effort`; the other translations have no such knob.
+    if kind == Kind::Openai {
+        if let Some(effort) = obj.get("reasoning").and_then(|r| r.get("effort")) {
+            if effort.is_string() {
+                chat.insert("reasoning_effort".into(), effort.clone());
+            }
+        }
+    }
+    Ok(Value::Object(chat))
+}
+
+/// `instructions` and `input` as chat messages.
+fn chat_messages(obj: &Map<String, Value>, provider: &str) -> Result<Vec<Value>, ApiError> {
     let mut messages: Vec<Value> = Vec::new();
     match obj.get("instructions") {
         None | Some(Value::Null) => {}
@@ -505,107 +552,79 @@ pub fn to_chat(body: &Value, provider: &str, kind: Kind) -> Result<Value, ApiErr
         }
         _ => {}
     }
-    chat.insert("messages".into(), Value::Array(messages));
-    if stream_flag(body)? {
-        chat.insert("stream".into(), Value::Bool(true));
-        chat.insert("stream_options".into(), json!({"include_usage": true}));
-    }
-    for (from, to) in [
-        ("max_output_tokens", "max_tokens"),
-        ("temperature", "temperature"),
-        ("top_p", "top_p"),
-        ("parallel_tool_calls", "parallel_tool_calls"),
-        ("user", "user"),
-    ] {
-        if let Some(v) = obj.get(from).filter(|v| !v.is_null()) {
-            chat.insert(to.into(), v.clone());
-        }
-    }
-    if let Some(Value::Array(tools)) = obj.get("tools") {
-        let mut out = Vec::with_capacity(tools.len());
-        for (i, t) in tools.iter().enumerate() {
-            let at = format!("tools[{i}]");
-            match t.get("type").and_then(Value::as_str) {
-                // A group of functions: offered one by one.
-                Some("namespace") => {
-                    let Some(Value::Array(inner)) = t.get("tools") else {
-                        return Err(missing(&format!("{at}.tools")));
-                    };
-                    for (j, f) in inner.iter().enumerate() {
-                        let at = format!("{at}.tools[{j}]");
-                        if f.get("type").and_then(Value::as_str) != Some("function") {
-                            return Err(unsupported(
-                                &format!("{at}.type"),
-                                provider,
-                                "A tool other than a function inside a namespace",
-                            ));
-                        }
-                        out.push(chat_tool(f, &at)?);
+    Ok(messages)
+}
+
+/// The Responses `tools` as chat tools: functions, and the functions of a
+/// namespace one by one.
+fn chat_tools(tools: &[Value], provider: &str) -> Result<Vec<Value>, ApiError> {
+    let mut out = Vec::with_capacity(tools.len());
+    for (i, t) in tools.iter().enumerate() {
+        let at = format!("tools[{i}]");
+        match t.get("type").and_then(Value::as_str) {
+            // A group of functions: offered one by one.
+            Some("namespace") => {
+                let Some(Value::Array(inner)) = t.get("tools") else {
+                    return Err(missing(&format!("{at}.tools")));
+                };
+                for (j, f) in inner.iter().enumerate() {
+                    let at = format!("{at}.tools[{j}]");
+                    if f.get("type").and_then(Value::as_str) != Some("function") {
+                        return Err(unsupported(
+                            &format!("{at}.type"),
+                            provider,
+                            "A tool other than a function inside a namespace",
+                        ));
                     }
+                    out.push(chat_tool(f, &at)?);
                 }
-                _ => out.push(chat_tool(t, &at)?),
             }
-        }
-        if !out.is_empty() {
-            chat.insert("tools".into(), Value::Array(out));
+            _ => out.push(chat_tool(t, &at)?),
         }
     }
-    match obj.get("tool_choice") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(s)) => {
-            chat.insert("tool_choice".into(), Value::String(s.clone()));
-        }
+    Ok(out)
+}
+
+/// The Responses `tool_choice` as the chat one (`None`: not given).
+fn chat_tool_choice(choice: Option<&Value>, provider: &str) -> Result<Option<Value>, ApiError> {
+    match choice {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(Value::String(s.clone()))),
         Some(Value::Object(c)) if c.get("type").and_then(Value::as_str) == Some("function") => {
             let Some(name) = c.get("name").and_then(Value::as_str) else {
                 return Err(missing("tool_choice.name"));
             };
-            chat.insert(
-                "tool_choice".into(),
+            Ok(Some(
                 json!({"type": "function", "function": {"name": name}}),
-            );
-        }
-        Some(_) => {
-            return Err(unsupported(
-                "tool_choice",
-                provider,
-                "A 'tool_choice' other than auto, none, required or a function",
             ))
         }
+        Some(_) => Err(unsupported(
+            "tool_choice",
+            provider,
+            "A 'tool_choice' other than auto, none, required or a function",
+        )),
     }
-    if let Some(format) = obj.get("text").and_then(|t| t.get("format")) {
-        match format.get("type").and_then(Value::as_str) {
-            None | Some("text") => {}
-            Some("json_object") => {
-                chat.insert("response_format".into(), json!({"type": "json_object"}));
-            }
-            Some("json_schema") => {
-                let mut schema = Map::new();
-                for k in ["name", "schema", "strict", "description"] {
-                    if let Some(v) = format.get(k).filter(|v| !v.is_null()) {
-                        schema.insert(k.into(), v.clone());
-                    }
+}
+
+/// `text.format` as the chat `response_format` (`None` for text).
+fn response_format(format: &Value) -> Result<Option<Value>, ApiError> {
+    match format.get("type").and_then(Value::as_str) {
+        None | Some("text") => Ok(None),
+        Some("json_object") => Ok(Some(json!({"type": "json_object"}))),
+        Some("json_schema") => {
+            let mut schema = Map::new();
+            for k in ["name", "schema", "strict", "description"] {
+                if let Some(v) = format.get(k).filter(|v| !v.is_null()) {
+                    schema.insert(k.into(), v.clone());
                 }
-                chat.insert(
-                    "response_format".into(),
-                    json!({"type": "json_schema", "json_schema": schema}),
-                );
             }
-            Some(_) => return Err(ApiError::bad_param(
-                "text.format.type",
-                "Invalid value for 'text.format.type': expected text, json_object or json_schema",
-            )),
+            Ok(Some(json!({"type": "json_schema", "json_schema": schema})))
         }
+        Some(_) => Err(ApiError::bad_param(
+            "text.format.type",
+            "Invalid value for 'text.format.type': expected text, json_object or json_schema",
+        )),
     }
-    // Reasoning effort: OpenAI-compatible chat servers take it as
-    // `reasoning_effort`; the other translations have no such knob.
-    if kind == Kind::Openai {
-        if let Some(effort) = obj.get("reasoning").and_then(|r| r.get("effort")) {
-            if effort.is_string() {
-                chat.insert("reasoning_effort".into(), effort.clone());
-            }
-        }
-    }
-    Ok(Value::Object(chat))
 }
 
 fn chat_tool(t: &Value, at: &str) -> Result<Value, ApiError> {
