@@ -83,12 +83,15 @@ impl Route {
     }
 }
 
+/// One request header change: `Some` sets the header, `None` removes it.
+pub type HeaderChange = (Cow<'static, str>, Option<String>);
+
 /// The request rewritten for the provider.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
     pub route: Route,
     /// Request header changes in order: `Some` sets, `None` removes.
-    pub headers: Vec<(Cow<'static, str>, Option<String>)>,
+    pub headers: Vec<HeaderChange>,
     /// Replaces the first [`Plan::body_replaces`] bytes of the client's
     /// body (all of them unless the translator edits in place; 0 with an
     /// empty `body`: the body goes on untouched).
@@ -117,10 +120,7 @@ impl Plan {
 
 /// Applies a plan's header changes ([`Plan::headers`]: `Some` sets, `None`
 /// removes) to a list of headers.
-pub fn apply_header_changes(
-    all: &mut Vec<(String, String)>,
-    changes: &[(Cow<'static, str>, Option<String>)],
-) {
+pub fn apply_header_changes(all: &mut Vec<(String, String)>, changes: &[HeaderChange]) {
     for (name, value) in changes {
         all.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
         if let Some(v) = value {
@@ -254,10 +254,54 @@ pub fn plan(
         Parsed::Top(top) => top.model()?,
         Parsed::Document(_, model) => model.clone(),
     };
+    let resolved = admit(rt, facts, &model)?;
+    let (resolved, t) = serving_target(rt, resolved, &model, facts, &parsed, cooling)?;
+    let alias_fallbacks = rt.fallbacks(&model);
+    let canonical_is_fallback = alias_fallbacks.contains(&resolved);
+    let fallbacks = !alias_fallbacks.is_empty();
+    let key = t
+        .provider
+        .keys
+        .get(t.key_idx)
+        .ok_or_else(|| ApiError::model_not_found(&model))?;
+    let headers = header_changes(rt, facts, &t, key)?;
+    let calls = fan_out_calls(t.tr, t.provider, key, &t.up, facts.now_ms)?;
+    let up = t.up;
+    Ok(Plan {
+        route: Route {
+            provider: resolved.provider,
+            canonical: resolved.canonical,
+            key: t.key_idx,
+            stream: up.stream,
+            include_usage: up.include_usage,
+            json_mode: up.json_mode,
+            prompt_estimate: up.prompt_estimate,
+            embed_base64: up.embed_base64,
+            upstream_model: resolved.model,
+            endpoint: facts.endpoint,
+            sent_ms: facts.now_ms,
+            front: facts.front,
+            dropped: t.dropped.join(","),
+            fallback: canonical_is_fallback,
+        },
+        headers,
+        body: up.body,
+        body_replaces: t.body_replaces,
+        inserts: t.inserts,
+        calls,
+        local: t.local,
+        fallbacks,
+    })
+}
+
+/// The client's model resolved and admitted: a model or alias of the
+/// config, allowed by the key's allow-list, and the one the client
+/// declared for admission (`x-tollgate-model`) when it did.
+fn admit(rt: &Runtime, facts: &RequestFacts<'_>, model: &str) -> Result<Resolved, ApiError> {
     let resolved =
-        resolve(rt, facts.front, &model).ok_or_else(|| ApiError::model_not_found(&model))?;
-    if !models_allowed(facts.allowed, &[&model, &resolved.canonical]) {
-        return Err(ApiError::model_not_allowed(&model));
+        resolve(rt, facts.front, model).ok_or_else(|| ApiError::model_not_found(model))?;
+    if !models_allowed(facts.allowed, &[model, &resolved.canonical]) {
+        return Err(ApiError::model_not_allowed(model));
     }
     if let Some(declared) = facts.declared_model {
         let declared = declared.trim();
@@ -271,31 +315,52 @@ pub fn plan(
                     format!(
                         "The x-tollgate-model header ('{}') does not name the request's model ('{}')",
                         echo(declared),
-                        echo(&model)
+                        echo(model)
                     ),
                 )
             });
         }
     }
-    // The first target with a key not cooling serves the request; an alias
-    // may name fallbacks, tried in order only when every key of the ones
-    // before it cools (so the success path never looks at them).
-    let alias_fallbacks = rt.fallbacks(&model);
-    let (resolved, t) = match target(rt, &resolved, &model, facts, &parsed, cooling) {
-        Ok(t) => (resolved, t),
-        Err(e) if e.code.as_deref() == Some("no_provider_key_available") => alias_fallbacks
+    Ok(resolved)
+}
+
+/// The target that serves the request, and what it resolved to: the first
+/// with a key not cooling. An alias may name fallbacks, tried in order
+/// only when every key of the ones before it cools (so the success path
+/// never looks at them).
+fn serving_target<'r>(
+    rt: &'r Runtime,
+    resolved: Resolved,
+    model: &str,
+    facts: &RequestFacts<'_>,
+    parsed: &Parsed<'_>,
+    cooling: &dyn Fn(&str) -> u64,
+) -> Result<(Resolved, Target<'r>), ApiError> {
+    match target(rt, &resolved, model, facts, parsed, cooling) {
+        Ok(t) => Ok((resolved, t)),
+        Err(e) if e.code.as_deref() == Some("no_provider_key_available") => rt
+            .fallbacks(model)
             .iter()
             .find_map(|r| {
                 Some((
                     r.clone(),
-                    target(rt, r, &model, facts, &parsed, cooling).ok()?,
+                    target(rt, r, model, facts, parsed, cooling).ok()?,
                 ))
             })
-            .ok_or(e)?,
-        Err(e) => return Err(e),
-    };
-    let canonical_is_fallback = alias_fallbacks.contains(&resolved);
-    let fallbacks = !alias_fallbacks.is_empty();
+            .ok_or(e),
+        Err(e) => Err(e),
+    }
+}
+
+/// The request header changes for target `t` and its `key`, in order: the
+/// client's headers that do not travel removed, then the route, the
+/// credentials, the body's type and length, and the retry limit set.
+fn header_changes(
+    rt: &Runtime,
+    facts: &RequestFacts<'_>,
+    t: &Target<'_>,
+    key: &Key,
+) -> Result<Vec<HeaderChange>, ApiError> {
     let Target {
         provider,
         model_cfg,
@@ -303,19 +368,12 @@ pub fn plan(
         up,
         body_replaces,
         inserts,
-        dropped,
-        local,
-        key_idx,
+        ..
     } = t;
     let inserted: usize = inserts.iter().map(|i| i.text.len()).sum();
     let body_len =
-        facts.body.len() - body_replaces.min(facts.body.len()) + up.body.len() + inserted;
-    let key = provider
-        .keys
-        .get(key_idx)
-        .ok_or_else(|| ApiError::model_not_found(&model))?;
-
-    let mut headers: Vec<(Cow<'static, str>, Option<String>)> = Vec::with_capacity(16);
+        facts.body.len() - (*body_replaces).min(facts.body.len()) + up.body.len() + inserted;
+    let mut headers: Vec<HeaderChange> = Vec::with_capacity(16);
     match facts.header_names {
         Some(names) => headers.extend(
             names
@@ -339,7 +397,7 @@ pub fn plan(
             n.iter()
                 .any(|h| h.eq_ignore_ascii_case("anthropic-version"))
         });
-    for (name, value) in tr.auth_headers(provider, key, &up, facts.now_ms)? {
+    for (name, value) in tr.auth_headers(provider, key, up, facts.now_ms)? {
         if client_version && name == "anthropic-version" && provider.kind() == Kind::Anthropic {
             // The passthrough keeps the client's API version.
             continue;
@@ -354,32 +412,7 @@ pub fn plan(
         MAX_RETRIES,
         retries(rt.max_attempts, model_cfg.pool.len()).to_string(),
     );
-    let calls = fan_out_calls(tr, provider, key, &up, facts.now_ms)?;
-    Ok(Plan {
-        route: Route {
-            provider: resolved.provider,
-            canonical: resolved.canonical,
-            key: key_idx,
-            stream: up.stream,
-            include_usage: up.include_usage,
-            json_mode: up.json_mode,
-            prompt_estimate: up.prompt_estimate,
-            embed_base64: up.embed_base64,
-            upstream_model: resolved.model,
-            endpoint: facts.endpoint,
-            sent_ms: facts.now_ms,
-            front: facts.front,
-            dropped: dropped.join(","),
-            fallback: canonical_is_fallback,
-        },
-        headers,
-        body: up.body,
-        body_replaces,
-        inserts,
-        calls,
-        local,
-        fallbacks,
-    })
+    Ok(headers)
 }
 
 /// The client's body, read once: as a document for translators, or only
