@@ -122,7 +122,8 @@ struct Routed {
     upstream_status: u16,
     /// The response is Envoy's own local reply (left untouched).
     envoy_reply: bool,
-    /// The filter answered itself with a fan-out's merged answers.
+    /// The filter answered itself: a fan-out's merged answers, a fallback
+    /// target's answer, or the gateway's own (count_tokens).
     fanned_out: bool,
     /// A stream whose last upstream byte reached the filter (false when the
     /// client or the provider left first).
