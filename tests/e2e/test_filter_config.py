@@ -45,7 +45,7 @@ def _unknown_key(cfg):
 
 
 def _unknown_model(cfg):
-    cfg["providers"]["gemini"]["models"].append("gemini-9")
+    cfg["providers"]["gemini"]["models"]["gemini-9"] = {}
 
 
 def _wrong_bedrock_secret(cfg):

@@ -264,7 +264,7 @@ def test_thinking_budget_is_checked(client):
 def test_thinking_becomes_reasoning_effort_on_openai_reasoning_models(make_stack, demo_key, tmp_path):
     def edit(cfg):
         p = cfg["providers"]["openai"]
-        p["models"] = {**{m: {} for m in p["models"]}, "o4-mini": {"reasoning": True}}
+        p["models"] = {**p["models"], "o4-mini": {"reasoning": True}}
 
     s = make_stack(envoy_config=envoy_variant(tmp_path / "envoy-reasoning.yaml", plugin=edit))
     c = anthropic.Anthropic(base_url=root(s), api_key=demo_key, max_retries=0, timeout=20)

@@ -167,6 +167,12 @@ struct RawProvider {
     /// servers, which get it translated to chat.
     #[serde(default)]
     responses_api: Option<bool>,
+    /// Anthropic and Gemini: a translated request's web search tool becomes
+    /// the provider's own (Anthropic's server-side web search tool, Gemini's
+    /// Google Search grounding), which the provider bills per use; false
+    /// drops it and names it in `x-tollgate-dropped`.
+    #[serde(default)]
+    web_search: Option<bool>,
     /// Azure: `api-version` query parameter.
     #[serde(default)]
     api_version: Option<String>,
@@ -206,6 +212,15 @@ struct RawModel {
     /// OpenAI / Azure: a reasoning model (takes `reasoning_effort`).
     #[serde(default)]
     reasoning: bool,
+    /// The most output tokens the model writes in one answer (the
+    /// provider's documented limit): a translated request asking for more
+    /// is lowered to it.
+    #[serde(default)]
+    max_output_tokens: Option<u32>,
+    /// The model's context window in tokens (documentation; `GET
+    /// /v1/models` shows it).
+    #[serde(default)]
+    context_window: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -265,6 +280,20 @@ pub struct ModelCfg {
     /// OpenAI / Azure: a reasoning model, which takes `reasoning_effort`
     /// (the Messages front door maps `thinking` to it).
     pub reasoning: bool,
+    /// The model's output-token limit, when configured: translated front
+    /// doors lower a larger `max_tokens` to it.
+    pub max_output_tokens: Option<u32>,
+    /// The model's context window, when configured.
+    pub context_window: Option<u32>,
+}
+
+/// A model's settings from the plugin config, before its key pool is made.
+struct ModelSettings {
+    name: String,
+    max_tokens: u32,
+    reasoning: bool,
+    max_output_tokens: Option<u32>,
+    context_window: Option<u32>,
 }
 
 #[derive(Debug, Clone)]
@@ -284,6 +313,9 @@ pub struct Provider {
     /// (OpenAI unless `"responses_api": false`, Azure); otherwise it is
     /// translated through chat ([`crate::translate::responses`]).
     pub responses_api: bool,
+    /// A translated request's web search runs as the provider's own search
+    /// tool (Anthropic and Gemini; see [`crate::translate::add_web_search`]).
+    pub web_search: bool,
 }
 
 /// One variant per provider kind, each with only its own settings (defaults
@@ -624,7 +656,7 @@ fn compile_provider(
         let (weight, models) = (k.weight, k.models.take());
         let key = compile_key(&kat, k, p.kind, key_ids, env)?;
         for (j, m) in models.iter().flatten().enumerate() {
-            if !model_max.iter().any(|(n, _, _)| n == m) {
+            if !model_max.iter().any(|s| s.name == *m) {
                 return err(format!("{kat}.models[{j}]: {m} is not one of {at}.models"));
             }
         }
@@ -675,6 +707,7 @@ fn compile_provider(
         keys,
         api,
         responses_api,
+        web_search: p.web_search.unwrap_or(false),
     })
 }
 
@@ -721,6 +754,11 @@ fn check_kind_settings(at: &str, p: &RawProvider) -> Result<(), ConfigError> {
     if p.kind != Kind::Openai && p.responses_api.is_some() {
         return err(format!("{at}.responses_api: only valid for kind openai"));
     }
+    if !matches!(p.kind, Kind::Anthropic | Kind::Gemini) && p.web_search.is_some() {
+        return err(format!(
+            "{at}.web_search: only valid for kinds anthropic and gemini"
+        ));
+    }
     if !matches!(p.kind, Kind::Openai | Kind::Azure) && p.stream_usage.is_some() {
         return err(format!(
             "{at}.stream_usage: only valid for kinds openai and azure"
@@ -739,48 +777,89 @@ fn model_settings(
     kind: Kind,
     default_max: u32,
     models: RawModels,
-) -> Result<Vec<(String, u32, bool)>, ConfigError> {
-    let mut model_max: Vec<(String, u32, bool)> = Vec::new();
+) -> Result<Vec<ModelSettings>, ConfigError> {
+    let mut out: Vec<ModelSettings> = Vec::new();
     match models {
         RawModels::List(list) => {
             for (i, m) in list.into_iter().enumerate() {
                 if m.is_empty() {
                     return err(format!("{at}.models[{i}]: must not be empty"));
                 }
-                if model_max.iter().any(|(n, _, _)| *n == m) {
+                if out.iter().any(|s| s.name == m) {
                     return err(format!("{at}.models[{i}]: duplicate model {m}"));
                 }
-                model_max.push((m, default_max, false));
+                out.push(ModelSettings {
+                    name: m,
+                    max_tokens: default_max,
+                    reasoning: false,
+                    max_output_tokens: None,
+                    context_window: None,
+                });
             }
         }
         RawModels::Map(map) => {
             for (m, cfg) in map {
-                if m.is_empty() {
-                    return err(format!("{at}.models: model names must not be empty"));
-                }
-                if cfg.max_tokens.is_some() && kind != Kind::Anthropic {
-                    return err(format!(
-                        "{at}.models.{m}.max_tokens: only valid for kind anthropic"
-                    ));
-                }
-                if cfg.max_tokens == Some(0) {
-                    return err(format!(
-                        "{at}.models.{m}.max_tokens: must be greater than 0"
-                    ));
-                }
-                if cfg.reasoning && !matches!(kind, Kind::Openai | Kind::Azure) {
-                    return err(format!(
-                        "{at}.models.{m}.reasoning: only valid for kinds openai and azure"
-                    ));
-                }
-                model_max.push((m, cfg.max_tokens.unwrap_or(default_max), cfg.reasoning));
+                out.push(one_model(at, kind, default_max, m, cfg)?);
             }
         }
     }
-    if model_max.is_empty() {
+    if out.is_empty() {
         return err(format!("{at}.models: at least one model is required"));
     }
-    Ok(model_max)
+    Ok(out)
+}
+
+/// One model of the map form, checked.
+fn one_model(
+    at: &str,
+    kind: Kind,
+    default_max: u32,
+    m: String,
+    cfg: RawModel,
+) -> Result<ModelSettings, ConfigError> {
+    if m.is_empty() {
+        return err(format!("{at}.models: model names must not be empty"));
+    }
+    if cfg.max_tokens.is_some() && kind != Kind::Anthropic {
+        return err(format!(
+            "{at}.models.{m}.max_tokens: only valid for kind anthropic"
+        ));
+    }
+    for (field, v) in [
+        ("max_tokens", cfg.max_tokens),
+        ("max_output_tokens", cfg.max_output_tokens),
+        ("context_window", cfg.context_window),
+    ] {
+        if v == Some(0) {
+            return err(format!("{at}.models.{m}.{field}: must be greater than 0"));
+        }
+    }
+    if cfg.reasoning && !matches!(kind, Kind::Openai | Kind::Azure) {
+        return err(format!(
+            "{at}.models.{m}.reasoning: only valid for kinds openai and azure"
+        ));
+    }
+    let max_tokens = cfg.max_tokens.unwrap_or(default_max);
+    match cfg.max_output_tokens {
+        Some(limit) if kind == Kind::Anthropic && max_tokens > limit => {
+            return err(format!(
+                "{at}.models.{m}.max_tokens: {max_tokens} is above the model's max_output_tokens ({limit})"
+            ))
+        }
+        Some(limit) if cfg.context_window.is_some_and(|w| limit > w) => {
+            return err(format!(
+                "{at}.models.{m}.max_output_tokens: {limit} is above the model's context_window"
+            ))
+        }
+        _ => {}
+    }
+    Ok(ModelSettings {
+        name: m,
+        max_tokens,
+        reasoning: cfg.reasoning,
+        max_output_tokens: cfg.max_output_tokens,
+        context_window: cfg.context_window,
+    })
 }
 
 /// One key (`kat`: its place in the config) checked, its value read
@@ -860,12 +939,13 @@ fn compile_key(
 /// each key's own list, `None` for all).
 fn model_pools(
     at: &str,
-    model_max: Vec<(String, u32, bool)>,
+    model_max: Vec<ModelSettings>,
     key_models: &[Option<Vec<String>>],
     weights: &[u32],
 ) -> Result<BTreeMap<String, ModelCfg>, ConfigError> {
     let mut models = BTreeMap::new();
-    for (m, max_tokens, reasoning) in model_max {
+    for settings in model_max {
+        let m = settings.name;
         let allowed: Vec<(u16, u32)> = (0..key_models.len())
             .filter(|&i| match key_models.get(i) {
                 Some(Some(list)) => list.contains(&m),
@@ -879,9 +959,11 @@ fn model_pools(
         models.insert(
             m,
             ModelCfg {
-                max_tokens,
+                max_tokens: settings.max_tokens,
                 pool: KeyPool::new(&allowed),
-                reasoning,
+                reasoning: settings.reasoning,
+                max_output_tokens: settings.max_output_tokens,
+                context_window: settings.context_window,
             },
         );
     }

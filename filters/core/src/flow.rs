@@ -38,8 +38,8 @@ use crate::plan::{
     apply_header_changes, plan, provider_request_id_header, upstream_body, writes, Call, Plan,
     RequestFacts, Route,
 };
-use crate::translate::messages::DROPPED_HEADER;
 use crate::translate::{for_route, map_error_status, Endpoint, Front, StreamTranslator, Usage};
+use crate::translate::{DROPPED_HEADER, LOWERED_HEADER};
 use crate::usage::{report_body, Report, UsageBatch};
 
 /// The host's answer to a callback, also named `flow::Action` by the
@@ -720,6 +720,9 @@ impl Flow {
         if !r.route.dropped.is_empty() {
             headers.push((DROPPED_HEADER, r.route.dropped.as_str()));
         }
+        if !r.route.lowered.is_empty() {
+            headers.push((LOWERED_HEADER, r.route.lowered.as_str()));
+        }
         h.send_local_reply(answer.status, &headers, &answer.body);
     }
 
@@ -779,6 +782,9 @@ impl Flow {
         }
         if !r.route.dropped.is_empty() {
             h.set_response_header(DROPPED_HEADER, Some(&r.route.dropped));
+        }
+        if !r.route.lowered.is_empty() {
+            h.set_response_header(LOWERED_HEADER, Some(&r.route.lowered));
         }
         let tr = for_route(provider, r.route.endpoint, r.route.front);
         if status >= 400 {

@@ -60,9 +60,12 @@ pub struct Route {
     pub sent_ms: u64,
     /// The client API: which translator and error shape the response uses.
     pub front: Front,
-    /// Messages routes: the Anthropic request fields the provider did not
-    /// get (the response header `x-tollgate-dropped`), "" for none.
+    /// Translated routes: the request fields and tool types the provider did
+    /// not get (the response header `x-tollgate-dropped`), "" for none.
     pub dropped: String,
+    /// Translated routes: the values lowered to the model's limits (the
+    /// response header `x-tollgate-lowered`), "" for none.
+    pub lowered: String,
     /// Served by one of the alias's fallbacks, not its first target.
     pub fallback: bool,
 }
@@ -282,6 +285,7 @@ pub fn plan(
             sent_ms: facts.now_ms,
             front: facts.front,
             dropped: t.dropped.join(","),
+            lowered: up.lowered.join(","),
             fallback: canonical_is_fallback,
         },
         headers,
@@ -565,6 +569,11 @@ fn target<'r>(
         // A passthrough that keeps the client's bytes: the body is not
         // rewritten at all.
         body_replaces = 0;
+    }
+    for d in &up.dropped {
+        if !dropped.contains(d) {
+            dropped.push(d);
+        }
     }
     let key_idx = choose_key(provider, model_cfg, facts.random, cooling)?;
     Ok(Target {

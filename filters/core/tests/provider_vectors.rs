@@ -641,6 +641,7 @@ fn auth_headers() {
         prompt_estimate: 0,
         embed_base64: false,
         fan_out: Vec::new(),
+        ..Default::default()
     };
     let b = by("bedrock");
     let p = &rt.providers[b];

@@ -380,6 +380,130 @@ fn request(
         .map_err(|e| format!("{} {} {}", e.status, e.param.unwrap_or_default(), e.message))
 }
 
+/// The translated request of a Responses body, with the dropped and
+/// lowered names.
+fn translated(
+    rt: &Runtime,
+    provider: &str,
+    model: &str,
+    body: Value,
+) -> (Value, Vec<&'static str>, Vec<String>) {
+    let res = rt.resolve(&format!("{provider}/{model}")).unwrap();
+    let p = rt.provider(res.provider).unwrap();
+    let ctx = RequestCtx {
+        provider: p,
+        model: &res.model,
+        model_cfg: &p.models[&res.model],
+        endpoint: Endpoint::Responses,
+    };
+    let up = translator(p, Endpoint::Responses)
+        .request(&ctx, &body)
+        .unwrap();
+    (
+        serde_json::from_slice(&up.body).unwrap(),
+        up.dropped,
+        up.lowered,
+    )
+}
+
+#[test]
+fn built_in_tools_pass_through_natively_and_are_dropped_or_mapped_elsewhere() {
+    // Codex's default request: function tools beside the built-in web
+    // search, and the built-in calls of an earlier turn.
+    let body = |model: &str| {
+        json!({"model": model, "input": [
+                  {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+                  {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "q"}}],
+               "tools": [{"type": "function", "name": "shell", "parameters": {"type": "object", "properties": {}}},
+                         {"type": "web_search", "filters": {"allowed_domains": ["docs.rs"]}},
+                         {"type": "custom", "name": "apply_patch"},
+                         {"type": "image_generation"}],
+               "tool_choice": {"type": "allowed_tools", "mode": "auto", "tools": []},
+               "top_logprobs": 2, "max_output_tokens": 100000,
+               "reasoning": {"effort": "medium", "summary": "auto"}})
+    };
+    let rt = rt();
+    // OpenAI runs its built-in tools: the body goes as it came.
+    let (_, up) = request(&rt, "openai", "gpt-4o-mini", body("openai/gpt-4o-mini")).unwrap();
+    assert_eq!(up["tools"], body("x")["tools"]);
+    assert_eq!(up["max_output_tokens"], 100000);
+    // Without web search enabled, Anthropic gets the function only.
+    let (up, dropped, lowered) = translated(
+        &rt,
+        "anthropic",
+        "claude-sonnet-4-5",
+        body("anthropic/claude-sonnet-4-5"),
+    );
+    assert_eq!(up["tools"].as_array().unwrap().len(), 1, "{up}");
+    assert_eq!(up["tools"][0]["name"], "shell");
+    assert_eq!(up.get("tool_choice"), None);
+    assert_eq!(
+        dropped,
+        vec![
+            "top_logprobs",
+            "input_items",
+            "custom",
+            "image_generation",
+            "tool_choice",
+            "reasoning",
+            "web_search"
+        ]
+    );
+    assert!(lowered.is_empty(), "no limit configured: {lowered:?}");
+    // With web search enabled and a model limit: Anthropic's own search
+    // tool, and the output limit lowered to the model's.
+    let cfg = CONFIG
+        .replace(
+            r#""kind": "anthropic", "cluster": "anthropic", "models": ["claude-sonnet-4-5"]"#,
+            r#""kind": "anthropic", "cluster": "anthropic", "web_search": true,
+               "models": {"claude-sonnet-4-5": {"max_output_tokens": 64000, "context_window": 200000}}"#,
+        )
+        .replace(
+            r#""kind": "gemini", "cluster": "gemini", "models""#,
+            r#""kind": "gemini", "cluster": "gemini", "web_search": true, "models""#,
+        );
+    let rt = Runtime::from_json(cfg.as_bytes(), &|_| None).unwrap();
+    let (up, dropped, lowered) = translated(
+        &rt,
+        "anthropic",
+        "claude-sonnet-4-5",
+        body("anthropic/claude-sonnet-4-5"),
+    );
+    assert_eq!(
+        up["tools"][1],
+        json!({"type": "web_search_20250305", "name": "web_search", "allowed_domains": ["docs.rs"]})
+    );
+    assert!(!dropped.contains(&"web_search"), "{dropped:?}");
+    assert_eq!(up["max_tokens"], 64000);
+    assert_eq!(lowered, vec!["max_tokens=64000"]);
+    // Gemini 2.x does not combine Google Search with functions: dropped
+    // there, used when the request declares no function.
+    let (_, dropped, _) = translated(
+        &rt,
+        "gemini",
+        "gemini-2.0-flash",
+        body("gemini/gemini-2.0-flash"),
+    );
+    assert!(dropped.contains(&"web_search"), "{dropped:?}");
+    let (up, dropped, _) = translated(
+        &rt,
+        "gemini",
+        "gemini-2.0-flash",
+        json!({"model": "gemini/gemini-2.0-flash", "input": "news?", "tools": [{"type": "web_search_preview"}]}),
+    );
+    assert_eq!(up["tools"], json!([{"googleSearch": {}}]));
+    assert!(dropped.is_empty(), "{dropped:?}");
+    // A limit the request stays under is left alone.
+    let (up, _, lowered) = translated(
+        &rt,
+        "anthropic",
+        "claude-sonnet-4-5",
+        json!({"model": "anthropic/claude-sonnet-4-5", "input": "hi", "max_output_tokens": 100}),
+    );
+    assert_eq!(up["max_tokens"], 100);
+    assert!(lowered.is_empty());
+}
+
 #[test]
 fn native_requests_keep_their_body_with_the_upstream_model_and_no_store() {
     let rt = rt();
@@ -471,13 +595,6 @@ fn refusals_name_the_parameter() {
         assert!(refused(p, m, json!({"store": true})).contains("stateless"));
         assert!(refused(p, m, json!({"conversation": "conv_1"})).starts_with("400 conversation"));
         assert!(refused(p, m, json!({"background": true})).starts_with("400 background"));
-        let e = refused(
-            p,
-            m,
-            json!({"tools": [{"type": "web_search"}, {"type": "computer_use_preview"}, {"type": "web_search"}]}),
-        );
-        assert!(e.starts_with("400 tools Built-in tools"), "{e}");
-        assert!(e.contains("'web_search', 'computer_use_preview'."), "{e}");
         assert!(refused(
             p,
             m,
@@ -485,24 +602,8 @@ fn refusals_name_the_parameter() {
         )
         .starts_with("400 input[0]"));
         assert!(refused(p, m, json!({"input": null})).starts_with("400 input"));
+        assert!(refused(p, m, json!({"tools": [{"name": "f"}]})).starts_with("400 tools[0].type"));
     }
-    // Client-run tools other than functions pass through to native providers only.
-    let e = refused(
-        "anthropic",
-        "claude-sonnet-4-5",
-        json!({"tools": [{"type": "custom", "name": "apply_patch"}]}),
-    );
-    assert!(e.contains("'custom'"), "{e}");
-    assert!(
-        refused("anthropic", "claude-sonnet-4-5", json!({"top_logprobs": 2}))
-            .starts_with("400 top_logprobs")
-    );
-    let e = refused(
-        "anthropic",
-        "claude-sonnet-4-5",
-        json!({"input": [{"type": "web_search_call", "id": "x"}]}),
-    );
-    assert!(e.starts_with("400 input[0].type"), "{e}");
     let e = refused(
         "gemini",
         "gemini-2.0-flash",

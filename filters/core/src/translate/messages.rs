@@ -18,7 +18,9 @@
 //! on OpenAI/Azure reasoning models, Gemini `thinkingConfig`, Bedrock
 //! `additionalModelRequestFields.thinking` and `cachePoint` blocks: see
 //! `native_extras`); what the target cannot carry is dropped and named in
-//! the response header [`DROPPED_HEADER`].
+//! the response header [`super::DROPPED_HEADER`]; a `max_tokens` above the
+//! target model's `max_output_tokens` is lowered to it and named in
+//! [`super::LOWERED_HEADER`].
 //!
 //! `count_tokens` for a non-Anthropic model is answered by the gateway with
 //! an estimate ([`estimate_input_tokens`]): ⌈characters / 4⌉ of every text
@@ -33,17 +35,12 @@ use super::messages_parts::{anthropic_usage, message_id, stop_reason, tool_input
 use super::messages_stream::{AnthropicUsageStream, MessagesStream};
 use super::openai_anthropic::{parse_usage, OpenAiAnthropic};
 use super::{
-    for_kind, stream_flag, upstream_error, Endpoint, Front, RequestCtx, ResponseCtx,
-    StreamTranslator, Translated, Translator, UpstreamRequest, Usage,
+    add_web_search, for_kind, lower_output_limit, stream_flag, upstream_error, Endpoint, Front,
+    RequestCtx, ResponseCtx, StreamTranslator, Translated, Translator, UpstreamRequest, Usage,
 };
 use crate::config::{Key, Kind, Provider};
 use crate::error::{echo, ApiError, SERVER};
 use crate::scan::{edit_prefix, TopLevel};
-
-/// Response header naming the Anthropic request fields a translated request
-/// could not carry to its provider (comma-separated, e.g.
-/// `cache_control,thinking`).
-pub const DROPPED_HEADER: &str = "x-tollgate-dropped";
 
 /// The translator for a provider kind on a Messages route.
 pub fn translator(kind: Kind, front: Front) -> &'static dyn Translator {
@@ -264,7 +261,7 @@ impl Translator for Adapter {
 /// Plans the upstream request of a Messages request (not count_tokens) for
 /// a provider kind: the passthrough for Anthropic, else the OpenAI chat
 /// request through the kind's translator, with the Anthropic fields it
-/// dropped (for [`DROPPED_HEADER`]).
+/// dropped (for [`super::DROPPED_HEADER`]).
 pub fn request(
     kind: Kind,
     ctx: &RequestCtx<'_>,
@@ -280,20 +277,65 @@ pub fn request(
         ..*ctx
     };
     let budget = thinking_budget(body);
-    if let (Some(n), true) = (budget, ctx.model_cfg.reasoning) {
-        // OpenAI / Azure reasoning models: an effort, and
-        // `max_completion_tokens` (they refuse `max_tokens`).
-        if let Value::Object(o) = &mut chat.body {
-            if let Some(max) = o.remove("max_tokens") {
-                o.insert("max_completion_tokens".into(), max);
+    if ctx.model_cfg.reasoning {
+        if let Some(effort) = wanted_effort(body, budget) {
+            // OpenAI / Azure reasoning models: an effort, and
+            // `max_completion_tokens` (they refuse `max_tokens`).
+            if let Value::Object(o) = &mut chat.body {
+                if let Some(max) = o.remove("max_tokens") {
+                    o.insert("max_completion_tokens".into(), max);
+                }
+                o.insert("reasoning_effort".into(), json!(effort));
             }
-            o.insert("reasoning_effort".into(), json!(reasoning_effort(n)));
+            forget(&mut chat.dropped, "thinking");
+            forget(&mut chat.dropped, "output_config.effort");
         }
-        forget(&mut chat.dropped, "thinking");
     }
+    let mut lowered = Vec::new();
+    lower_output_limit(&mut chat.body, ctx.model_cfg, &mut lowered);
     let mut up = for_kind(kind).request(&chat_ctx, &chat.body)?;
     native_extras(kind, ctx.model, body, budget, &mut up, &mut chat.dropped)?;
+    if let Some(search) = body.get("tools").and_then(Value::as_array).and_then(|ts| {
+        ts.iter().find(|t| {
+            t.get("type")
+                .and_then(Value::as_str)
+                .and_then(anthropic_tool)
+                == Some("web_search")
+        })
+    }) {
+        if add_web_search(ctx.provider, &mut up, search)? {
+            forget(&mut chat.dropped, "web_search");
+        }
+    }
+    up.lowered = lowered;
     Ok((up, chat.dropped))
+}
+
+/// The OpenAI `reasoning_effort` a Messages request asks for, if it asks
+/// for reasoning at all: `output_config.effort` (Anthropic's `low`,
+/// `medium`, `high`; `xhigh` and `max` are OpenAI's `high`), else an
+/// enabled thinking budget's ([`reasoning_effort`]), else `high` for
+/// adaptive thinking (Anthropic's default effort).
+fn wanted_effort(body: &Value, budget: Option<u64>) -> Option<&'static str> {
+    let effort = body
+        .get("output_config")
+        .and_then(|c| c.get("effort"))
+        .and_then(Value::as_str);
+    match effort {
+        Some("low") => return Some("low"),
+        Some("medium") => return Some("medium"),
+        Some("high" | "xhigh" | "max") => return Some("high"),
+        _ => {}
+    }
+    if let Some(n) = budget {
+        return Some(reasoning_effort(n));
+    }
+    let adaptive = body
+        .get("thinking")
+        .and_then(|t| t.get("type"))
+        .and_then(Value::as_str)
+        == Some("adaptive");
+    adaptive.then_some("high")
 }
 
 /// `thinking: {"type": "enabled", "budget_tokens": N}` → N (checked by
@@ -534,7 +576,7 @@ pub fn to_message(v: &Value, model: &str, usage: Usage) -> Value {
 pub struct ChatRequest {
     pub body: Value,
     /// Anthropic fields the OpenAI request does not carry, in order of
-    /// first appearance (for [`DROPPED_HEADER`]).
+    /// first appearance (for [`super::DROPPED_HEADER`]).
     pub dropped: Vec<&'static str>,
 }
 
@@ -822,6 +864,31 @@ impl Blocks {
 
 /// Anthropic `tools` → OpenAI `tools` (client tools only: Anthropic's
 /// server tools run on Anthropic's side and have no OpenAI counterpart).
+/// Anthropic's own tool types, by family (`web_search_20250305` →
+/// `web_search`): the name a translated request drops it under.
+const ANTHROPIC_TOOLS: [&str; 10] = [
+    "web_search",
+    "web_fetch",
+    "code_execution",
+    "bash",
+    "text_editor",
+    "computer",
+    "memory",
+    "tool_search_tool",
+    "mcp_toolset",
+    "advisor",
+];
+
+fn anthropic_tool(ty: &str) -> Option<&'static str> {
+    ANTHROPIC_TOOLS.iter().copied().find(|f| {
+        ty == *f
+            || ty.strip_prefix(f).is_some_and(|rest| {
+                rest.starts_with('_')
+                    && rest[1..].starts_with(|c: char| c.is_ascii_digit() || c.is_ascii_lowercase())
+            })
+    })
+}
+
 fn convert_tools(
     v: &Value,
     provider: &str,
@@ -837,15 +904,24 @@ fn convert_tools(
         }
         match t.get("type").and_then(Value::as_str) {
             None | Some("custom") => {}
-            Some(other) => {
-                return Err(ApiError {
-                    message: format!(
-                        "Anthropic server tool '{}' is not supported by provider '{provider}'",
-                        echo(other)
-                    ),
-                    ..ApiError::unsupported_param(&format!("tools[{i}].type"), provider)
-                })
-            }
+            Some(other) => match anthropic_tool(other) {
+                // Anthropic's own tools (server-side, or with a schema only
+                // Anthropic knows): dropped and named; web search is mapped
+                // by `native_extras` where the provider has its own.
+                Some(family) => {
+                    note(dropped, family);
+                    continue;
+                }
+                None => {
+                    return Err(ApiError {
+                        message: format!(
+                            "Tool type '{}' is not supported by provider '{provider}'",
+                            echo(other)
+                        ),
+                        ..ApiError::unsupported_param(&format!("tools[{i}].type"), provider)
+                    })
+                }
+            },
         }
         let Some(name) = t.get("name").and_then(Value::as_str) else {
             return Err(bad(
@@ -1041,9 +1117,13 @@ fn convert_field(
         "thinking" => {
             // Mapped by `request` where the target has a reasoning
             // control; named dropped otherwise.
-            if v.get("type").and_then(Value::as_str) == Some("enabled") {
-                check_thinking_budget(v, body.get("max_tokens").and_then(Value::as_u64))?;
-                note(dropped, "thinking");
+            match v.get("type").and_then(Value::as_str) {
+                Some("enabled") => {
+                    check_thinking_budget(v, body.get("max_tokens").and_then(Value::as_u64))?;
+                    note(dropped, "thinking");
+                }
+                Some("adaptive") => note(dropped, "thinking"),
+                _ => {}
             }
         }
         "top_k" => {
@@ -1056,28 +1136,54 @@ fn convert_field(
                 out.insert("response_format".into(), format);
             }
         }
+        "output_config" => {
+            // `format` is the stable name of `output_format`; `effort` is
+            // mapped by `request` where the target has an effort.
+            if let Some(format) = v.get("format") {
+                if let Some(format) = convert_output_format(format)? {
+                    out.insert("response_format".into(), format);
+                }
+            }
+            if v.get("effort").is_some_and(|e| !e.is_null()) {
+                note(dropped, "output_config.effort");
+            }
+        }
         other => without_counterpart(other, v, provider, dropped)?,
     }
     Ok(())
 }
 
+/// Anthropic request fields (stable and beta) that run inside Anthropic's
+/// own service and have no counterpart elsewhere: dropped and named in the
+/// response header when set, since Anthropic itself accepts them.
+const ANTHROPIC_ONLY: [&str; 8] = [
+    "context_management",
+    "container",
+    "mcp_servers",
+    "inference_geo",
+    "speed",
+    "cache_control",
+    "fallbacks",
+    "diagnostics",
+];
+
 /// A field with no counterpart in the chat request: one of Anthropic's own
 /// settings, ignored (`service_tier`) or dropped and named in the response
-/// header (Claude Code sends `context_management` and `output_config`);
-/// any other is refused, as is a field the gateway does not know.
+/// header (Claude Code sends `context_management`); a field Anthropic does
+/// not know either is refused, as Anthropic refuses it.
 fn without_counterpart(
     k: &str,
     v: &Value,
     provider: &str,
     dropped: &mut Vec<&'static str>,
 ) -> Result<(), ApiError> {
-    match k {
-        "service_tier" => {}
-        "context_management" if !v.is_null() => note(dropped, "context_management"),
-        "output_config" if !v.is_null() => note(dropped, "output_config"),
-        "context_management" | "output_config" => {}
-        "container" | "mcp_servers" | "inference_geo" if v.is_null() => {}
-        _ => return Err(ApiError::unsupported_param(k, provider)),
+    if k == "service_tier" {
+        return Ok(());
+    }
+    match ANTHROPIC_ONLY.iter().find(|f| **f == k) {
+        Some(f) if !v.is_null() => note(dropped, f),
+        Some(_) => {}
+        None => return Err(ApiError::unsupported_param(k, provider)),
     }
     Ok(())
 }
@@ -1216,6 +1322,55 @@ mod tests {
     }
 
     #[test]
+    fn anthropic_own_tools_and_fields_are_dropped_and_named() {
+        let msgs = json!([{"role": "user", "content": "hi"}]);
+        let c = to_chat(
+            &json!({"model": "m", "max_tokens": 5, "messages": msgs,
+                    "context_management": {"edits": []}, "speed": "fast", "container": null,
+                    "tools": [{"type": "web_search_20250305", "name": "web_search", "max_uses": 8},
+                              {"type": "bash_20250124", "name": "bash"},
+                              {"name": "Read", "input_schema": {"type": "object"}}]}),
+            "openai",
+        )
+        .unwrap();
+        assert_eq!(
+            c.dropped,
+            vec!["context_management", "speed", "web_search", "bash"]
+        );
+        let tools = c.body["tools"].as_array().unwrap();
+        assert_eq!(tools.len(), 1);
+        assert_eq!(tools[0]["function"]["name"], "Read");
+        assert_eq!(anthropic_tool("web_fetch_20250910"), Some("web_fetch"));
+        assert_eq!(anthropic_tool("text_editor_20250728"), Some("text_editor"));
+        assert_eq!(anthropic_tool("web_searcher"), None);
+        // A field Anthropic does not know either is still refused.
+        let err = to_chat(
+            &json!({"model": "m", "max_tokens": 5, "messages": msgs, "frobnicate": 1}),
+            "openai",
+        )
+        .unwrap_err();
+        assert_eq!(err.param.as_deref(), Some("frobnicate"));
+    }
+
+    #[test]
+    fn effort_and_adaptive_thinking_become_a_reasoning_effort() {
+        let e = |b: Value| wanted_effort(&b, thinking_budget(&b));
+        assert_eq!(e(json!({"output_config": {"effort": "low"}})), Some("low"));
+        assert_eq!(e(json!({"output_config": {"effort": "max"}})), Some("high"));
+        assert_eq!(e(json!({"thinking": {"type": "adaptive"}})), Some("high"));
+        assert_eq!(
+            e(json!({"thinking": {"type": "enabled", "budget_tokens": 1024}})),
+            Some("low")
+        );
+        assert_eq!(
+            e(json!({"thinking": {"type": "adaptive"}, "output_config": {"effort": "medium"}})),
+            Some("medium")
+        );
+        assert_eq!(e(json!({"thinking": {"type": "disabled"}})), None);
+        assert_eq!(e(json!({})), None);
+    }
+
+    #[test]
     fn request_refusals_name_the_parameter() {
         let param = |b: Value| to_chat(&b, "openai").unwrap_err().param.unwrap_or_default();
         let msgs = json!([{"role": "user", "content": "hi"}]);
@@ -1244,7 +1399,7 @@ mod tests {
         );
         assert_eq!(
             param(
-                json!({"model": "m", "max_tokens": 5, "messages": msgs, "tools": [{"type": "web_search_20250305", "name": "web_search"}]})
+                json!({"model": "m", "max_tokens": 5, "messages": msgs, "tools": [{"type": "not_a_tool_20990101", "name": "x"}]})
             ),
             "tools[0].type"
         );

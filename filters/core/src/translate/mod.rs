@@ -118,6 +118,15 @@ pub struct RequestCtx<'a> {
     pub endpoint: Endpoint,
 }
 
+/// Response header naming the request fields (and tool types) a translated
+/// request could not carry to its provider (comma-separated, e.g.
+/// `cache_control,thinking` or `web_search`).
+pub const DROPPED_HEADER: &str = "x-tollgate-dropped";
+
+/// Response header naming the request values a translated request lowered
+/// to what the model takes (e.g. `max_tokens=16384`).
+pub const LOWERED_HEADER: &str = "x-tollgate-lowered";
+
 /// The translated request.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UpstreamRequest {
@@ -142,6 +151,11 @@ pub struct UpstreamRequest {
     /// that embeds one input per call (Bedrock Titan) gets several inputs
     /// this way.
     pub fan_out: Vec<Vec<u8>>,
+    /// Request fields and tool types the provider does not get (for
+    /// [`DROPPED_HEADER`]).
+    pub dropped: Vec<&'static str>,
+    /// Values lowered to the model's limits (for [`LOWERED_HEADER`]).
+    pub lowered: Vec<String>,
 }
 
 impl UpstreamRequest {
@@ -155,7 +169,107 @@ impl UpstreamRequest {
             json_mode: self.json_mode,
             prompt_estimate: self.prompt_estimate,
             embed_base64: self.embed_base64,
-            fan_out: Vec::new(),
+            ..UpstreamRequest::default()
+        }
+    }
+}
+
+/// Gives a translated request the provider's own web search in place of the
+/// client's web search tool (`tool`: the Responses `web_search` tool or
+/// the Messages `web_search_*` server tool, for their options), when the
+/// provider config enables it (`"web_search": true`):
+///
+/// - Anthropic: the server-side tool `web_search_20250305`, with the
+///   allowed or blocked domains, the user's location and `max_uses` the
+///   client gave;
+/// - Gemini: the `googleSearch` tool (grounding), only in a request without
+///   function declarations (Gemini 2.x models do not combine them).
+///
+/// Returns false (nothing changed) where there is no such tool, for the
+/// caller to name the tool dropped.
+pub fn add_web_search(
+    provider: &Provider,
+    up: &mut UpstreamRequest,
+    tool: &Value,
+) -> Result<bool, ApiError> {
+    if !provider.web_search || !matches!(provider.kind(), Kind::Anthropic | Kind::Gemini) {
+        return Ok(false);
+    }
+    let malformed = || {
+        ApiError::new(
+            502,
+            SERVER,
+            "provider_error",
+            "translated request is not a JSON object",
+        )
+    };
+    let mut body: Value = serde_json::from_slice(&up.body).map_err(|_| malformed())?;
+    let Some(obj) = body.as_object_mut() else {
+        return Err(malformed());
+    };
+    let native = if provider.kind() == Kind::Anthropic {
+        let mut t = Map::new();
+        t.insert("type".into(), Value::from("web_search_20250305"));
+        t.insert("name".into(), Value::from("web_search"));
+        let domains = tool
+            .get("filters")
+            .and_then(|f| f.get("allowed_domains"))
+            .or_else(|| tool.get("allowed_domains"));
+        if let Some(d) = domains.filter(|d| d.is_array()) {
+            t.insert("allowed_domains".into(), d.clone());
+        } else if let Some(d) = tool.get("blocked_domains").filter(|d| d.is_array()) {
+            t.insert("blocked_domains".into(), d.clone());
+        }
+        if let Some(Value::Object(loc)) = tool.get("user_location") {
+            let mut l = Map::new();
+            l.insert("type".into(), Value::from("approximate"));
+            for k in ["city", "region", "country", "timezone"] {
+                if let Some(v) = loc.get(k).filter(|v| v.is_string()) {
+                    l.insert(k.into(), v.clone());
+                }
+            }
+            t.insert("user_location".into(), Value::Object(l));
+        }
+        if let Some(n) = tool.get("max_uses").filter(|n| n.is_u64()) {
+            t.insert("max_uses".into(), n.clone());
+        }
+        Value::Object(t)
+    } else {
+        let declares = obj
+            .get("tools")
+            .and_then(Value::as_array)
+            .is_some_and(|ts| ts.iter().any(|t| t.get("functionDeclarations").is_some()));
+        if declares {
+            return Ok(false);
+        }
+        serde_json::json!({"googleSearch": {}})
+    };
+    match obj.get_mut("tools") {
+        Some(Value::Array(ts)) => ts.push(native),
+        _ => {
+            obj.insert("tools".into(), Value::Array(vec![native]));
+        }
+    }
+    up.body = serde_json::to_vec(&body).map_err(|_| malformed())?;
+    Ok(true)
+}
+
+/// Lowers a chat request's output limit (`max_tokens` or
+/// `max_completion_tokens`) to the model's `max_output_tokens` when it asks
+/// for more, noting `name=limit` in `lowered`. Used by the translated front
+/// doors (Messages and Responses to another family), whose clients ask for
+/// what their own provider's models take (Claude Code: 32,000 to a model it
+/// does not know); a passthrough leaves the client's value alone.
+pub fn lower_output_limit(chat: &mut Value, cfg: &ModelCfg, lowered: &mut Vec<String>) {
+    let (Some(limit), Value::Object(o)) = (cfg.max_output_tokens, chat) else {
+        return;
+    };
+    for name in ["max_tokens", "max_completion_tokens"] {
+        if let Some(v) = o.get_mut(name) {
+            if v.as_u64().is_some_and(|n| n > u64::from(limit)) {
+                *v = Value::from(limit);
+                lowered.push(format!("{name}={limit}"));
+            }
         }
     }
 }

@@ -199,6 +199,7 @@ impl Translator for OpenAiAnthropic {
             prompt_estimate: 0,
             embed_base64: false,
             fan_out: Vec::new(),
+            ..UpstreamRequest::default()
         })
     }
 

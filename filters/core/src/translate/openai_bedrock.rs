@@ -215,6 +215,7 @@ impl Translator for OpenAiBedrock {
                     prompt_estimate: 0,
                     embed_base64: false,
                     fan_out: Vec::new(),
+                    ..UpstreamRequest::default()
                 })
             }
             Endpoint::Embeddings => {
@@ -272,6 +273,7 @@ impl Translator for OpenAiBedrock {
                     prompt_estimate: 0,
                     embed_base64: embedding_base64(body)?,
                     fan_out: bodies.collect(),
+                    ..UpstreamRequest::default()
                 })
             }
         }

@@ -211,6 +211,7 @@ impl Translator for OpenAiGemini {
                     prompt_estimate: 0,
                     embed_base64: false,
                     fan_out: Vec::new(),
+                    ..UpstreamRequest::default()
                 })
             }
             Endpoint::Embeddings => {
@@ -250,6 +251,7 @@ impl Translator for OpenAiGemini {
                     prompt_estimate: estimate,
                     embed_base64: base64,
                     fan_out: Vec::new(),
+                    ..UpstreamRequest::default()
                 })
             }
         }

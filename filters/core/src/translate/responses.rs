@@ -20,23 +20,31 @@
 //! `conversation`, `background: true`, stored prompts and item references
 //! are refused with a 400 that says so, and native requests are sent with
 //! `store: false`, so no provider keeps a tenant's conversation under the
-//! gateway's account. Built-in tools the gateway cannot provide or meter
-//! (web search, file search, computer use, code interpreter, image
-//! generation, MCP) are refused with a 400 naming them.
+//! gateway's account.
+//!
+//! Built-in tools (web search, file search, code interpreter, MCP, …) are
+//! never refused: OpenAI and Azure run them, so they pass through with the
+//! rest of the body; a translated request drops them and names them in
+//! `x-tollgate-dropped`, except web search where the provider config enables
+//! the target's own (Anthropic's server-side web search tool, Gemini's
+//! Google Search grounding: [`super::add_web_search`]). A `max_output_tokens`
+//! above the target model's limit is lowered to it and named in
+//! `x-tollgate-lowered`.
 
 use serde_json::{json, Map, Value};
 
 use super::openai_openai::error_message;
 use super::{
-    for_kind, stream_flag, upstream_error, Endpoint, RequestCtx, ResponseCtx, StreamTranslator,
-    Translated, Translator, UpstreamRequest, Usage,
+    add_web_search, for_kind, lower_output_limit, stream_flag, upstream_error, Endpoint,
+    RequestCtx, ResponseCtx, StreamTranslator, Translated, Translator, UpstreamRequest, Usage,
 };
 use crate::codec::sse::{Event, SseParser};
 use crate::config::{Api, Key, Kind, Provider};
 use crate::error::{echo, ApiError, INVALID_REQUEST, SERVER};
 
-/// Tool types that run inside the provider (billed per call, or reading
-/// state kept at the provider): never offered through the gateway.
+/// Tool types that run inside OpenAI's service (billed per call, or reading
+/// state kept at the provider): passed through to OpenAI and Azure, dropped
+/// and named on translated routes (web search mapped where it can be).
 const BUILT_IN_TOOLS: [&str; 13] = [
     "web_search",
     "web_search_preview",
@@ -53,14 +61,40 @@ const BUILT_IN_TOOLS: [&str; 13] = [
     "container",
 ];
 
-/// Tool types a native provider accepts that the client itself runs.
-const CLIENT_TOOLS: [&str; 6] = [
-    "function",
-    "custom",
-    "local_shell",
-    "shell",
-    "apply_patch",
-    "namespace",
+/// Tool types the client runs that have no chat counterpart: dropped and
+/// named on translated routes.
+const CLIENT_ONLY_TOOLS: [&str; 4] = ["custom", "local_shell", "shell", "apply_patch"];
+
+/// Request fields OpenAI accepts that a translated request has no place
+/// for: dropped and named when set.
+const DROPPED_FIELDS: [&str; 4] = [
+    "max_tool_calls",
+    "top_logprobs",
+    "prompt_cache_retention",
+    "context_management",
+];
+
+/// Input item types of built-in and client-only tool calls (and their
+/// outputs) that a translated request leaves out.
+const BUILT_IN_CALL_ITEMS: &[&str] = &[
+    "web_search_call",
+    "file_search_call",
+    "computer_call",
+    "computer_call_output",
+    "code_interpreter_call",
+    "image_generation_call",
+    "local_shell_call",
+    "local_shell_call_output",
+    "shell_call",
+    "shell_call_output",
+    "apply_patch_call",
+    "apply_patch_call_output",
+    "mcp_call",
+    "mcp_list_tools",
+    "mcp_approval_request",
+    "mcp_approval_response",
+    "custom_tool_call",
+    "custom_tool_call_output",
 ];
 
 /// Request fields read (or knowingly ignored) when translating through
@@ -139,12 +173,8 @@ fn is_set(v: Option<&Value>) -> bool {
 }
 
 /// Checks shared by both ways: a JSON object with `input`, nothing that
-/// needs stored state, no built-in tools (`client_tools`: tool types the
-/// provider may get besides functions).
-fn check_common<'a>(
-    body: &'a Value,
-    client_tools: &[&str],
-) -> Result<&'a Map<String, Value>, ApiError> {
+/// needs stored state, `tools` an array of typed tools.
+fn check_common(body: &Value) -> Result<&Map<String, Value>, ApiError> {
     let Some(obj) = body.as_object() else {
         return Err(ApiError::invalid_json("expected an object"));
     };
@@ -189,12 +219,12 @@ fn check_common<'a>(
         }
     }
     stream_flag(body)?;
-    check_tools(obj, client_tools)?;
+    check_tools(obj)?;
     Ok(obj)
 }
 
-/// Built-in tools are refused, all named in one 400.
-fn check_tools(obj: &Map<String, Value>, client_tools: &[&str]) -> Result<(), ApiError> {
+/// `tools`, when given, is an array of tools that each name their type.
+fn check_tools(obj: &Map<String, Value>) -> Result<(), ApiError> {
     let tools = match obj.get("tools") {
         None | Some(Value::Null) => return Ok(()),
         Some(Value::Array(a)) => a,
@@ -205,41 +235,12 @@ fn check_tools(obj: &Map<String, Value>, client_tools: &[&str]) -> Result<(), Ap
             ))
         }
     };
-    let mut built_in: Vec<String> = Vec::new();
     for (i, t) in tools.iter().enumerate() {
-        let Some(ty) = t.get("type").and_then(Value::as_str) else {
+        if t.get("type").and_then(Value::as_str).is_none() {
             return Err(missing(&format!("tools[{i}].type")));
-        };
-        if ty == "function" || client_tools.contains(&ty) {
-            continue;
-        }
-        let name = echo(ty).into_owned();
-        if !built_in.contains(&name) {
-            built_in.push(name);
         }
     }
-    if built_in.is_empty() {
-        return Ok(());
-    }
-    let names: Vec<String> = built_in.iter().map(|n| format!("'{n}'")).collect();
-    let known = built_in
-        .iter()
-        .all(|n| BUILT_IN_TOOLS.contains(&n.as_str()));
-    let message = if known {
-        format!(
-            "Built-in tools are not available through the gateway: {}. Use function tools instead",
-            names.join(", ")
-        )
-    } else {
-        format!(
-            "Tool types not supported for this model: {}. Use function tools instead",
-            names.join(", ")
-        )
-    };
-    Err(ApiError {
-        param: Some("tools".into()),
-        ..ApiError::new(400, INVALID_REQUEST, "unsupported_tool", message)
-    })
+    Ok(())
 }
 
 /// OpenAI and Azure: the Responses API passes through.
@@ -251,7 +252,7 @@ impl Translator for Native {
     }
 
     fn request(&self, ctx: &RequestCtx<'_>, body: &Value) -> Result<UpstreamRequest, ApiError> {
-        check_common(body, &CLIENT_TOOLS)?;
+        check_common(body)?;
         let stream = stream_flag(body)?;
         let (model, path) = match &ctx.provider.api {
             Api::Azure { deployments, .. } => (
@@ -414,12 +415,22 @@ impl Translator for ViaChat {
     }
 
     fn request(&self, ctx: &RequestCtx<'_>, body: &Value) -> Result<UpstreamRequest, ApiError> {
-        let chat = to_chat(body, &ctx.provider.name, self.0)?;
+        let mut chat = chat_request(body, &ctx.provider.name, self.0)?;
+        let mut lowered = Vec::new();
+        lower_output_limit(&mut chat.body, ctx.model_cfg, &mut lowered);
         let chat_ctx = RequestCtx {
             endpoint: Endpoint::Chat,
             ..*ctx
         };
-        self.inner().request(&chat_ctx, &chat)
+        let mut up = self.inner().request(&chat_ctx, &chat.body)?;
+        if let Some(search) = &chat.web_search {
+            if !add_web_search(ctx.provider, &mut up, search)? {
+                chat.dropped.push("web_search");
+            }
+        }
+        up.dropped = chat.dropped;
+        up.lowered = lowered;
+        Ok(up)
     }
 
     /// `to_chat` moves `instructions`, `input`, message `content`, parts'
@@ -474,10 +485,31 @@ fn unsupported(param: &str, provider: &str, what: &str) -> ApiError {
 
 /// A Responses request → the OpenAI chat request with the same meaning.
 pub fn to_chat(body: &Value, provider: &str, kind: Kind) -> Result<Value, ApiError> {
-    let obj = check_common(body, &["namespace"])?;
+    Ok(chat_request(body, provider, kind)?.body)
+}
+
+/// [`to_chat`]'s chat request, with what it could not carry.
+pub struct ChatRequest {
+    pub body: Value,
+    /// Request fields, tool types and input items left out (named in
+    /// `x-tollgate-dropped`).
+    pub dropped: Vec<&'static str>,
+    /// The request's web search tool (its options), for the target's own
+    /// search where it has one.
+    pub web_search: Option<Value>,
+}
+
+/// A Responses request → the chat request and what it left out.
+pub fn chat_request(body: &Value, provider: &str, kind: Kind) -> Result<ChatRequest, ApiError> {
+    let obj = check_common(body)?;
+    let mut dropped: Vec<&'static str> = Vec::new();
     for (k, v) in obj {
-        if !VIA_CHAT_FIELDS.contains(&k.as_str()) && !v.is_null() {
-            return Err(ApiError::unsupported_param(k, provider));
+        if v.is_null() || VIA_CHAT_FIELDS.contains(&k.as_str()) {
+            continue;
+        }
+        match DROPPED_FIELDS.iter().find(|f| **f == k) {
+            Some(f) => note(&mut dropped, f),
+            None => return Err(ApiError::unsupported_param(k, provider)),
         }
     }
     let mut chat = Map::new();
@@ -487,7 +519,7 @@ pub fn to_chat(body: &Value, provider: &str, kind: Kind) -> Result<Value, ApiErr
     );
     chat.insert(
         "messages".into(),
-        Value::Array(chat_messages(obj, provider)?),
+        Value::Array(chat_messages(obj, provider, &mut dropped)?),
     );
     if stream_flag(body)? {
         chat.insert("stream".into(), Value::Bool(true));
@@ -504,13 +536,14 @@ pub fn to_chat(body: &Value, provider: &str, kind: Kind) -> Result<Value, ApiErr
             chat.insert(to.into(), v.clone());
         }
     }
+    let mut web_search = None;
     if let Some(Value::Array(tools)) = obj.get("tools") {
-        let out = chat_tools(tools, provider)?;
+        let out = chat_tools(tools, provider, &mut dropped, &mut web_search)?;
         if !out.is_empty() {
             chat.insert("tools".into(), Value::Array(out));
         }
     }
-    if let Some(choice) = chat_tool_choice(obj.get("tool_choice"), provider)? {
+    if let Some(choice) = chat_tool_choice(obj.get("tool_choice"), &mut dropped)? {
         chat.insert("tool_choice".into(), choice);
     }
     if let Some(format) = obj.get("text").and_then(|t| t.get("format")) {
@@ -520,18 +553,36 @@ pub fn to_chat(body: &Value, provider: &str, kind: Kind) -> Result<Value, ApiErr
     }
     // Reasoning effort: OpenAI-compatible chat servers take it as
     // `reasoning_effort`; the other translations have no such knob.
-    if kind == Kind::Openai {
-        if let Some(effort) = obj.get("reasoning").and_then(|r| r.get("effort")) {
-            if effort.is_string() {
-                chat.insert("reasoning_effort".into(), effort.clone());
-            }
+    if let Some(effort) = obj
+        .get("reasoning")
+        .and_then(|r| r.get("effort"))
+        .filter(|e| e.is_string())
+    {
+        if kind == Kind::Openai {
+            chat.insert("reasoning_effort".into(), effort.clone());
+        } else {
+            note(&mut dropped, "reasoning");
         }
     }
-    Ok(Value::Object(chat))
+    Ok(ChatRequest {
+        body: Value::Object(chat),
+        dropped,
+        web_search,
+    })
+}
+
+fn note(dropped: &mut Vec<&'static str>, what: &'static str) {
+    if !dropped.contains(&what) {
+        dropped.push(what);
+    }
 }
 
 /// `instructions` and `input` as chat messages.
-fn chat_messages(obj: &Map<String, Value>, provider: &str) -> Result<Vec<Value>, ApiError> {
+fn chat_messages(
+    obj: &Map<String, Value>,
+    provider: &str,
+    dropped: &mut Vec<&'static str>,
+) -> Result<Vec<Value>, ApiError> {
     let mut messages: Vec<Value> = Vec::new();
     match obj.get("instructions") {
         None | Some(Value::Null) => {}
@@ -547,7 +598,7 @@ fn chat_messages(obj: &Map<String, Value>, provider: &str) -> Result<Vec<Value>,
         Some(Value::String(s)) => messages.push(json!({"role": "user", "content": s})),
         Some(Value::Array(items)) => {
             for (i, item) in items.iter().enumerate() {
-                input_item(&mut messages, item, i, provider)?;
+                input_item(&mut messages, item, i, provider, dropped)?;
             }
         }
         _ => {}
@@ -557,13 +608,19 @@ fn chat_messages(obj: &Map<String, Value>, provider: &str) -> Result<Vec<Value>,
 
 /// The Responses `tools` as chat tools: functions, and the functions of a
 /// namespace one by one.
-fn chat_tools(tools: &[Value], provider: &str) -> Result<Vec<Value>, ApiError> {
+fn chat_tools(
+    tools: &[Value],
+    provider: &str,
+    dropped: &mut Vec<&'static str>,
+    web_search: &mut Option<Value>,
+) -> Result<Vec<Value>, ApiError> {
     let mut out = Vec::with_capacity(tools.len());
     for (i, t) in tools.iter().enumerate() {
         let at = format!("tools[{i}]");
-        match t.get("type").and_then(Value::as_str) {
+        match t.get("type").and_then(Value::as_str).unwrap_or("") {
+            "function" => out.push(chat_tool(t, &at)?),
             // A group of functions: offered one by one.
-            Some("namespace") => {
+            "namespace" => {
                 let Some(Value::Array(inner)) = t.get("tools") else {
                     return Err(missing(&format!("{at}.tools")));
                 };
@@ -579,14 +636,32 @@ fn chat_tools(tools: &[Value], provider: &str) -> Result<Vec<Value>, ApiError> {
                     out.push(chat_tool(f, &at)?);
                 }
             }
-            _ => out.push(chat_tool(t, &at)?),
+            // The target's own search where the provider has one
+            // (decided by the caller), else dropped.
+            ty if ty.starts_with("web_search") => *web_search = Some(t.clone()),
+            ty => note(dropped, tool_name(ty)),
         }
     }
     Ok(out)
 }
 
-/// The Responses `tool_choice` as the chat one (`None`: not given).
-fn chat_tool_choice(choice: Option<&Value>, provider: &str) -> Result<Option<Value>, ApiError> {
+/// The static name of a tool type a translated request leaves out.
+fn tool_name(ty: &str) -> &'static str {
+    BUILT_IN_TOOLS
+        .iter()
+        .chain(CLIENT_ONLY_TOOLS.iter())
+        .find(|t| **t == ty)
+        .copied()
+        .unwrap_or("tools")
+}
+
+/// The Responses `tool_choice` as the chat one (`None`: not given). A
+/// choice of a tool the translation left out (a built-in, a custom tool,
+/// `allowed_tools`) is dropped, so the model chooses.
+fn chat_tool_choice(
+    choice: Option<&Value>,
+    dropped: &mut Vec<&'static str>,
+) -> Result<Option<Value>, ApiError> {
     match choice {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(Value::String(s.clone()))),
@@ -598,11 +673,10 @@ fn chat_tool_choice(choice: Option<&Value>, provider: &str) -> Result<Option<Val
                 json!({"type": "function", "function": {"name": name}}),
             ))
         }
-        Some(_) => Err(unsupported(
-            "tool_choice",
-            provider,
-            "A 'tool_choice' other than auto, none, required or a function",
-        )),
+        Some(_) => {
+            note(dropped, "tool_choice");
+            Ok(None)
+        }
     }
 }
 
@@ -731,6 +805,7 @@ fn input_item(
     item: &Value,
     i: usize,
     provider: &str,
+    dropped: &mut Vec<&'static str>,
 ) -> Result<(), ApiError> {
     let at = format!("input[{i}]");
     let ty = match item.get("type").and_then(Value::as_str) {
@@ -797,6 +872,10 @@ fn input_item(
         // Reasoning passed back by the client belongs to the model that
         // wrote it; other providers cannot read it.
         "reasoning" => {}
+        // Calls of built-in or client-only tools from earlier turns (served
+        // by OpenAI): the target has no such tools, so their record is left
+        // out.
+        other if BUILT_IN_CALL_ITEMS.contains(&other) => note(dropped, "input_items"),
         other => {
             return Err(unsupported(
                 &format!("{at}.type"),
