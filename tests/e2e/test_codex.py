@@ -49,8 +49,6 @@ def run_codex(codex: Path, stack, demo_key: str, model: str, home: Path) -> subp
     (home / ".codex" / "config.toml").write_text(f"""\
 model = "{model}"
 model_provider = "tollgate"
-# Built-in tools are refused by the gateway (it cannot provide or meter them).
-web_search = "disabled"
 
 [model_providers.tollgate]
 name = "Tollgate"

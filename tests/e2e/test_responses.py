@@ -174,20 +174,38 @@ def test_stateful_requests_are_refused(stack, demo_key, model, field, value):
     assert body["error"]["param"] == field and "stateless" in body["error"]["message"]
 
 
+# Where a Responses request's web search goes, by family: OpenAI and Azure
+# run it themselves; Anthropic's own server tool stands in (the default
+# config enables it); Gemini's Google Search does not combine with function
+# tools, so there (as on Bedrock and the chat-only server) it is dropped.
+WEB_SEARCH_MAPPED = {"anthropic/claude-haiku-4-5"}
+
+
 @pytest.mark.parametrize("model", EVERY)
-def test_built_in_tools_are_refused_by_name(client, model):
-    with pytest.raises(openai.BadRequestError) as err:
-        client.responses.create(model=model, input="hi",
-                                tools=[WEATHER, {"type": "web_search"}, {"type": "file_search", "vector_store_ids": ["v"]}])
-    e = err.value.body
-    assert e["code"] == "unsupported_tool" and e["param"] == "tools"
-    assert "'web_search'" in e["message"] and "'file_search'" in e["message"]
+def test_built_in_tools_are_never_refused(client, stack, model):
+    raw = client.responses.with_raw_response.create(
+        model=model, input="hi",
+        tools=[WEATHER, {"type": "web_search"}, {"type": "file_search", "vector_store_ids": ["v"]}])
+    r = raw.parse()
+    assert r.status == "completed" and r.output_text
+    dropped = [d for d in raw.headers.get("x-tollgate-dropped", "").split(",") if d]
+    sent = mock_recent(stack)["body"]
+    if model in NATIVE:
+        # Passed through: the provider runs its own tools.
+        assert dropped == []
+        assert [t["type"] for t in sent["tools"]] == ["function", "web_search", "file_search"]
+    elif model in WEB_SEARCH_MAPPED:
+        assert dropped == ["file_search"]
+        assert {"type": "web_search_20250305", "name": "web_search"} in sent["tools"], sent["tools"]
+    else:
+        assert sorted(dropped) == ["file_search", "web_search"]
+        assert "web_search" not in json.dumps(sent)
 
 
 @pytest.mark.parametrize("body,param", [
     ({"model": "anthropic/claude-haiku-4-5"}, "input"),
     ({"model": "anthropic/claude-haiku-4-5", "input": 7}, "input"),
-    ({"model": "anthropic/claude-haiku-4-5", "input": "hi", "top_logprobs": 3}, "top_logprobs"),
+    ({"model": "anthropic/claude-haiku-4-5", "input": "hi", "frobnicate": 3}, "frobnicate"),
     ({"model": "anthropic/claude-haiku-4-5", "input": [{"type": "item_reference", "id": "x"}]}, "input[0]"),
     ({"model": "anthropic/claude-haiku-4-5", "input": [{"type": "function_call_output"}]}, "input[0].call_id"),
     ({"model": "openai/gpt-4o-mini", "input": "hi", "stream": "yes"}, "stream"),

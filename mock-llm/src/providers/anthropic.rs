@@ -525,6 +525,27 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
             let Some(name) = t.get("name").and_then(Value::as_str) else {
                 return (bad(ctx, &format!("tools.{i}.name: Field required")), m);
             };
+            match t.get("type").and_then(Value::as_str) {
+                None | Some("custom") => {}
+                Some(ty) => match server_tool_name(ty) {
+                    // Anthropic's own tools: the type fixes the name; no
+                    // schema (the service knows it). Not offered as a
+                    // callable tool of the mock's answers.
+                    Some(fixed) if fixed == name => continue,
+                    Some(fixed) => {
+                        return (
+                            bad(ctx, &format!("tools.{i}.{ty}.name: Input should be '{fixed}'")),
+                            m,
+                        )
+                    }
+                    None => {
+                        return (
+                            bad(ctx, &format!("tools.{i}: Input tag '{ty}' found using 'type' does not match any of the expected tags")),
+                            m,
+                        )
+                    }
+                },
+            }
             let Some(schema) = t.get("input_schema").filter(|s| s.is_object()) else {
                 return (
                     bad(
@@ -674,4 +695,31 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
         ),
         m,
     )
+}
+
+/// The fixed name of an Anthropic-defined tool type of the stable API
+/// (anthropic-sdk-python `ToolUnionParam`): server tools (web search, web
+/// fetch, code execution, tool search) and the client-executed bash and
+/// text editor. Beta-only types (computer use, MCP toolsets) are not here.
+fn server_tool_name(ty: &str) -> Option<&'static str> {
+    const TOOLS: [(&str, &str); 17] = [
+        ("web_search_20250305", "web_search"),
+        ("web_search_20260209", "web_search"),
+        ("web_search_20260318", "web_search"),
+        ("web_fetch_20250910", "web_fetch"),
+        ("web_fetch_20260209", "web_fetch"),
+        ("web_fetch_20260309", "web_fetch"),
+        ("web_fetch_20260318", "web_fetch"),
+        ("code_execution_20250825", "code_execution"),
+        ("code_execution_20260120", "code_execution"),
+        ("bash_20250124", "bash"),
+        ("text_editor_20250124", "str_replace_editor"),
+        ("text_editor_20250429", "str_replace_based_edit_tool"),
+        ("text_editor_20250728", "str_replace_based_edit_tool"),
+        ("memory_20250818", "memory"),
+        ("tool_search_tool_bm25_20251119", "tool_search_tool_bm25"),
+        ("tool_search_tool_regex_20251119", "tool_search_tool_regex"),
+        ("code_execution_20260521", "code_execution"),
+    ];
+    TOOLS.iter().find(|(t, _)| *t == ty).map(|(_, n)| *n)
 }
