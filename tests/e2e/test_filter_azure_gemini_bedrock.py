@@ -145,8 +145,11 @@ def test_tool_round_trip(stack, client, model, stream):
             {"functionCall": {"name": "get_weather", "args": {"city": "mock"}}}]}
         assert body["contents"][2] == {"role": "user", "parts": [
             {"functionResponse": {"name": "get_weather", "response": {"temp_c": 21}}}]}
+        # The schema whole, in the field that takes full JSON Schema
+        # (`parameters` takes only Gemini's subset and refuses the rest).
         decl = body["tools"][0]["functionDeclarations"][0]
-        assert "additionalProperties" not in decl["parameters"]
+        assert "parameters" not in decl
+        assert decl["parametersJsonSchema"] == WEATHER_TOOL["function"]["parameters"]
     elif provider == "bedrock":
         assert body["messages"][1]["content"][0]["toolUse"]["toolUseId"] == call["id"]
         assert body["messages"][2]["content"][0] == {

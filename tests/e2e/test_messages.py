@@ -222,9 +222,23 @@ THINK = {"type": "enabled", "budget_tokens": 2048}
 EPH = {"type": "ephemeral"}
 
 
+# Models that think; the families' default models do not (Gemini and Bedrock
+# refuse a thinking config there).
+THINKERS = {"gemini": "gemini/gemini-2.5-flash", "bedrock": "bedrock/us.anthropic.claude-sonnet-4-5-20250929-v1:0"}
+
+
+@pytest.mark.parametrize("family", ["gemini", "bedrock"])
+def test_thinking_is_dropped_for_models_that_do_not_think(stack, client, family):
+    raw = client.messages.with_raw_response.create(
+        model=FAMILIES[family], max_tokens=4000, thinking=THINK, messages=HI)
+    assert raw.headers["x-tollgate-dropped"] == "thinking"
+    body = mock_last(stack)["body"]
+    assert "thinkingConfig" not in json.dumps(body) and "additionalModelRequestFields" not in body
+
+
 def test_thinking_becomes_gemini_thinking_budget(stack, client):
     raw = client.messages.with_raw_response.create(
-        model=FAMILIES["gemini"], max_tokens=4000, thinking=THINK, messages=HI)
+        model=THINKERS["gemini"], max_tokens=4000, thinking=THINK, messages=HI)
     assert "x-tollgate-dropped" not in raw.headers
     assert raw.parse().content[0].text
     gc = mock_last(stack)["body"]["generationConfig"]
@@ -232,7 +246,7 @@ def test_thinking_becomes_gemini_thinking_budget(stack, client):
 
 
 def test_thinking_becomes_bedrock_anthropic_thinking(stack, client):
-    with client.messages.stream(model=FAMILIES["bedrock"], max_tokens=4000, thinking=THINK, messages=HI) as s:
+    with client.messages.stream(model=THINKERS["bedrock"], max_tokens=4000, thinking=THINK, messages=HI) as s:
         text = "".join(s.text_stream)
         assert "x-tollgate-dropped" not in s.response.headers
     assert text.startswith("mock response to: hello there gateway")

@@ -209,7 +209,9 @@ enum RawModels {
 struct RawModel {
     #[serde(default)]
     max_tokens: Option<u32>,
-    /// OpenAI / Azure: a reasoning model (takes `reasoning_effort`).
+    /// A model that reasons: OpenAI / Azure take `reasoning_effort`, Gemini
+    /// a `thinkingConfig`, Anthropic models on Bedrock a thinking budget;
+    /// the others refuse them.
     #[serde(default)]
     reasoning: bool,
     /// The most output tokens the model writes in one answer (the
@@ -277,8 +279,9 @@ pub struct ModelCfg {
     pub max_tokens: u32,
     /// Keys allowed for this model, weights expanded.
     pub pool: KeyPool,
-    /// OpenAI / Azure: a reasoning model, which takes `reasoning_effort`
-    /// (the Messages front door maps `thinking` to it).
+    /// A model that reasons (OpenAI / Azure `reasoning_effort`, Gemini
+    /// `thinkingConfig`, Bedrock Claude thinking): the Messages front door
+    /// maps `thinking` and `output_config.effort` to it.
     pub reasoning: bool,
     /// The model's output-token limit, when configured: translated front
     /// doors lower a larger `max_tokens` to it.
@@ -834,9 +837,9 @@ fn one_model(
             return err(format!("{at}.models.{m}.{field}: must be greater than 0"));
         }
     }
-    if cfg.reasoning && !matches!(kind, Kind::Openai | Kind::Azure) {
+    if cfg.reasoning && kind == Kind::Anthropic {
         return err(format!(
-            "{at}.models.{m}.reasoning: only valid for kinds openai and azure"
+            "{at}.models.{m}.reasoning: not valid for kind anthropic (its requests keep their own thinking)"
         ));
     }
     let max_tokens = cfg.max_tokens.unwrap_or(default_max);

@@ -1,7 +1,8 @@
 //! The Messages front door's native mappings, request bytes per target:
-//! `thinking` → OpenAI/Azure `reasoning_effort` (reasoning models only),
-//! Gemini `thinkingConfig.thinkingBudget`, Bedrock
-//! `additionalModelRequestFields.thinking` (Anthropic models only);
+//! `thinking` → OpenAI/Azure `reasoning_effort`, Gemini
+//! `thinkingConfig.thinkingBudget`, Bedrock
+//! `additionalModelRequestFields.thinking` (Anthropic models only), each
+//! for models configured as reasoning only (the others refuse them);
 //! `cache_control` → Bedrock `cachePoint` blocks; what is not mapped is
 //! named in the dropped list (the `x-tollgate-dropped` header).
 
@@ -17,10 +18,10 @@ const CONFIG: &str = r#"{"providers": {
     "keys": [{"id": "o1", "value": "ok"}]},
   "azure": {"kind": "azure", "cluster": "azure", "api_version": "2024-10-21",
     "models": {"o3-mini": {"reasoning": true}}, "keys": [{"id": "az1", "value": "azk"}]},
-  "gemini": {"kind": "gemini", "cluster": "gemini", "models": ["gemini-2.5-flash"],
+  "gemini": {"kind": "gemini", "cluster": "gemini", "models": {"gemini-2.5-flash": {"reasoning": true}, "gemini-2.0-flash": {}},
     "keys": [{"id": "g1", "value": "gk"}]},
   "bedrock": {"kind": "bedrock", "cluster": "bedrock", "region": "us-east-1",
-    "models": ["us.anthropic.claude-sonnet-4-5-20250929-v1:0", "amazon.nova-lite-v1:0"],
+    "models": {"us.anthropic.claude-sonnet-4-5-20250929-v1:0": {"reasoning": true}, "amazon.nova-lite-v1:0": {}},
     "keys": [{"id": "b1", "access_key_id": "AKIDEXAMPLE", "value": "secret"}]}}}"#;
 
 type Out = Result<(Value, Vec<&'static str>), (u16, Option<String>)>;
@@ -78,6 +79,23 @@ fn gemini_gets_a_thinking_budget() {
     );
     assert_eq!(b["generationConfig"]["maxOutputTokens"], 32000);
     assert!(dropped.is_empty());
+    // Adaptive thinking and an effort: Gemini's dynamic budget.
+    let adaptive = json!({"model": "m", "max_tokens": 32000, "thinking": {"type": "adaptive"},
+                          "output_config": {"effort": "high"}, "messages": [{"role": "user", "content": "hi"}]});
+    let (b, dropped) = plan("gemini/gemini-2.5-flash", adaptive.clone()).unwrap();
+    assert_eq!(
+        b["generationConfig"]["thinkingConfig"],
+        json!({"thinkingBudget": -1})
+    );
+    assert!(dropped.is_empty(), "{dropped:?}");
+    // A model that does not think gets no thinking config (Gemini refuses
+    // it there): dropped and named.
+    let (b, dropped) = plan("gemini/gemini-2.0-flash", adaptive).unwrap();
+    assert!(b.pointer("/generationConfig/thinkingConfig").is_none());
+    assert_eq!(dropped, vec!["output_config.effort", "thinking"]);
+    let (b, dropped) = plan("gemini/gemini-2.0-flash", thinking(2048)).unwrap();
+    assert!(b.pointer("/generationConfig/thinkingConfig").is_none());
+    assert_eq!(dropped, vec!["thinking"]);
 }
 
 #[test]

@@ -115,7 +115,7 @@ fn gemini_request_vectors() {
             json!({"contents": [{"role": "user", "parts": [{"text": "see"}, {"inlineData": {"mimeType": "image/jpeg", "data": "AAAA"}}]}]}),
         ),
         (
-            "tools, named tool_choice, tool results named after the call (object and text), schema cleaned",
+            "tools, named tool_choice, tool results named after the call (object and text), the schema whole in parametersJsonSchema",
             json!({"model": G, "messages": round_trip_messages(), "tools": [tool()],
                    "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}),
             "/v1beta/models/gemini-2.0-flash:generateContent",
@@ -128,7 +128,8 @@ fn gemini_request_vectors() {
                     {"text": "thanks"}]}],
               "systemInstruction": {"parts": [{"text": "sys"}]},
               "tools": [{"functionDeclarations": [{"name": "get_weather", "description": "Weather",
-                  "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]}],
+                  "parametersJsonSchema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+                                           "additionalProperties": false}}]}],
               "toolConfig": {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["get_weather"]}}}),
         ),
         (
@@ -147,7 +148,7 @@ fn gemini_request_vectors() {
             "/v1beta/models/gemini-2.0-flash:generateContent",
             json!({"contents": [{"role": "user", "parts": [{"text": "q"}]}],
                    "generationConfig": {"responseMimeType": "application/json",
-                       "responseSchema": {"type": "object", "properties": {"a": {"type": "string"}}}}}),
+                       "responseJsonSchema": {"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": false}}}),
         ),
         (
             "response_format json_object",

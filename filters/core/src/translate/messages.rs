@@ -277,7 +277,7 @@ pub fn request(
         ..*ctx
     };
     let budget = thinking_budget(body);
-    if ctx.model_cfg.reasoning {
+    if ctx.model_cfg.reasoning && matches!(kind, Kind::Openai | Kind::Azure) {
         if let Some(effort) = wanted_effort(body, budget) {
             // OpenAI / Azure reasoning models: an effort, and
             // `max_completion_tokens` (they refuse `max_tokens`).
@@ -294,7 +294,8 @@ pub fn request(
     let mut lowered = Vec::new();
     lower_output_limit(&mut chat.body, ctx.model_cfg, &mut lowered);
     let mut up = for_kind(kind).request(&chat_ctx, &chat.body)?;
-    native_extras(kind, ctx.model, body, budget, &mut up, &mut chat.dropped)?;
+    let think = native_thinking(kind, ctx, body, budget);
+    native_extras(kind, think, body, &mut up, &mut chat.dropped)?;
     if let Some(search) = body.get("tools").and_then(Value::as_array).and_then(|ts| {
         ts.iter().find(|t| {
             t.get("type")
@@ -374,6 +375,28 @@ fn bedrock_anthropic(model: &str) -> bool {
     model.starts_with("anthropic.") || model.contains(".anthropic.")
 }
 
+/// The thinking budget a Gemini or Bedrock body gets for a Messages
+/// request, on models that think (`"reasoning": true` in the config; others,
+/// such as gemini-2.0-flash, refuse a thinking config): an enabled budget
+/// as given; adaptive thinking or an effort becomes Gemini's dynamic budget
+/// (-1: the model decides), which Bedrock has no counterpart for.
+fn native_thinking(
+    kind: Kind,
+    ctx: &RequestCtx<'_>,
+    body: &Value,
+    budget: Option<u64>,
+) -> Option<i64> {
+    if !ctx.model_cfg.reasoning {
+        return None;
+    }
+    let budget = budget.and_then(|n| i64::try_from(n).ok());
+    match kind {
+        Kind::Gemini => budget.or_else(|| wanted_effort(body, None).map(|_| -1)),
+        Kind::Bedrock if bedrock_anthropic(ctx.model) => budget,
+        _ => None,
+    }
+}
+
 /// Maps what the provider's native body can carry but the OpenAI chat
 /// request cannot: the thinking budget (Gemini `thinkingConfig`, Anthropic
 /// models on Bedrock `additionalModelRequestFields.thinking`) and Bedrock
@@ -381,14 +404,11 @@ fn bedrock_anthropic(model: &str) -> bool {
 /// turns holding a marked block. What is mapped leaves `dropped`.
 fn native_extras(
     kind: Kind,
-    model: &str,
+    think: Option<i64>,
     body: &Value,
-    budget: Option<u64>,
     up: &mut UpstreamRequest,
     dropped: &mut Vec<&'static str>,
 ) -> Result<(), ApiError> {
-    let think = budget
-        .filter(|_| kind == Kind::Gemini || (kind == Kind::Bedrock && bedrock_anthropic(model)));
     let cache = kind == Kind::Bedrock && dropped.contains(&"cache_control");
     if think.is_none() && !cache {
         return Ok(());
@@ -403,6 +423,7 @@ fn native_extras(
             if let Value::Object(gc) = gc {
                 gc.insert("thinkingConfig".into(), json!({"thinkingBudget": n}));
             }
+            forget(dropped, "output_config.effort");
         } else {
             let extra = obj
                 .entry("additionalModelRequestFields")

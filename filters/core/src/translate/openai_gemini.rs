@@ -10,9 +10,13 @@
 //! `tool_choice` → `toolConfig.functionCallingConfig` (`AUTO`, `NONE`,
 //! `ANY`, `ANY` + `allowedFunctionNames`); `generationConfig` from
 //! temperature, top_p, max(_completion)_tokens, stop, n, seed, penalties and
-//! `response_format` (`responseMimeType: application/json`, `responseSchema`).
-//! JSON-Schema keywords Gemini's schema does not have (`additionalProperties`,
-//! `$schema`, `strict`) are removed from tool parameters and response schemas.
+//! `response_format` (`responseMimeType: application/json`,
+//! `responseJsonSchema`). Tool and answer schemas go as the client wrote
+//! them, in `parametersJsonSchema` and `responseJsonSchema`, which take full
+//! JSON Schema (v1beta since 2025-08): `parameters` and `responseSchema`
+//! take only Gemini's OpenAPI subset (the 22 fields of its `Schema`) and
+//! refuse the rest (`$schema`, `additionalProperties`, `const`,
+//! `exclusiveMinimum`, `propertyNames`…), which agents' tool schemas use.
 //!
 //! Response: text parts (not thoughts) → `content`, `functionCall` →
 //! `tool_calls` (ids from the call's `id`, else `call_<n>`); `finishReason`
@@ -42,50 +46,20 @@ pub struct OpenAiGemini;
 
 const PROVIDER: &str = "gemini";
 
-/// Remove JSON-Schema keywords that Gemini's OpenAPI-subset schema lacks.
-pub fn clean_schema(v: &Value) -> Value {
-    match v {
-        Value::Object(o) => Value::Object(
-            o.iter()
-                .filter(|(k, _)| {
-                    !matches!(k.as_str(), "additionalProperties" | "$schema" | "strict")
-                })
-                .map(|(k, v)| {
-                    // `properties` maps names to schemas: keep every name.
-                    if k == "properties" {
-                        if let Value::Object(props) = v {
-                            return (
-                                k.clone(),
-                                Value::Object(
-                                    props
-                                        .iter()
-                                        .map(|(n, s)| (n.clone(), clean_schema(s)))
-                                        .collect(),
-                                ),
-                            );
-                        }
-                    }
-                    (k.clone(), clean_schema(v))
-                })
-                .collect(),
-        ),
-        Value::Array(a) => Value::Array(a.iter().map(clean_schema).collect()),
-        other => other.clone(),
-    }
-}
-
-/// The tools as Gemini `functionDeclarations`, their schemas cleaned.
+/// The tools as Gemini `functionDeclarations`, each schema whole in
+/// `parametersJsonSchema`; a function without properties declares none.
 fn function_declarations(tools: &[Tool]) -> Vec<Value> {
     tools
         .iter()
         .map(|t| {
-            let params = clean_schema(&t.parameters);
-            // An object schema without properties is refused by Gemini.
-            let empty = params
+            let empty = t
+                .parameters
                 .get("properties")
                 .and_then(Value::as_object)
                 .is_none_or(Map::is_empty);
-            Value::Object(t.declared((!empty).then_some(("parameters", params))))
+            Value::Object(
+                t.declared((!empty).then(|| ("parametersJsonSchema", t.parameters.clone()))),
+            )
         })
         .collect()
 }
@@ -175,7 +149,7 @@ fn chat_request(ctx: &RequestCtx<'_>, body: &Value) -> Result<(Value, bool), Api
     if let Some(schema) = &chat.json {
         gc.insert("responseMimeType".into(), json!("application/json"));
         if let Some(s) = schema {
-            gc.insert("responseSchema".into(), clean_schema(s));
+            gc.insert("responseJsonSchema".into(), s.clone());
         }
     }
     if !gc.is_empty() {
