@@ -1,6 +1,7 @@
-"""Provider keys end to end: the weighted split over 1,000 requests, the
-cooldown of a key that got 429 or 401 (shared across Envoy workers), and the
-usage report that debits the virtual key's token budget.
+"""Provider keys end to end: the weighted split over 1,000 conversations,
+each conversation on one key on every gateway (prompt caches are per key),
+the cooldown of a key that got 429 or 401 (shared across Envoy workers), and
+the usage report that debits the virtual key's token budget.
 """
 from __future__ import annotations
 
@@ -24,17 +25,63 @@ def plugin_variant(tmp_path, edit, envoy=None) -> "Path":
     return envoy_variant(tmp_path / "envoy-filter-variant.yaml", plugin=edit, envoy=envoy)
 
 
-def test_weighted_split_over_1000_requests(stack, demo_key):
+def test_weighted_split_over_1000_conversations(stack, demo_key):
     client = openai.OpenAI(base_url=stack.base_url, api_key=demo_key, max_retries=0, timeout=20)
     before = mock_stats(stack)["by_key"]
-    for _ in range(1000):
-        client.chat.completions.create(model="openai/gpt-4o-mini", messages=HI, max_tokens=1)
+    for i in range(1000):
+        client.chat.completions.create(model="openai/gpt-4o-mini", max_tokens=1,
+                                       messages=[{"role": "user", "content": f"question {i}"}])
     after = mock_stats(stack)["by_key"]
     one = after.get("openai-1", 0) - before.get("openai-1", 0)
     two = after.get("openai-2", 0) - before.get("openai-2", 0)
     assert one + two == 1000
     # Weights 3:1 → 750 expected; wide bounds (p of a false failure < 1e-9).
     assert 650 <= one <= 850, (one, two)
+
+
+def conversation(first: str, turns: int) -> list[dict]:
+    msgs = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": first}]
+    for t in range(turns):
+        msgs += [{"role": "assistant", "content": f"answer {t}"}, {"role": "user", "content": f"next {t}"}]
+    return msgs
+
+
+def test_a_conversation_stays_on_one_key_on_both_gateways(stack, make_stack, demo_key):
+    """60 conversations of 3 turns, each identified by a session header, a
+    prompt_cache_key or nothing but its prompt: every turn of a
+    conversation reaches the same provider key, and a second gateway (its
+    own Envoy, authz-service and mock) picks the same key."""
+    other = make_stack()
+
+    def key_of(s, messages, **extra) -> tuple[str, dict]:
+        client = openai.OpenAI(base_url=s.base_url, api_key=demo_key, max_retries=0, timeout=20)
+        client.chat.completions.create(model="openai/gpt-4o-mini", max_tokens=1, messages=messages, **extra)
+        last = mock_stats(s)["recent"][-1]
+        return last["key_id"], last["body"]
+
+    split, hints = [], set()
+    for i in range(60):
+        how = ("header", "prompt_cache_key", "prompt")[i % 3]
+        extra = {"prompt_cache_key": f"codex-{i}"} if how == "prompt_cache_key" else {}
+        if how == "header":
+            extra = {"extra_headers": {"x-claude-code-session-id": f"cc-{i}"}}
+        keys = set()
+        for turn in range(3):
+            # The session header names the session whatever the prompt.
+            first = f"task {i}" if how != "header" else f"task {i} turn {turn}"
+            k, body = key_of(stack, conversation(first, turn), **extra)
+            k2, _ = key_of(other, conversation(first, turn), **extra)
+            keys |= {k, k2}
+            if how == "prompt_cache_key":
+                assert body["prompt_cache_key"] == f"codex-{i}"  # the client's own, kept
+            else:
+                assert body["prompt_cache_key"].startswith("tg-")
+                hints.add(body["prompt_cache_key"])
+        if len(keys) > 1:
+            split.append((i, how, keys))
+    assert split == []
+    # One hint per conversation, never the client's raw session id.
+    assert len(hints) == 40 and not any("cc-" in h for h in hints)
 
 
 def test_key_cools_down_after_429_and_401(demo_key, tmp_path):

@@ -70,15 +70,18 @@ def test_one_key_failing_20_percent_serves_1000_requests_without_a_failure(make_
     client = openai.OpenAI(base_url=s.base_url, api_key=demo_key, max_retries=0, timeout=30)
     failures = []
     for i in range(1000):
+        # One conversation each: every conversation keeps its key, so the
+        # keys' weights show over conversations.
+        messages = [{"role": "user", "content": f"hello {i}"}]
         try:
             if i % 2:
-                stream = client.chat.completions.create(model="openai/gpt-4o-mini", messages=HI, max_tokens=4,
+                stream = client.chat.completions.create(model="openai/gpt-4o-mini", messages=messages, max_tokens=4,
                                                         stream=True, stream_options={"include_usage": True})
                 chunks = list(stream)
                 assert chunks and chunks[-1].usage is not None, chunks
                 assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
             else:
-                resp = client.chat.completions.create(model="openai/gpt-4o-mini", messages=HI, max_tokens=4)
+                resp = client.chat.completions.create(model="openai/gpt-4o-mini", messages=messages, max_tokens=4)
                 assert resp.choices[0].message.content
         except (openai.APIError, AssertionError) as e:
             failures.append((i, repr(e)[:200]))

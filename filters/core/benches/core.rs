@@ -214,6 +214,8 @@ fn benches<M: Measurement + 'static>(c: &mut Criterion<M>) {
                     declared_model: None,
                     now_ms: 1_763_812_800_000,
                     random: 0,
+                    tenant: "",
+                    session_header: None,
                 };
                 let p = plan(&rt, &facts, &|_| 0).unwrap_or_else(|e| panic!("{e:?}"));
                 black_box((p.body.len(), p.body_replaces))

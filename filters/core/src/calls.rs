@@ -9,7 +9,7 @@
 //! headers, and [`Host::call`]'s answers) and keeps the request's state:
 //! its metrics, its usage and the reply. Nothing here calls back.
 
-use tollgate_wire::header::CLUSTER;
+use tollgate_wire::header::{CLUSTER, TENANT};
 
 use crate::config::{Provider, Runtime};
 use crate::cooldown;
@@ -218,6 +218,12 @@ impl Retained {
             declared_model: self.declared_model.as_deref(),
             now_ms: now,
             random,
+            tenant: self
+                .headers
+                .iter()
+                .find(|(n, _)| n == TENANT)
+                .map_or("", |(_, v)| v.as_str()),
+            session_header: crate::session::header_in(&self.headers),
         };
         let failed: Vec<&str> = self
             .tried

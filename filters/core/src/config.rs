@@ -173,6 +173,18 @@ struct RawProvider {
     /// drops it and names it in `x-tollgate-dropped`.
     #[serde(default)]
     web_search: Option<bool>,
+    /// Each conversation stays on one key (weighted rendezvous hashing on
+    /// the tenant and session, [`crate::session`]) so the provider's prompt
+    /// cache, kept per key, serves every turn; false: a weighted random key
+    /// per request. Default true.
+    #[serde(default)]
+    key_affinity: Option<bool>,
+    /// OpenAI and Azure: send the session as `prompt_cache_key` when the
+    /// client sent none. Default true for Azure and for OpenAI servers that
+    /// speak the Responses API (OpenAI itself); false for chat-only
+    /// compatible servers, which may not know the field.
+    #[serde(default)]
+    prompt_cache_key: Option<bool>,
     /// Azure: `api-version` query parameter.
     #[serde(default)]
     api_version: Option<String>,
@@ -319,6 +331,10 @@ pub struct Provider {
     /// A translated request's web search runs as the provider's own search
     /// tool (Anthropic and Gemini; see [`crate::translate::add_web_search`]).
     pub web_search: bool,
+    /// Sessions keep their key ([`crate::keys::KeyPool::pick_affine`]).
+    pub key_affinity: bool,
+    /// OpenAI / Azure requests carry the session as `prompt_cache_key`.
+    pub cache_hint: bool,
 }
 
 /// One variant per provider kind, each with only its own settings (defaults
@@ -711,6 +727,12 @@ fn compile_provider(
         api,
         responses_api,
         web_search: p.web_search.unwrap_or(false),
+        key_affinity: p.key_affinity.unwrap_or(true),
+        cache_hint: match p.kind {
+            Kind::Azure => p.prompt_cache_key.unwrap_or(true),
+            Kind::Openai => p.prompt_cache_key.unwrap_or(responses_api),
+            _ => false,
+        },
     })
 }
 
@@ -756,6 +778,11 @@ fn check_kind_settings(at: &str, p: &RawProvider) -> Result<(), ConfigError> {
     }
     if p.kind != Kind::Openai && p.responses_api.is_some() {
         return err(format!("{at}.responses_api: only valid for kind openai"));
+    }
+    if !matches!(p.kind, Kind::Openai | Kind::Azure) && p.prompt_cache_key.is_some() {
+        return err(format!(
+            "{at}.prompt_cache_key: only valid for kinds openai and azure"
+        ));
     }
     if !matches!(p.kind, Kind::Anthropic | Kind::Gemini) && p.web_search.is_some() {
         return err(format!(

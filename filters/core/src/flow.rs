@@ -38,6 +38,7 @@ use crate::plan::{
     apply_header_changes, plan, provider_request_id_header, upstream_body, writes, Call, Plan,
     RequestFacts, Route,
 };
+use crate::session;
 use crate::translate::{for_route, map_error_status, Endpoint, Front, StreamTranslator, Usage};
 use crate::translate::{DROPPED_HEADER, LOWERED_HEADER};
 use crate::usage::{report_body, Report, UsageBatch};
@@ -482,6 +483,16 @@ impl Flow {
             Some(all) => Some(all.iter().map(|(name, _)| name.clone()).collect()),
             None => h.request_header_names(),
         };
+        let asked;
+        let session_header = match &pending.headers {
+            Some(all) => session::header_in(all),
+            None => {
+                asked = session::SESSION_HEADERS
+                    .iter()
+                    .find_map(|name| h.request_header(name));
+                asked.as_deref()
+            }
+        };
         let facts = RequestFacts {
             endpoint: pending.endpoint,
             front: pending.front,
@@ -491,6 +502,8 @@ impl Flow {
             declared_model: pending.declared_model.as_deref(),
             now_ms: now,
             random,
+            tenant: pending.tenant.as_deref().unwrap_or(""),
+            session_header,
         };
         let host: &dyn Host = &*h;
         plan(&self.rt, &facts, &|id| {

@@ -1,6 +1,14 @@
 //! Weighted key choice. Weights are expanded once at config time into a
 //! slot table, so the common case is one modulo and one index; the random
 //! source is a parameter so tests are deterministic.
+//!
+//! A request with a session ([`crate::session`]) is placed by weighted
+//! rendezvous hashing instead ([`KeyPool::pick_affine`]): each key scores
+//! `weight / -ln(u)` with `u` uniform from the hash of (session, key id),
+//! and the best available key wins. Every worker and replica computes the
+//! same choice; over many sessions each key gets its weight's share; a key
+//! that cools moves only its own sessions (each to its next-best key), and
+//! they come back when it recovers.
 
 /// Keys allowed for one model, weights expanded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +79,44 @@ impl KeyPool {
     }
 }
 
+impl KeyPool {
+    /// The key of a session: the available key with the highest weighted
+    /// rendezvous score for `session` (`key_seed`: a fixed hash of each
+    /// key's id, so scores do not depend on the keys' order or secrets).
+    /// `None` when every key is cooling down.
+    pub fn pick_affine(
+        &self,
+        session: u64,
+        key_seed: impl Fn(usize) -> u64,
+        available: impl Fn(usize) -> bool,
+    ) -> Option<usize> {
+        // Best score first; availability (a host call per key in the
+        // filter) is asked only until a key is usable.
+        let mut ranked: Vec<(f64, usize)> = self
+            .weights
+            .iter()
+            .filter(|&&(_, w)| w > 0)
+            .map(|&(k, w)| {
+                (
+                    rendezvous_score(session, key_seed(k as usize), w),
+                    k as usize,
+                )
+            })
+            .collect();
+        ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
+        ranked.into_iter().map(|(_, k)| k).find(|&k| available(k))
+    }
+}
+
+/// `weight / -ln(u)`, `u` in (0, 1) from the mixed hash of session and key:
+/// the largest of these is key i's with probability weight_i / total.
+fn rendezvous_score(session: u64, key_seed: u64, weight: u32) -> f64 {
+    let h = crate::hash::mix(session ^ key_seed.rotate_left(17));
+    // 53 random bits, never 0 or 1.
+    let u = ((h >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+    f64::from(weight) / -u.ln()
+}
+
 /// Small deterministic PRNG (xorshift64*), used where the host gives no
 /// randomness and by tests.
 #[derive(Debug, Clone)]
@@ -121,6 +167,37 @@ mod tests {
             }
         }
         assert!((7_000..8_000).contains(&n0), "n0={n0}");
+    }
+
+    #[test]
+    fn affine_choice_keeps_weights_and_moves_only_a_cooling_keys_sessions() {
+        let p = KeyPool::new(&[(0, 1), (1, 2), (2, 1)]);
+        let seed = |k: usize| crate::hash::hash_bytes(0, format!("key-{k}").as_bytes());
+        let mut rng = XorShift::new(3);
+        let sessions: Vec<u64> = (0..10_000)
+            .map(|_| (u64::from(rng.next_u32()) << 32) | u64::from(rng.next_u32()))
+            .collect();
+        let all: Vec<usize> = sessions
+            .iter()
+            .map(|&s| p.pick_affine(s, seed, |_| true).unwrap())
+            .collect();
+        // Each key's share of sessions is its weight's, within 5 %.
+        for (k, share) in [(0, 0.25), (1, 0.5), (2, 0.25)] {
+            let n = all.iter().filter(|&&c| c == k).count() as f64 / 10_000.0;
+            assert!((n - share).abs() < 0.05 * share, "key {k}: {n}");
+        }
+        // The same session always lands on the same key.
+        assert_eq!(p.pick_affine(sessions[0], seed, |_| true), Some(all[0]));
+        // Key 1 cools: only its sessions move; the others stay.
+        for (s, &before) in sessions.iter().zip(&all) {
+            let now = p.pick_affine(*s, seed, |k| k != 1).unwrap();
+            if before == 1 {
+                assert_ne!(now, 1);
+            } else {
+                assert_eq!(now, before);
+            }
+        }
+        assert_eq!(p.pick_affine(1, seed, |_| false), None);
     }
 
     #[test]

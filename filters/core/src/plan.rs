@@ -15,8 +15,10 @@ use tollgate_wire::models_allowed;
 
 use crate::config::{Key, Kind, ModelCfg, Provider, Resolved, Runtime};
 use crate::error::{echo, ApiError, INVALID_REQUEST, SERVER};
+use crate::hash::hash_bytes;
 use crate::lift::{self, Insert};
 use crate::scan::{leading_model, TopLevel};
+use crate::session::{self, Session};
 use crate::translate::{
     for_route, messages, parse_client_body, Endpoint, Front, RequestCtx, ResponseCtx, Translator,
     UpstreamRequest,
@@ -39,6 +41,10 @@ pub struct RequestFacts<'a> {
     pub now_ms: u64,
     /// Random source of the weighted key choice.
     pub random: u32,
+    /// `x-tollgate-tenant` ("" when absent): sessions are per tenant.
+    pub tenant: &'a str,
+    /// The client's session header ([`crate::session::SESSION_HEADERS`]).
+    pub session_header: Option<&'a str>,
 }
 
 /// Where a request goes and what its response side needs to know.
@@ -575,7 +581,28 @@ fn target<'r>(
             dropped.push(d);
         }
     }
-    let key_idx = choose_key(provider, model_cfg, facts.random, cooling)?;
+    let session = (provider.key_affinity || provider.cache_hint)
+        .then(|| match parsed {
+            Parsed::Top(top) => session::of_scanned(facts.tenant, facts.session_header, top),
+            Parsed::Document(value, _) => {
+                session::of_document(facts.tenant, facts.session_header, value)
+            }
+        })
+        .flatten();
+    let affinity = session.filter(|_| provider.key_affinity).map(|s| s.hash);
+    let key_idx = choose_key(provider, model_cfg, affinity, facts.random, cooling)?;
+    let mut up = up;
+    let client_hint = match parsed {
+        Parsed::Top(top) => top.get("prompt_cache_key").is_some(),
+        Parsed::Document(value, _) => value.get("prompt_cache_key").is_some(),
+    };
+    let hints = provider.cache_hint
+        && matches!(facts.endpoint, Endpoint::Chat | Endpoint::Responses)
+        && !client_hint
+        && local.is_none();
+    if let Some(s) = session.filter(|_| hints) {
+        add_cache_hint(&mut up, &mut body_replaces, &mut inserts, facts.body, &s);
+    }
     Ok(Target {
         provider,
         model_cfg,
@@ -646,40 +673,110 @@ fn fan_out_calls(
     Ok(calls)
 }
 
-/// The weighted choice among the model's keys, skipping keys cooling down.
+/// Gives an OpenAI or Azure request the session as `prompt_cache_key` when
+/// the client sent none (`client`: the client's body): the provider routes
+/// requests with the same key to the same cache. The field goes first in
+/// the body; `up` either rewrites the client's body (then `up.body` holds
+/// it whole, or its edited prefix) or passes it through untouched (then the
+/// client's bytes up to its opening brace become the prefix).
+fn add_cache_hint(
+    up: &mut UpstreamRequest,
+    body_replaces: &mut usize,
+    inserts: &mut [Insert],
+    client: &[u8],
+    session: &Session,
+) {
+    let field = format!(
+        "\"prompt_cache_key\":{},",
+        serde_json::Value::from(session.hint())
+    );
+    if up.body.is_empty() {
+        let Some(open) = client.iter().position(|&c| c == b'{') else {
+            return;
+        };
+        if next_is_close(client, open) {
+            return;
+        }
+        let mut prefix = client[..=open].to_vec();
+        prefix.extend_from_slice(field.as_bytes());
+        up.body = prefix;
+        *body_replaces = open + 1;
+        shift(inserts, field.len());
+        return;
+    }
+    let Some(open) = up.body.iter().position(|&c| c == b'{') else {
+        return;
+    };
+    if next_is_close(&up.body, open) {
+        return;
+    }
+    up.body.splice(open + 1..open + 1, field.bytes());
+    shift(inserts, field.len());
+}
+
+/// Is the next byte after `open` (past white space) a closing brace?
+fn next_is_close(b: &[u8], open: usize) -> bool {
+    b.get(open + 1..)
+        .and_then(|rest| rest.iter().find(|c| !c.is_ascii_whitespace()))
+        == Some(&b'}')
+}
+
+fn shift(inserts: &mut [Insert], by: usize) {
+    for i in inserts {
+        i.at += by;
+    }
+}
+
+/// The weighted choice among the model's keys, skipping keys cooling down;
+/// with a session, the session's key by weighted rendezvous hashing.
 pub fn choose_key(
     provider: &Provider,
     model_cfg: &ModelCfg,
+    session: Option<u64>,
     random: u32,
     cooling: &dyn Fn(&str) -> u64,
 ) -> Result<usize, ApiError> {
-    model_cfg
-        .pool
-        .pick(random, |k| {
-            provider.keys.get(k).is_some_and(|key| cooling(&key.id) == 0)
-        })
-        .ok_or_else(|| {
-            // Retry when the first key's cooldown ends (at least 1 s).
-            let first_ms = model_cfg
-                .pool
-                .keys()
-                .filter_map(|k| provider.keys.get(k))
-                .map(|key| cooling(&key.id))
-                .min()
-                .unwrap_or(0);
-            ApiError {
-                retry_after: Some(first_ms.div_ceil(1000).max(1)),
-                ..ApiError::new(
-                    503,
-                    SERVER,
-                    "no_provider_key_available",
-                    format!(
-                        "Every key of provider '{}' is cooling down after provider errors; retry later",
-                        provider.name
-                    ),
-                )
-            }
-        })
+    let available = |k: usize| {
+        provider
+            .keys
+            .get(k)
+            .is_some_and(|key| cooling(&key.id) == 0)
+    };
+    let picked = match session {
+        Some(s) => model_cfg.pool.pick_affine(
+            s,
+            |k| {
+                provider
+                    .keys
+                    .get(k)
+                    .map_or(0, |key| hash_bytes(0, key.id.as_bytes()))
+            },
+            available,
+        ),
+        None => model_cfg.pool.pick(random, available),
+    };
+    picked.ok_or_else(|| {
+        // Retry when the first key's cooldown ends (at least 1 s).
+        let first_ms = model_cfg
+            .pool
+            .keys()
+            .filter_map(|k| provider.keys.get(k))
+            .map(|key| cooling(&key.id))
+            .min()
+            .unwrap_or(0);
+        ApiError {
+            retry_after: Some(first_ms.div_ceil(1000).max(1)),
+            ..ApiError::new(
+                503,
+                SERVER,
+                "no_provider_key_available",
+                format!(
+                    "Every key of provider '{}' is cooling down after provider errors; retry later",
+                    provider.name
+                ),
+            )
+        }
+    })
 }
 
 /// Metric-safe fragment: model names may contain '.', '/', ':'.
@@ -733,6 +830,7 @@ mod tests {
         Runtime::from_json(
             br#"{"providers":{
               "openai":{"kind":"openai","cluster":"openai_cluster","models":["gpt-4o"],
+                "key_affinity":false,"prompt_cache_key":false,
                 "keys":[{"id":"o1","value":"sk-1"},{"id":"o2","value":"sk-2"}]},
               "anthropic":{"kind":"anthropic","cluster":"anthropic","host":"api.anthropic.com",
                 "forward_headers":["Anthropic-Beta"],
@@ -753,6 +851,8 @@ mod tests {
             declared_model: None,
             now_ms: 1_700_000_000_000,
             random: 0,
+            tenant: "",
+            session_header: None,
         }
     }
 

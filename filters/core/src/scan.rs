@@ -42,6 +42,8 @@ pub struct TopLevel<'a> {
     body: &'a str,
     fields: Vec<(Cow<'a, str>, Range<usize>)>,
     messages: Messages,
+    /// Where `messages` lies, when present.
+    messages_span: Option<Range<usize>>,
     /// The long texts, for [`crate::lift`]: where the contents of each
     /// string of [`LONG_TEXT`] bytes or more lie whose key is one of
     /// [`TEXT_KEYS`].
@@ -83,7 +85,7 @@ impl<'a> TopLevel<'a> {
             }
             return Err(sc.error("trailing characters"));
         }
-        let (fields, messages) = sc.top().map_err(|e| sc.error(e))?;
+        let (fields, messages, messages_span) = sc.top().map_err(|e| sc.error(e))?;
         sc.ws();
         if sc.at != body.len() {
             return Err(sc.error("trailing characters"));
@@ -92,6 +94,7 @@ impl<'a> TopLevel<'a> {
             body: text,
             fields,
             messages,
+            messages_span,
             texts: sc.texts,
             odd_escapes: sc.odd_escapes,
         })
@@ -134,6 +137,12 @@ impl<'a> TopLevel<'a> {
     /// The body itself.
     pub fn body(&self) -> &'a str {
         self.body
+    }
+
+    /// The raw text of `messages` (kept apart from [`TopLevel::get`]'s
+    /// values: the filter reads only its start, for a session's prefix).
+    pub fn messages_text(&self) -> Option<&'a str> {
+        self.messages_span.clone().and_then(|r| self.body.get(r))
     }
 
     pub fn messages(&self) -> Messages {
@@ -361,9 +370,10 @@ impl<'a> Scanner<'a> {
     }
 
     /// The top-level object: its fields, and the shape of `messages`.
-    fn top(&mut self) -> Result<(Fields<'a>, Messages), &'static str> {
+    fn top(&mut self) -> Result<(Fields<'a>, Messages, Option<Range<usize>>), &'static str> {
         let mut fields: Fields<'a> = Vec::with_capacity(16);
         let mut messages = Messages::Absent;
+        let mut messages_span = None;
         self.ws();
         self.object(|sc, key| {
             if fields.iter().any(|(k, _)| *k == key)
@@ -373,7 +383,9 @@ impl<'a> Scanner<'a> {
                 return Err("a top-level key is given twice");
             }
             if key == "messages" {
+                let start = sc.at;
                 messages = sc.messages()?;
+                messages_span = Some(start..sc.at);
             } else {
                 let start = sc.at;
                 sc.field(&key, 1)?;
@@ -381,7 +393,7 @@ impl<'a> Scanner<'a> {
             }
             Ok(())
         })?;
-        Ok((fields, messages))
+        Ok((fields, messages, messages_span))
     }
 
     /// `messages`, noting its shape.

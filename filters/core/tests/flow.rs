@@ -1316,6 +1316,8 @@ fn a_large_translated_body_is_written_in_slices() {
             declared_model: None,
             now_ms: 1,
             random: 0,
+            tenant: "",
+            session_header: None,
         };
         let rt = common::runtime();
         let expected = plan(&rt, &facts, &|_| 0).unwrap().upstream_body(&body);

@@ -681,6 +681,8 @@ fn fuzz_scanner_agrees_with_serde_json() {
             declared_model: None,
             now_ms: 1,
             random: 0,
+            tenant: "",
+            session_header: None,
         };
         let Ok(p) = plan(&rt, &facts, &|_| 0) else {
             continue;

@@ -29,6 +29,8 @@ fn planned_at(body: &[u8], endpoint: Endpoint) -> Result<Vec<u8>, ApiError> {
         declared_model: None,
         now_ms: 1,
         random: 0,
+        tenant: "",
+        session_header: None,
     };
     plan(&rt, &facts, &|_| 0).map(|p| p.upstream_body(body))
 }

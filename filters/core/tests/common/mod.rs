@@ -6,10 +6,12 @@ use tollgate_core::config::Runtime;
 pub const CONFIG: &str = r#"{
   "providers": {
     "openai": {"kind": "openai", "cluster": "openai", "base_path": "/v1",
+      "key_affinity": false, "prompt_cache_key": false,
       "models": ["gpt-4o-mini", "gpt-4o", "text-embedding-3-small"],
       "keys": [{"id": "openai-1", "value": "sk-one", "weight": 3},
                {"id": "openai-2", "value": "sk-two", "weight": 1}]},
     "anthropic": {"kind": "anthropic", "cluster": "anthropic", "base_path": "/v1", "version": "2023-06-01",
+      "key_affinity": false,
       "models": {"claude-sonnet-4-5": {"max_tokens": 8192}, "claude-haiku-4-5": {}},
       "max_tokens": 2048,
       "keys": [{"id": "anthropic-1", "value": "ak-one"}, {"id": "anthropic-2", "value_env": "TG_TEST_ANTHROPIC_KEY"}]},
