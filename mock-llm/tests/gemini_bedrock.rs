@@ -142,65 +142,6 @@ async fn gemini_rules() {
     assert_eq!(v["usageMetadata"]["candidatesTokenCount"], 2);
 }
 
-const MODEL: &str = "anthropic.claude-3-haiku-20240307-v1:0";
-const PATH: &str = "/model/anthropic.claude-3-haiku-20240307-v1%3A0";
-
-/// Headers of a request signed by AWS's own signer (`aws-sigv4`; botocore
-/// signs in the Python suite), with `host` and `x-amz-date` signed.
-fn signed(path: &str, body: &str, secret: &str) -> Vec<(String, String)> {
-    use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettings};
-    let identity =
-        aws_credential_types::Credentials::new("AKIDMOCKBEDROCK1", secret, None, None, "test")
-            .into();
-    let params = aws_sigv4::sign::v4::SigningParams::builder()
-        .identity(&identity)
-        .region("us-east-1")
-        .name("bedrock")
-        .time(std::time::SystemTime::now())
-        .settings(SigningSettings::default())
-        .build()
-        .unwrap()
-        .into();
-    let uri = format!("http://mock{path}");
-    let req = SignableRequest::new(
-        "POST",
-        uri.as_str(),
-        [("host", "mock")].into_iter(),
-        SignableBody::Bytes(body.as_bytes()),
-    )
-    .unwrap();
-    let (instructions, _) = sign(req, &params).unwrap().into_parts();
-    let mut out = vec![("host".to_string(), "mock".to_string())];
-    for (k, v) in instructions.headers() {
-        out.push((k.to_string(), v.to_string()));
-    }
-    out
-}
-
-/// One event-stream message decoded by AWS's own decoder
-/// (`aws-smithy-eventstream`, CRCs checked): string headers, payload and
-/// bytes used.
-fn decode(buf: &[u8]) -> (Vec<(String, String)>, Vec<u8>, usize) {
-    let total = u32::from_be_bytes(buf[..4].try_into().unwrap()) as usize;
-    let m = aws_smithy_eventstream::frame::read_message_from(&buf[..total]).unwrap();
-    let headers = m
-        .headers()
-        .iter()
-        .map(|h| {
-            let v = h.value().as_string().unwrap().as_str().to_string();
-            (h.name().as_str().to_string(), v)
-        })
-        .collect();
-    (headers, m.payload().to_vec(), total)
-}
-
-async fn bedrock(app: &mock_llm::app::App, op: &str, body: &str, secret: &str) -> Resp {
-    let path = format!("{PATH}/{op}");
-    let h = signed(&path, body, secret);
-    let hr: Vec<(&str, &str)> = h.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    call(app, "POST", &path, &hr, body).await
-}
-
 #[tokio::test]
 async fn bedrock_converse_and_stream() {
     let app = app();

@@ -8,5 +8,6 @@ pub mod http;
 pub mod plan;
 pub mod render;
 pub mod rng;
+pub mod script;
 pub mod stats;
 pub mod text;

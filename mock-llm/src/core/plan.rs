@@ -2,6 +2,7 @@
 //! of a declared tool, and its token counts.
 
 use crate::core::ctx::Ctx;
+use crate::core::script::{Next, Script};
 use crate::core::text;
 use serde_json::Value;
 
@@ -50,12 +51,32 @@ pub struct GenInput<'a> {
     pub max_tokens: Option<u64>,
     /// Id prefix for tool calls (`call_`, `toolu_`, `tooluse_`).
     pub tool_id_prefix: &'static str,
+    /// The `[[mock-tools: …]]` directive and the tool results after it.
+    pub script: Script,
 }
 
-/// Build the deterministic answer: a tool call when a tool is forced by the
-/// request or named by `x-mock-tool-call` (and declared), else echo text.
+/// Build the deterministic answer, in this order: a call of the tool named
+/// by `x-mock-tool-call`; the scripted agent's next call, or its final
+/// text (when the request declares tools; a request without tools, such as
+/// a client's title request, gets the echo); a call of the tool the request
+/// forces; else echo text.
 pub fn plan(ctx: &Ctx<'_>, g: GenInput<'_>) -> Result<Plan, String> {
-    let prompt_tokens = text::tokens_for_chars(g.prompt_chars);
+    if ctx.ov.tool_call.is_none() {
+        match g.script.next() {
+            Some(Err(e)) => return Err(e),
+            Some(Ok(Next::Call(step))) if !g.tools.is_empty() => {
+                if !g.tools.iter().any(|t| t.0 == step.name) {
+                    return Err(format!(
+                        "tool {:?} (the next step of the mock-tools directive) is not declared in the request",
+                        step.name
+                    ));
+                }
+                return Ok(tool_plan(ctx, &g, step.name.clone(), step.args.clone()));
+            }
+            Some(Ok(Next::Done(t))) => return Ok(text_plan(&g, t)),
+            Some(Ok(Next::Call(_))) | None => {}
+        }
+    }
     let wanted = ctx
         .ov
         .tool_call
@@ -73,21 +94,37 @@ pub fn plan(ctx: &Ctx<'_>, g: GenInput<'_>) -> Result<Plan, String> {
             return Err(format!("tool {name:?} is not declared in the request"));
         };
         let args = text::value_for_schema(schema, 0);
-        let args_s = serde_json::to_string(&args).unwrap_or_default();
-        let id = format!("{}{}", g.tool_id_prefix, text::short_id(ctx.body));
-        return Ok(Plan {
-            completion_tokens: text::count_tokens(&args_s),
-            output: Output::Tool { id, name, args },
-            truncated: false,
-            prompt_tokens,
-        });
+        return Ok(tool_plan(ctx, &g, name, args));
     }
+    let (t, _) = text::answer(&g.echo, ctx.response_bytes(), None);
+    Ok(text_plan(&g, t))
+}
+
+fn tool_plan(ctx: &Ctx<'_>, g: &GenInput<'_>, name: String, args: Value) -> Plan {
+    let args_s = serde_json::to_string(&args).unwrap_or_default();
+    let id = format!("{}{}", g.tool_id_prefix, text::short_id(ctx.body));
+    Plan {
+        completion_tokens: text::count_tokens(&args_s),
+        output: Output::Tool { id, name, args },
+        truncated: false,
+        prompt_tokens: text::tokens_for_chars(g.prompt_chars),
+    }
+}
+
+/// Text, cut to the request's output limit (4 characters a token).
+fn text_plan(g: &GenInput<'_>, mut t: String) -> Plan {
     let max_chars = g.max_tokens.map(|m| (m as usize).saturating_mul(4));
-    let (t, truncated) = text::answer(&g.echo, ctx.response_bytes(), max_chars);
-    Ok(Plan {
+    let mut truncated = false;
+    if let Some(max) = max_chars {
+        if t.chars().count() > max {
+            t = t.chars().take(max).collect();
+            truncated = true;
+        }
+    }
+    Plan {
         completion_tokens: text::count_tokens(&t),
         output: Output::Text(t),
         truncated,
-        prompt_tokens,
-    })
+        prompt_tokens: text::tokens_for_chars(g.prompt_chars),
+    }
 }

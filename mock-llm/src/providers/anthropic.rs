@@ -15,6 +15,7 @@
 use crate::core::ctx::{unknown_key_id, AuthFail, Ctx, ErrKind, KeyRt, Reply};
 use crate::core::http::json_response;
 use crate::core::plan::{plan, GenInput, Output};
+use crate::core::script::Script;
 use crate::core::{http, render, text};
 use serde_json::{json, Value};
 
@@ -359,6 +360,7 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
     let mut echo = String::new();
     let mut prev_role = "";
     let mut prev_tool_uses: Vec<String> = Vec::new();
+    let mut script = Script::default();
     // The mid-conversation-system beta (Claude Code sends it) lets a
     // `system` message sit between turns after the first.
     let mid_system = ctx.header("anthropic-beta").is_some_and(|b| {
@@ -441,6 +443,9 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
                 if s.is_empty() && i + 1 < msgs.len() {
                     return (bad(ctx, "messages: text content blocks must be non-empty"), m);
                 }
+                if role == "user" {
+                    script.user_text(s);
+                }
                 t.push_str(s)
             }
             Some(Value::Array(blocks)) => {
@@ -489,6 +494,16 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
                                 );
                             }
                             answered.push(id.to_string());
+                            if script.active() {
+                                let mut r = String::new();
+                                if let Some(c) = b.get("content") {
+                                    block_text(&json!({"content": c}), &mut r);
+                                }
+                                script.tool_result(r);
+                            }
+                        }
+                        "text" if role == "user" => {
+                            script.user_text(b.get("text").and_then(Value::as_str).unwrap_or(""));
                         }
                         _ => {}
                     }
@@ -605,6 +620,7 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
         any_tool: any,
         max_tokens: Some(max_tokens),
         tool_id_prefix: "toolu_",
+        script,
     };
     let p = match plan(ctx, g) {
         Ok(p) => p,

@@ -15,6 +15,7 @@
 
 use crate::core::ctx::{unknown_key_id, AuthFail, Ctx, ErrKind, KeyRt, Reply};
 use crate::core::plan::{plan, GenInput, Output};
+use crate::core::script::{self, Script};
 use crate::core::{http, render};
 mod eventstream;
 pub mod sigv4;
@@ -232,6 +233,26 @@ fn block_text(b: &Value, out: &mut String) {
     }
 }
 
+/// The text of a `toolResult`: its `text` blocks and the string values of
+/// its `json` blocks.
+fn tool_result_text(tr: &Value) -> String {
+    let mut out = Vec::new();
+    for c in tr
+        .get("content")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(t) = c.get("text").and_then(Value::as_str) {
+            out.push(t.to_string());
+        }
+        if let Some(j) = c.get("json") {
+            out.push(script::value_text(j));
+        }
+    }
+    out.join("\n")
+}
+
 pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
     let m = Some(model.clone());
     if !ctx.provider.has_model(&model) {
@@ -299,6 +320,7 @@ pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
     let mut echo = String::new();
     let mut prev_role = "";
     let mut prev_uses: Vec<String> = Vec::new();
+    let mut script = Script::default();
     for (i, msg) in msgs.iter().enumerate() {
         let role = msg.get("role").and_then(Value::as_str).unwrap_or("");
         if role != "user" && role != "assistant" {
@@ -356,6 +378,14 @@ pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
                     return (validation(ctx, &format!("messages.{i}.content.{j}: toolResult toolUseId {id} does not match any toolUse block of the previous turn.")), m);
                 }
                 results.push(id.to_string());
+                if script.active() {
+                    script.tool_result(tool_result_text(tr));
+                }
+            }
+            if role == "user" {
+                if let Some(s) = b.get("text").and_then(Value::as_str) {
+                    script.user_text(s);
+                }
             }
             if b.get("text")
                 .is_some_and(|x| x.as_str().is_none_or(|s| s.trim().is_empty()))
@@ -455,6 +485,7 @@ pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
         any_tool: any,
         max_tokens,
         tool_id_prefix: "tooluse_",
+        script,
     };
     let p = match plan(ctx, g) {
         Ok(p) => p,

@@ -11,6 +11,7 @@
 use crate::core::ctx::{unknown_key_id, AuthFail, Ctx, ErrKind, KeyRt, Reply};
 use crate::core::http::json_response;
 use crate::core::plan::{plan, GenInput, Output};
+use crate::core::script::{self, Script};
 use crate::core::{http, render};
 use bytes::Bytes;
 use serde_json::{json, Value};
@@ -242,6 +243,7 @@ pub async fn generate(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
     let mut echo = String::new();
     let mut prev_calls: Vec<String> = Vec::new();
     let mut prev_role = "";
+    let mut script = Script::default();
     for (i, c) in contents.iter().enumerate() {
         let role = c.get("role").and_then(Value::as_str).unwrap_or("user");
         if role != "user" && role != "model" {
@@ -300,6 +302,20 @@ pub async fn generate(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
             }
         } else if !prev_calls.is_empty() {
             return (invalid("Please ensure that function response turn comes immediately after a function call turn."), m);
+        }
+        if role == "user" {
+            for p in parts {
+                if let Some(s) = p.get("text").and_then(Value::as_str) {
+                    script.user_text(s);
+                }
+                if let Some(r) = get(p, "functionResponse", "function_response") {
+                    if script.active() {
+                        script.tool_result(script::value_text(
+                            r.get("response").unwrap_or(&Value::Null),
+                        ));
+                    }
+                }
+            }
         }
         let mut t = String::new();
         parts_text(&Value::Array(parts.clone()), &mut t);
@@ -387,6 +403,7 @@ pub async fn generate(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
         any_tool: any,
         max_tokens,
         tool_id_prefix: "",
+        script,
     };
     let p = match plan(ctx, g) {
         Ok(p) => p,

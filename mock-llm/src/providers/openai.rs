@@ -11,6 +11,7 @@
 use crate::core::ctx::{unknown_key_id, AuthFail, Ctx, ErrKind, KeyRt, Reply};
 use crate::core::http::json_response;
 use crate::core::plan::{plan, GenInput, Output};
+use crate::core::script::Script;
 use crate::core::{http, render};
 use base64::Engine;
 use bytes::Bytes;
@@ -455,6 +456,7 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
     let mut echo = String::new();
     let mut open_calls: Vec<String> = Vec::new();
     let mut open_at = 0usize;
+    let mut script = Script::default();
     for (i, msg) in msgs.iter().enumerate() {
         let Some(role) = msg.get("role").and_then(Value::as_str) else {
             return (
@@ -511,6 +513,7 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
                 match open_calls.iter().position(|c| c == id) {
                     Some(p) => {
                         open_calls.remove(p);
+                        script.tool_result(t.clone());
                     }
                     None => {
                         return (
@@ -534,6 +537,7 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
             }
         }
         if role == "user" {
+            script.user_text(&t);
             echo = t.clone();
         }
         prompt.push_str(&t);
@@ -601,6 +605,7 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
         any_tool: any,
         max_tokens,
         tool_id_prefix: "call_",
+        script,
     };
     let p = match plan(ctx, g) {
         Ok(p) => p,

@@ -9,6 +9,7 @@ use super::openai::{azure_err, invalid, is_embedding_model, model_not_found, par
 use crate::core::body;
 use crate::core::ctx::{Ctx, Reply};
 use crate::core::plan::{plan, GenInput, Output};
+use crate::core::script::Script;
 use crate::core::{http, text};
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
@@ -138,6 +139,7 @@ fn bad_value(param: &str, v: &str, supported: &[&str]) -> Reply {
 struct Input {
     echo: String,
     prompt: String,
+    script: Script,
 }
 
 fn check_content(content: &Value, at: &str, role: &str, inp: &mut Input) -> Result<(), Reply> {
@@ -196,6 +198,7 @@ fn check_content(content: &Value, at: &str, role: &str, inp: &mut Input) -> Resu
         _ => return Err(wrong_type(&format!("{at}.content"), "a string or an array")),
     }
     if role == "user" {
+        inp.script.user_text(&t);
         inp.echo = t.clone();
     }
     inp.prompt.push_str(&t);
@@ -208,6 +211,7 @@ fn check_input(input: &Value) -> Result<Input, Reply> {
     let mut inp = Input::default();
     let items = match input {
         Value::String(s) => {
+            inp.script.user_text(s);
             inp.echo = s.clone();
             inp.prompt = s.clone();
             return Ok(inp);
@@ -259,8 +263,17 @@ fn check_input(input: &Value) -> Result<Input, Reply> {
                     return Err(missing(&format!("{at}.call_id")));
                 };
                 match it.get("output") {
-                    Some(Value::String(s)) => inp.prompt.push_str(s),
-                    Some(Value::Array(_)) => {}
+                    Some(Value::String(s)) => {
+                        inp.prompt.push_str(s);
+                        inp.script.tool_result(s.clone());
+                    }
+                    Some(Value::Array(parts)) => {
+                        let t: String = parts
+                            .iter()
+                            .filter_map(|p| p.get("text").and_then(Value::as_str))
+                            .collect();
+                        inp.script.tool_result(t);
+                    }
                     None => return Err(missing(&format!("{at}.output"))),
                     Some(_) => return Err(wrong_type(&format!("{at}.output"), "a string")),
                 }
@@ -308,26 +321,31 @@ fn check_input(input: &Value) -> Result<Input, Reply> {
     Ok(inp)
 }
 
-/// Declared function tools, those inside `namespace` tools included:
-/// (name, parameters schema).
-fn check_tools(req: &Value) -> Result<Vec<(String, &Value)>, Reply> {
-    let mut out = Vec::new();
+/// Declared function tools, those inside `namespace` tools included, and
+/// for each the namespace it sits in and its own name. A namespaced tool is
+/// listed under its own name and under namespace + name (Codex's
+/// `mcp__server__` + `tool`), so either may be called.
+type Declared<'a> = (Vec<(String, &'a Value)>, Vec<Option<(String, String)>>);
+
+fn check_tools(req: &Value) -> Result<Declared<'_>, Reply> {
+    let mut out = (Vec::new(), Vec::new());
     let Some(ts) = req.get("tools").filter(|v| !v.is_null()) else {
         return Ok(out);
     };
     let Some(arr) = ts.as_array() else {
         return Err(wrong_type("tools", "an array"));
     };
-    collect_tools(arr, "tools", true, &mut out)?;
+    collect_tools(arr, "tools", None, &mut out)?;
     Ok(out)
 }
 
 fn collect_tools<'a>(
     arr: &'a [Value],
     at: &str,
-    top: bool,
-    out: &mut Vec<(String, &'a Value)>,
+    ns: Option<&str>,
+    out: &mut Declared<'a>,
 ) -> Result<(), Reply> {
+    let top = ns.is_none();
     for (i, t) in arr.iter().enumerate() {
         let at = format!("{at}[{i}]");
         let ty = t.get("type").and_then(Value::as_str).unwrap_or("");
@@ -343,16 +361,27 @@ fn collect_tools<'a>(
                     None | Some(Value::Null) => &*NO_PARAMETERS,
                     Some(_) => return Err(wrong_type(&format!("{at}.parameters"), "an object")),
                 };
-                out.push((name.to_string(), params));
+                match ns {
+                    None => {
+                        out.0.push((name.to_string(), params));
+                        out.1.push(None);
+                    }
+                    Some(ns) => {
+                        for n in [name.to_string(), format!("{ns}{name}")] {
+                            out.0.push((n, params));
+                            out.1.push(Some((ns.to_string(), name.to_string())));
+                        }
+                    }
+                }
             }
             "namespace" if top => {
-                if t.get("name").and_then(Value::as_str).is_none() {
+                let Some(name) = t.get("name").and_then(Value::as_str) else {
                     return Err(missing(&format!("{at}.name")));
-                }
+                };
                 let Some(inner) = t.get("tools").and_then(Value::as_array) else {
                     return Err(missing(&format!("{at}.tools")));
                 };
-                collect_tools(inner, &format!("{at}.tools"), false, out)?;
+                collect_tools(inner, &format!("{at}.tools"), Some(name), out)?;
             }
             _ if top && HOSTED_TOOLS.contains(&ty) => {}
             _ => {
@@ -623,7 +652,7 @@ pub async fn create(ctx: &Ctx<'_>, flavor: Flavor) -> Outcome {
     if let Some(s) = req.get("instructions").and_then(Value::as_str) {
         inp.prompt.push_str(s);
     }
-    let tools = match check_tools(&req) {
+    let (tools, namespaces) = match check_tools(&req) {
         Ok(t) => t,
         Err(r) => return fail(r),
     };
@@ -639,11 +668,28 @@ pub async fn create(ctx: &Ctx<'_>, flavor: Flavor) -> Outcome {
         any_tool: any,
         max_tokens: c.max_output,
         tool_id_prefix: "call_",
+        script: inp.script,
     };
+    // Where each declared name sits, read before `plan` takes the list.
+    let places: Vec<(String, Option<(String, String)>)> = g
+        .tools
+        .iter()
+        .map(|t| t.0.clone())
+        .zip(namespaces)
+        .collect();
     let mut p = match plan(ctx, g) {
         Ok(p) => p,
         Err(e) => return fail(bad(&e, "tools", "invalid_value")),
     };
+    // A call of a namespaced tool names the namespace and the tool's own
+    // name, as the API answers it.
+    let mut namespace = None;
+    if let Output::Tool { name, .. } = &mut p.output {
+        if let Some((_, Some((ns, own)))) = places.iter().find(|(n, _)| n == name) {
+            namespace = Some(ns.clone());
+            *name = own.clone();
+        }
+    }
     // Structured output: a document valid for the schema instead of text.
     if let (Some(schema), Output::Text(_)) = (&c.schema, &p.output) {
         let doc = text::value_for_schema(schema, 0).to_string();
@@ -652,7 +698,8 @@ pub async fn create(ctx: &Ctx<'_>, flavor: Flavor) -> Outcome {
         p.output = Output::Text(doc);
     }
     let r_tokens = c.effort.as_deref().map_or(0, reasoning_tokens);
-    let answer = Answer::new(ctx, &c, p, r_tokens);
+    let mut answer = Answer::new(ctx, &c, p, r_tokens);
+    answer.namespace = namespace;
     let hdrs = [("x-request-id", ctx.request_id.clone())];
     if !c.stream {
         return (ctx.json_ok(&answer.response(true), &hdrs).await, m);
@@ -670,6 +717,8 @@ struct Answer {
     rid: String,
     /// The reasoning item, when reasoning was asked for.
     reasoning: Option<Value>,
+    /// The namespace of the called tool, when it sits in one.
+    namespace: Option<String>,
 }
 
 impl Answer {
@@ -733,6 +782,7 @@ impl Answer {
             usage,
             rid,
             reasoning,
+            namespace: None,
         }
     }
 
@@ -758,11 +808,17 @@ impl Answer {
                 "role": "assistant",
                 "content": if done { json!([text_part(t)]) } else { json!([]) },
             }),
-            Output::Tool { id, name, args } => json!({
-                "id": format!("fc_{}", self.rid), "type": "function_call", "status": status,
-                "call_id": id, "name": name,
-                "arguments": if done { args.to_string() } else { String::new() },
-            }),
+            Output::Tool { id, name, args } => {
+                let mut v = json!({
+                    "id": format!("fc_{}", self.rid), "type": "function_call", "status": status,
+                    "call_id": id, "name": name,
+                    "arguments": if done { args.to_string() } else { String::new() },
+                });
+                if let Some(ns) = &self.namespace {
+                    v["namespace"] = json!(ns);
+                }
+                v
+            }
         }
     }
 
