@@ -98,9 +98,10 @@ bench-full: build ## Longer benchmarks → bench/results/<time>/
 bench-replica: build ## Bifrost replica only, short (1,000 / 3,000 rps), HTTP/1.1 vs HTTP/2 to the provider
 	$(PY) bench/bench.py replica
 
-lint: ## clippy with warnings as errors, and rustfmt --check
+lint: ## clippy with warnings as errors, rustfmt --check, and no circle between modules
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) fmt --all -- --check
+	@python3 scripts/check_floors.py
 
 fmt: ## Format the Rust code
 	$(CARGO) fmt --all

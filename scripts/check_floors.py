@@ -38,12 +38,47 @@ def module_path(src: Path, file: Path) -> tuple[str, ...]:
     return tuple(parts)
 
 
+def blank_literals(text: str) -> str:
+    """The source with comments removed and every string, raw string and
+    char literal emptied, read token by token (a `//` inside a string, or a
+    quote in a char literal, is not what it seems to a regex)."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+        elif text.startswith("/*", i):
+            depth, i = 1, i + 2
+            while i < n and depth:
+                if text.startswith("/*", i):
+                    depth, i = depth + 1, i + 2
+                elif text.startswith("*/", i):
+                    depth, i = depth - 1, i + 2
+                else:
+                    i += 1
+        elif (m := re.match(r'b?r(#*)"', text[i:i + 260])) and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
+            end = text.find('"' + m.group(1), i + m.end())
+            out.append('""')
+            i = n if end < 0 else end + 1 + len(m.group(1))
+        elif c == '"' or (c == "b" and text.startswith('b"', i) and (i == 0 or not text[i - 1].isalnum())):
+            i += 1 if c == '"' else 2
+            while i < n and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+            out.append('""')
+            i += 1
+        elif c == "'" and (m := re.match(r"'(?:\\.[^']{0,8}|[^\\'])'", text[i:i + 12])):
+            out.append("' '")
+            i += m.end()
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
 def strip_tests(text: str) -> str:
     """The source without comments, string literals and `#[cfg(test)]` items."""
-    text = re.sub(r"//[^\n]*", "", text)
-    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
-    text = re.sub(r'r#*"(?:.|\n)*?"#*', '""', text)
-    text = re.sub(r'"(?:\\.|[^"\\])*"', '""', text)
+    text = blank_literals(text)
     out, i = [], 0
     for m in re.finditer(r"#\[cfg\(test\)\]", text):
         if m.start() < i:

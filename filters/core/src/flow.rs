@@ -554,6 +554,9 @@ impl Flow {
             Endpoint::Responses => "responses",
         };
         h.set_property(property::OPERATION, operation.as_bytes());
+        if let Some(s) = routed.route.session {
+            h.set_property(property::SESSION, format!("{s:016x}").as_bytes());
+        }
     }
 
     /// Makes a fan-out's calls ([`FanOut::send`]); their answers come to

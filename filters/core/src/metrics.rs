@@ -242,6 +242,9 @@ pub mod property {
     pub const INPUT_TOKENS: &str = "tollgate.input_tokens";
     pub const OUTPUT_TOKENS: &str = "tollgate.output_tokens";
     pub const CACHED_TOKENS: &str = "tollgate.cached_tokens";
+    /// The hash of the request's session (16 hex digits,
+    /// [`crate::session`]), never the client's raw id; unset without one.
+    pub const SESSION: &str = "tollgate.session";
     /// `anthropic`, set only on the Messages routes: once the request is
     /// routed (`:path` rewritten for the provider), Envoy's own replies
     /// (`local_reply_config`) read it to choose Anthropic's error shape.

@@ -74,6 +74,9 @@ pub struct Route {
     pub lowered: String,
     /// Served by one of the alias's fallbacks, not its first target.
     pub fallback: bool,
+    /// The hash of the request's session, when it has one
+    /// ([`crate::session`]).
+    pub session: Option<u64>,
 }
 
 impl Route {
@@ -293,6 +296,7 @@ pub fn plan(
             dropped: t.dropped.join(","),
             lowered: up.lowered.join(","),
             fallback: canonical_is_fallback,
+            session: t.session.map(|s| s.hash),
         },
         headers,
         body: up.body,
@@ -497,6 +501,7 @@ struct Target<'r> {
     /// non-Anthropic model): the 200 JSON body.
     local: Option<Vec<u8>>,
     key_idx: usize,
+    session: Option<Session>,
 }
 
 fn target<'r>(
@@ -613,6 +618,7 @@ fn target<'r>(
         dropped,
         local,
         key_idx,
+        session,
     })
 }
 
