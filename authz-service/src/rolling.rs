@@ -18,9 +18,11 @@
 
 use std::collections::HashMap;
 
-use crate::spend::GRACE_MS;
-
 const HOUR_MS: i64 = 3_600_000;
+/// A spend counter outlives its window by this much (late settlements, the
+/// CLI): a calendar counter past its window's end, a slot once it has left
+/// its rolling window.
+pub const GRACE_MS: i64 = 3_600_000;
 /// Longest rolling window, in days.
 pub const MAX_DAYS: i64 = 90;
 
