@@ -15,6 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use arc_swap::ArcSwap;
 
 use crate::bucket::{format_reset, ms_until_admits, ms_until_full};
+use crate::decision::{echo, error_body};
 use crate::lease::{Leases, Local};
 use crate::metrics::Metrics;
 use crate::policy::{Key, Kind, Limit, Policy, RedisFailure, Tenant};
@@ -35,33 +36,9 @@ pub struct CheckInput {
     pub content_length: Option<u64>,
 }
 
-/// What to answer.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Decision {
-    Allow {
-        tenant: String,
-        key_id: String,
-        models: String,
-        /// `x-ratelimit-*` response headers (empty when the key has no
-        /// limits, or when Redis failed open).
-        rate_headers: Vec<(&'static str, String)>,
-        /// Tokens reserved from the token buckets (0: none), sent on as
-        /// `x-tollgate-reserved` for the filter to echo in its usage report.
-        reserved: u64,
-        /// The unix minute money was reserved at (None: no money budget),
-        /// sent with `reserved` ([`tollgate_wire::reservation`]).
-        reserved_at: Option<u64>,
-    },
-    Deny {
-        status: u16,
-        /// OpenAI-format JSON error body.
-        body: String,
-        /// Extra response headers (`retry-after`, `x-ratelimit-*`).
-        headers: Vec<(&'static str, String)>,
-    },
-    /// Let Envoy's failure mode decide (gRPC UNAVAILABLE).
-    Unavailable(String),
-}
+/// What to answer (stated in [`crate::decision`], below the money path
+/// that answers too).
+pub use crate::decision::Decision;
 
 /// A usage report from the filter (`POST /v1/usage`): the wire contract's
 /// type, unknown fields refused. `reserved` is absent in reports of older
@@ -95,38 +72,6 @@ pub enum UsageError {
     UnknownKey(String, String),
     #[error("{0}")]
     Store(StoreError),
-}
-
-/// Longest piece of client input echoed in an error message, in characters.
-pub const ECHO_MAX_CHARS: usize = 64;
-
-/// Client input as quoted in an error message: debug-quoted (control
-/// characters escaped) and cut to [`ECHO_MAX_CHARS`] characters, marked
-/// with `…` when cut, so an error body stays short whatever was sent.
-pub fn echo(input: &str) -> String {
-    let (head, cut) = prefix(input, ECHO_MAX_CHARS);
-    format!("{head:?}{}", if cut { "…" } else { "" })
-}
-
-/// `s` cut to `max_chars` characters, marked with `…` when cut.
-pub fn clip(s: &str, max_chars: usize) -> String {
-    let (head, cut) = prefix(s, max_chars);
-    format!("{head}{}", if cut { "…" } else { "" })
-}
-
-/// The first `max_chars` characters of `s`, and whether anything was cut.
-fn prefix(s: &str, max_chars: usize) -> (&str, bool) {
-    match s.char_indices().nth(max_chars) {
-        Some((at, _)) => (&s[..at], true),
-        None => (s, false),
-    }
-}
-
-/// An OpenAI-format error body (`param` null), as the text of a
-/// `CheckResponse` or HTTP body: [`tollgate_wire::error_body`].
-pub fn error_body(message: &str, kind: &str, code: &str) -> String {
-    String::from_utf8_lossy(&tollgate_wire::error_body(message, kind, None, Some(code)))
-        .into_owned()
 }
 
 /// Which scope a bucket belongs to (for the 429 message).
@@ -901,6 +846,7 @@ impl<S: Store> Authorizer<S> {
 mod tests {
     use super::*;
     use crate::bucket::BucketSpec;
+    use crate::decision::{clip, ECHO_MAX_CHARS};
 
     #[test]
     fn echoed_input_is_quoted_and_cut() {
@@ -1006,23 +952,5 @@ mod tests {
         );
         assert_eq!(presented_key(&input(None, None)), Err(MISSING_KEY));
         assert_eq!(presented_key(&input(Some(""), Some("tg-c"))), Ok("tg-c"));
-    }
-
-    #[test]
-    fn error_body_keeps_openai_field_order() {
-        assert_eq!(
-            error_body("m \"q\"", "t", "c"),
-            r#"{"error":{"message":"m \"q\"","type":"t","param":null,"code":"c"}}"#
-        );
-    }
-
-    #[test]
-    fn error_body_is_openai_shaped() {
-        let v: serde_json::Value =
-            serde_json::from_str(&error_body("m", "t", "c")).unwrap_or_default();
-        assert_eq!(
-            v,
-            serde_json::json!({"error": {"message": "m", "type": "t", "param": null, "code": "c"}})
-        );
     }
 }

@@ -9,10 +9,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use serde::Deserialize;
+use tollgate_wire::UsageReport;
 
-use crate::authz::{
-    clip, error_body, Authorizer, Recorded, UsageError, UsageReport, ECHO_MAX_CHARS,
-};
+use crate::authz::{Authorizer, Recorded, UsageError};
+use crate::decision::{clip, error_body, ECHO_MAX_CHARS};
 use crate::storage::Store;
 use crate::usage_token::UsageToken;
 

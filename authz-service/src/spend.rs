@@ -20,9 +20,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use jiff::tz::TimeZone;
 use jiff::{Timestamp, ToSpan};
 use serde::Deserialize;
+use tollgate_wire::UsageReport;
 
-use crate::authz::{error_body, Authorizer, Decision, UsageReport};
+use crate::authz::Authorizer;
 use crate::bucket::{format_reset, BucketSpec};
+use crate::decision::{error_body, Decision};
 use crate::lease::{Leases, Local};
 use crate::policy::{Key, Policy};
 use crate::prices::{format_usd, reserve_nano, Decimal, Priced, Prices, RawPrice, Tokens};
