@@ -439,7 +439,7 @@ impl<S: Store> Authorizer<S> {
         }
         let tenant = policy.tenant(&key.tenant);
         let mut reserve = reservation(key, tenant, input.content_length);
-        if reserve == 0 && policy.money.applies(key) {
+        if reserve == 0 && policy.money.applies(&key.id, &key.tenant) {
             // No token bucket caps the estimate: money budgets reserve it whole.
             reserve = estimate(tenant, input.content_length);
         }

@@ -25,6 +25,7 @@
 pub mod anthropic;
 pub mod authz;
 pub mod bucket;
+pub mod budget;
 pub mod decision;
 pub mod defaults;
 pub mod http;

@@ -66,7 +66,7 @@ struct RawTenant {
     #[serde(default)]
     time_zone: Option<String>,
     #[serde(default)]
-    budgets: Option<crate::spend::RawBudgets>,
+    budgets: Option<crate::budget::RawBudgets>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -82,7 +82,7 @@ struct RawKey {
     #[serde(default)]
     model_limits: BTreeMap<String, Limits>,
     #[serde(default)]
-    budgets: Option<crate::spend::RawBudgets>,
+    budgets: Option<crate::budget::RawBudgets>,
 }
 
 fn default_models() -> Vec<String> {
@@ -192,8 +192,8 @@ pub struct Policy {
     by_id: HashMap<String, usize>,
     keys: Vec<Key>,
     tenants: HashMap<String, Tenant>,
-    /// Prices, time zones and money budgets (`crate::spend`).
-    pub money: crate::spend::Money,
+    /// Prices, time zones and money budgets (`crate::budget`).
+    pub money: crate::budget::Money,
 }
 
 /// A policy that failed to load; `Display` is the exact, user-facing message.
@@ -344,7 +344,7 @@ impl Policy {
                 model_limits,
             });
         }
-        let money = crate::spend::Money::compile(&crate::spend::MoneyInput {
+        let money = crate::budget::Money::compile(&crate::budget::MoneyInput {
             default_zone: raw.defaults.time_zone.as_deref(),
             prices: &raw.prices,
             tenants: raw
