@@ -8,17 +8,18 @@
 //! [`Authorizer::record_usage`].
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 
+use crate::backend::Backend;
 use crate::bucket::{format_reset, ms_until_admits, ms_until_full};
 use crate::decision::{echo, error_body};
 use crate::lease::{Leases, Local};
 use crate::metrics::Metrics;
-use crate::policy::{Key, Kind, Limit, Policy, RedisFailure, Tenant};
+use crate::policy::{Key, Kind, Limit, Policy, Tenant};
+use crate::spend::{MoneyState, MoneyTaken, Spend};
 use crate::storage::{bucket_key, BucketOp, Outcome, Store, StoreError};
 
 /// The request headers a decision needs (names as Envoy sends them, lowercase).
@@ -247,46 +248,6 @@ fn rate_headers(planned: &[Planned], levels: &[f64]) -> Vec<(&'static str, Strin
     h
 }
 
-fn wall_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
-/// Logs a warning at most once per interval, counting what it suppressed.
-struct Throttle {
-    last_ms: AtomicU64,
-    suppressed: AtomicU64,
-    interval_ms: u64,
-}
-
-impl Throttle {
-    fn new(interval_ms: u64) -> Self {
-        Throttle {
-            last_ms: AtomicU64::new(0),
-            suppressed: AtomicU64::new(0),
-            interval_ms,
-        }
-    }
-
-    /// Returns `Some(suppressed since last time)` when it is time to log.
-    fn ready(&self) -> Option<u64> {
-        let now = wall_ms();
-        let last = self.last_ms.load(Ordering::Relaxed);
-        if now.saturating_sub(last) >= self.interval_ms
-            && self
-                .last_ms
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            return Some(self.suppressed.swap(0, Ordering::Relaxed));
-        }
-        self.suppressed.fetch_add(1, Ordering::Relaxed);
-        None
-    }
-}
-
 const MISSING_KEY: &str = "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY), or in an x-api-key header.";
 const INVALID_KEY: &str = "Incorrect API key provided. Check the virtual key issued to you by your Tollgate administrator.";
 const NOT_BEARER: &str =
@@ -313,15 +274,12 @@ fn presented_key(input: &CheckInput) -> Result<&str, &'static str> {
 
 pub struct Authorizer<S: Store> {
     policy: ArcSwap<Policy>,
-    store: S,
-    metrics: Arc<Metrics>,
-    fail_log: Throttle,
+    /// The store, the metrics, the failure policy.
+    backend: Backend<S>,
     leases: Leases,
-    /// Longest a Check waits for another Check's refill of its leases.
-    pub(crate) refill_wait: Duration,
     usage_queue: Mutex<VecDeque<QueuedDebit>>,
     /// Money budgets: leases on spend counters, the wall clock.
-    pub(crate) money: crate::spend::MoneyState,
+    money: MoneyState,
 }
 
 impl<S: Store> Authorizer<S> {
@@ -329,11 +287,8 @@ impl<S: Store> Authorizer<S> {
         metrics.policy_keys.set(policy.key_count() as i64);
         Authorizer {
             policy: ArcSwap::from_pointee(policy),
-            store,
-            metrics,
-            fail_log: Throttle::new(10_000),
+            backend: Backend::new(store, metrics),
             leases: Leases::new(),
-            refill_wait: Duration::from_millis(20),
             usage_queue: Mutex::new(VecDeque::new()),
             money: Default::default(),
         }
@@ -343,7 +298,13 @@ impl<S: Store> Authorizer<S> {
     /// store's deadline is a good value); past it the failure policy
     /// applies as for a slow store.
     pub fn with_refill_wait(mut self, wait: Duration) -> Self {
-        self.refill_wait = wait;
+        self.backend.refill_wait = wait;
+        self
+    }
+
+    /// Use `wall` (unix milliseconds) as the clock of budget windows.
+    pub fn with_wall_clock(mut self, wall: impl Fn() -> i64 + Send + Sync + 'static) -> Self {
+        self.money = self.money.with_wall_clock(wall);
         self
     }
 
@@ -352,12 +313,25 @@ impl<S: Store> Authorizer<S> {
         &self.leases
     }
 
+    /// Money leases of this instance.
+    pub fn money_leases(&self) -> &Leases {
+        &self.money.leases
+    }
+
     pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
+        &self.backend.metrics
     }
 
     pub fn store(&self) -> &S {
-        &self.store
+        &self.backend.store
+    }
+
+    /// The money path, on this instance's money state and store.
+    fn spend(&self) -> Spend<'_, S> {
+        Spend {
+            money: &self.money,
+            backend: &self.backend,
+        }
     }
 
     /// The active policy.
@@ -367,18 +341,14 @@ impl<S: Store> Authorizer<S> {
 
     /// Swap in a new policy. In-flight checks finish on the old one.
     pub fn set_policy(&self, policy: Policy) {
-        self.metrics.policy_keys.set(policy.key_count() as i64);
+        self.backend
+            .metrics
+            .policy_keys
+            .set(policy.key_count() as i64);
         self.policy.store(Arc::new(policy));
         // Limits may have changed: no lease or cached refusal outlives them.
         self.leases.clear();
         self.money.leases.clear();
-    }
-
-    pub(crate) fn record(&self, result: &str, reason: &str) {
-        self.metrics
-            .decisions
-            .with_label_values(&[result, reason])
-            .inc();
     }
 
     /// Decide one request.
@@ -387,24 +357,21 @@ impl<S: Store> Authorizer<S> {
         let mut money = None;
         let d = self.decide(input, &mut money).await;
         if let (Some(taken), Decision::Deny { .. } | Decision::Unavailable(_)) = (&money, &d) {
-            self.money_put_back(taken);
+            self.spend().put_back(taken);
         }
-        self.metrics.checks.inc();
-        self.metrics
+        self.backend.metrics.checks.inc();
+        self.backend
+            .metrics
             .check_duration
             .observe(started.elapsed().as_secs_f64());
         d
     }
 
-    async fn decide(
-        &self,
-        input: &CheckInput,
-        money: &mut Option<crate::spend::MoneyTaken>,
-    ) -> Decision {
+    async fn decide(&self, input: &CheckInput, money: &mut Option<MoneyTaken>) -> Decision {
         let key_str = match presented_key(input) {
             Ok(k) => k,
             Err(msg) => {
-                self.record("denied", "missing_key");
+                self.backend.record("denied", "missing_key");
                 return Decision::Deny {
                     status: 401,
                     body: error_body(msg, "invalid_request_error", "invalid_api_key"),
@@ -414,7 +381,7 @@ impl<S: Store> Authorizer<S> {
         };
         let policy = self.policy.load();
         let Some(key) = policy.authenticate(key_str) else {
-            self.record("denied", "invalid_key");
+            self.backend.record("denied", "invalid_key");
             return Decision::Deny {
                 status: 401,
                 body: error_body(INVALID_KEY, "invalid_request_error", "invalid_api_key"),
@@ -428,7 +395,7 @@ impl<S: Store> Authorizer<S> {
             .filter(|m| !m.is_empty());
         if let Some(m) = model {
             if !key.allows_model(m) {
-                self.record("denied", "model_not_allowed");
+                self.backend.record("denied", "model_not_allowed");
                 let msg = format!("The virtual key {} may not use model {}.", key.id, echo(m));
                 return Decision::Deny {
                     status: 403,
@@ -443,7 +410,7 @@ impl<S: Store> Authorizer<S> {
             // No token bucket caps the estimate: money budgets reserve it whole.
             reserve = estimate(tenant, input.content_length);
         }
-        *money = match self.admit_money(&policy, key, model, reserve).await {
+        *money = match self.spend().admit(&policy, key, model, reserve).await {
             Ok(m) => m,
             Err(d) => return d,
         };
@@ -470,14 +437,14 @@ impl<S: Store> Authorizer<S> {
         };
         let planned = plan(&policy, key, model, Take::Check { reserve });
         if planned.is_empty() {
-            self.record("allowed", "no_limits");
+            self.backend.record("allowed", "no_limits");
             return allow(Vec::new(), 0);
         }
         let mut ops: Vec<BucketOp> = planned.iter().map(|p| p.op.clone()).collect();
         // From this instance's leases and cached refusals, when they decide.
         let from_memory = |ops: &[BucketOp], now| match self.leases.try_take(ops, now) {
             Local::Taken(levels) => {
-                self.record("allowed", "ok");
+                self.backend.record("allowed", "ok");
                 Some(allow(rate_headers(&planned, &levels), reserve))
             }
             Local::Denied { index, levels } => {
@@ -492,7 +459,8 @@ impl<S: Store> Authorizer<S> {
         // from what it brought (a burst coalesces into one store call).
         let refill = self.leases.refill(&ops[0], Instant::now());
         let waiting = refill.wait();
-        let Ok(_guard) = tokio::time::timeout(self.refill_wait, refill.lock.lock()).await else {
+        let Ok(_guard) = tokio::time::timeout(self.backend.refill_wait, refill.lock.lock()).await
+        else {
             drop(waiting);
             return self.unreachable(&policy, key, model, &planned, StoreError::Timeout, allow);
         };
@@ -505,17 +473,15 @@ impl<S: Store> Authorizer<S> {
             op.lease = want;
         }
         drop(waiting);
-        let t = Instant::now();
-        let result = self.store.check_and_take(&ops).await;
-        self.metrics
-            .redis_duration
-            .with_label_values(&["check"])
-            .observe(t.elapsed().as_secs_f64());
+        let result = self
+            .backend
+            .timed("check", self.backend.store.check_and_take(&ops))
+            .await;
         let now = Instant::now();
         match result {
             Ok(outcome @ Outcome { denied: None, .. }) => {
                 let levels = self.leases.grant(&ops, &outcome, now);
-                self.record("allowed", "ok");
+                self.backend.record("allowed", "ok");
                 allow(rate_headers(&planned, &levels), reserve)
             }
             Ok(Outcome {
@@ -566,7 +532,7 @@ impl<S: Store> Authorizer<S> {
             level.floor().max(0.0) as u64,
             format_reset(retry_ms),
         );
-        self.record(
+        self.backend.record(
             "denied",
             if p.limit.kind == Kind::Requests {
                 "rate_limited_requests"
@@ -574,7 +540,8 @@ impl<S: Store> Authorizer<S> {
                 "rate_limited_tokens"
             },
         );
-        self.metrics
+        self.backend
+            .metrics
             .denials
             .with_label_values(&[&key.tenant, kind, p.limit.period, p.scope.as_str()])
             .inc();
@@ -601,74 +568,10 @@ impl<S: Store> Authorizer<S> {
     ) -> Decision {
         let ops: Vec<BucketOp> = planned.iter().map(|p| p.op.clone()).collect();
         if let Some((i, levels)) = self.leases.known_exhausted(&ops, Instant::now()) {
-            self.count_store_error("check", &e);
+            self.backend.count_store_error("check", &e);
             return self.rate_limited(planned, i, &levels, key, model);
         }
-        self.failed(policy, key, e, |h| allow(h, 0))
-    }
-
-    /// The store failed: apply the tenant's `redis_failure` policy.
-    pub(crate) fn failed(
-        &self,
-        policy: &Policy,
-        key: &Key,
-        e: StoreError,
-        allow: impl FnOnce(Vec<(&'static str, String)>) -> Decision,
-    ) -> Decision {
-        {
-            {
-                self.count_store_error("check", &e);
-                let failure = policy
-                    .tenant(&key.tenant)
-                    .map(|t| t.redis_failure)
-                    .unwrap_or_default();
-                match failure {
-                    RedisFailure::Open => {
-                        self.metrics.fail_open.inc();
-                        if let Some(suppressed) = self.fail_log.ready() {
-                            tracing::warn!(error = %e, suppressed, "rate-limit store failed; admitting requests (fail-open)");
-                        }
-                        self.record("allowed", "fail_open");
-                        allow(Vec::new())
-                    }
-                    RedisFailure::Closed => {
-                        if let Some(suppressed) = self.fail_log.ready() {
-                            tracing::warn!(error = %e, suppressed, tenant = %key.tenant, "rate-limit store failed; refusing requests (fail-closed)");
-                        }
-                        self.record("denied", "fail_closed");
-                        Decision::Deny {
-                            status: 503,
-                            body: error_body(
-                                "The budget store (Redis) is unavailable and this tenant refuses requests without it (redis_failure: closed). Please retry in 1 second.",
-                                "server_error",
-                                "rate_limiter_unavailable",
-                            ),
-                            headers: vec![("retry-after", "1".to_string())],
-                        }
-                    }
-                    RedisFailure::Envoy => {
-                        if let Some(suppressed) = self.fail_log.ready() {
-                            tracing::warn!(error = %e, suppressed, tenant = %key.tenant, "rate-limit store failed; answering UNAVAILABLE");
-                        }
-                        self.record("error", "unavailable");
-                        Decision::Unavailable(format!("rate-limit store failed: {e}"))
-                    }
-                }
-            }
-        }
-    }
-
-    pub(crate) fn count_store_error(&self, op: &str, e: &StoreError) {
-        let kind = match e {
-            StoreError::Timeout => "timeout",
-            StoreError::Unavailable(_) => "unavailable",
-            StoreError::Protocol(_) => "protocol",
-            StoreError::Overloaded => "overloaded",
-        };
-        self.metrics
-            .redis_errors
-            .with_label_values(&[op, kind])
-            .inc();
+        self.backend.failed(policy, key, e, |h| allow(h, 0))
     }
 
     /// Settle a usage report: debit its tokens from the token buckets of
@@ -682,7 +585,8 @@ impl<S: Store> Authorizer<S> {
         let key = match policy.key_by_id(&report.key_id) {
             Some(k) if k.tenant == report.tenant => k,
             _ => {
-                self.metrics
+                self.backend
+                    .metrics
                     .usage_reports
                     .with_label_values(&["unknown_key"])
                     .inc();
@@ -704,7 +608,7 @@ impl<S: Store> Authorizer<S> {
             .map(|p| p.op)
             .filter(|op| op.take != 0)
             .collect();
-        let money = self.money_settlement(&policy, key, report);
+        let money = self.spend().settlement(&policy, key, report);
         let money = if money.is_empty() {
             None
         } else {
@@ -746,7 +650,8 @@ impl<S: Store> Authorizer<S> {
             // Sent but unanswered or refused: it may have been applied, so
             // it is not retried (never debited twice).
             Err(e) => {
-                self.metrics
+                self.backend
+                    .metrics
                     .usage_reports
                     .with_label_values(&["store_error"])
                     .inc();
@@ -756,24 +661,26 @@ impl<S: Store> Authorizer<S> {
     }
 
     fn count_debited(&self, tenant: &str, tokens: u64) {
-        self.metrics.usage_reports.with_label_values(&["ok"]).inc();
-        self.metrics
+        self.backend
+            .metrics
+            .usage_reports
+            .with_label_values(&["ok"])
+            .inc();
+        self.backend
+            .metrics
             .usage_tokens
             .with_label_values(&[tenant])
             .inc_by(tokens as f64);
     }
 
     async fn apply_debit(&self, debit: &QueuedDebit) -> Result<(), StoreError> {
-        let t = Instant::now();
-        let (result, op) = if debit.counters {
-            (self.store.spend_debit(&debit.ops).await, "spend_debit")
+        let store = &self.backend.store;
+        let result = if debit.counters {
+            let call = store.spend_debit(&debit.ops);
+            self.backend.timed("spend_debit", call).await
         } else {
-            (self.store.debit(&debit.ops).await, "debit")
+            self.backend.timed("debit", store.debit(&debit.ops)).await
         };
-        self.metrics
-            .redis_duration
-            .with_label_values(&[op])
-            .observe(t.elapsed().as_secs_f64());
         match result {
             Ok(outcome) if debit.counters => {
                 self.money.leases.observe(&debit.ops, &outcome.levels);
@@ -785,10 +692,7 @@ impl<S: Store> Authorizer<S> {
                 Ok(())
             }
             Err(e) => {
-                self.count_store_error("debit", &e);
-                if let Some(suppressed) = self.fail_log.ready() {
-                    tracing::warn!(error = %e, suppressed, "rate-limit store failed; usage not debited yet");
-                }
+                self.backend.debit_failed(&e);
                 Err(e)
             }
         }
@@ -802,11 +706,12 @@ impl<S: Store> Authorizer<S> {
         let mut q = self.queue();
         if q.len() >= USAGE_QUEUE_MAX {
             q.pop_front();
-            self.metrics.usage_dropped.inc();
+            self.backend.metrics.usage_dropped.inc();
         }
         q.push_back(debit);
-        self.metrics.usage_queued.set(q.len() as i64);
-        self.metrics
+        self.backend.metrics.usage_queued.set(q.len() as i64);
+        self.backend
+            .metrics
             .usage_reports
             .with_label_values(&["queued"])
             .inc();
@@ -818,11 +723,15 @@ impl<S: Store> Authorizer<S> {
     pub async fn maintain(&self) {
         for op in self.leases.sweep(Instant::now()) {
             // A lost return only leaves units unused until they refill.
-            let _ = self.store.debit(std::slice::from_ref(&op)).await;
+            let _ = self.backend.store.debit(std::slice::from_ref(&op)).await;
         }
         for op in self.money.leases.sweep(Instant::now()) {
             // A lost return leaves money unspendable until the window ends.
-            let _ = self.store.spend_debit(std::slice::from_ref(&op)).await;
+            let _ = self
+                .backend
+                .store
+                .spend_debit(std::slice::from_ref(&op))
+                .await;
         }
         loop {
             let Some(debit) = self.queue().pop_front() else {
@@ -838,7 +747,10 @@ impl<S: Store> Authorizer<S> {
                 Err(_) => {}
             }
         }
-        self.metrics.usage_queued.set(self.queue().len() as i64);
+        self.backend
+            .metrics
+            .usage_queued
+            .set(self.queue().len() as i64);
     }
 }
 

@@ -24,6 +24,7 @@
 
 pub mod anthropic;
 pub mod authz;
+pub mod backend;
 pub mod bucket;
 pub mod budget;
 pub mod decision;

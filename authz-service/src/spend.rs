@@ -12,8 +12,8 @@
 //! window, expiring after the window; this instance takes from them through
 //! the same [`Leases`] as the token buckets, so a Check rarely calls Redis.
 //!
-//! Nothing here reads a clock: the wall clock is the [`Authorizer`]'s
-//! (injectable with [`Authorizer::with_wall_clock`]).
+//! Nothing here reads a clock: the wall clock is the [`MoneyState`]'s
+//! (injectable with [`crate::authz::Authorizer::with_wall_clock`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use jiff::Timestamp;
 use tollgate_wire::UsageReport;
 
-use crate::authz::Authorizer;
+use crate::backend::Backend;
 use crate::bucket::format_reset;
 use crate::budget::{
     counter_key, scope_key, window, Budget, Owner, Period, Planned, Scope, WindowCache,
@@ -61,6 +61,12 @@ impl Default for MoneyState {
 impl MoneyState {
     pub fn now_ms(&self) -> i64 {
         (self.wall)()
+    }
+
+    /// Use `wall` (unix milliseconds) as the clock of budget windows.
+    pub fn with_wall_clock(mut self, wall: impl Fn() -> i64 + Send + Sync + 'static) -> Self {
+        self.wall = Arc::new(wall);
+        self
     }
 }
 
@@ -168,23 +174,18 @@ fn metric_scope(p: &Planned) -> &'static str {
     }
 }
 
-impl<S: Store> Authorizer<S> {
-    /// Use `wall` (unix milliseconds) as the clock of budget windows.
-    pub fn with_wall_clock(mut self, wall: impl Fn() -> i64 + Send + Sync + 'static) -> Self {
-        self.money.wall = Arc::new(wall);
-        self
-    }
+/// The money path of one authorizer: its money state and its store.
+pub struct Spend<'a, S: Store> {
+    pub money: &'a MoneyState,
+    pub backend: &'a Backend<S>,
+}
 
-    /// Money leases of this instance.
-    pub fn money_leases(&self) -> &Leases {
-        &self.money.leases
-    }
-
+impl<S: Store> Spend<'_, S> {
     /// Reserve the maximum cost of a request on every budget of `key`:
     /// `reserve_tokens` at the highest price of the key's models. `Ok(None)`:
     /// no budget applies (or the store failed and the tenant fails open);
     /// `Err`: the answer (429 `budget_exceeded`, or the failure policy's).
-    pub(crate) async fn admit_money(
+    pub async fn admit(
         &self,
         policy: &Policy,
         key: &Key,
@@ -199,7 +200,7 @@ impl<S: Store> Authorizer<S> {
         // report's `provider/model` will be settled on: not a declaration.
         if !model.is_some_and(|m| m.contains('/')) && money.has_model_budgets(&key.id, &key.tenant)
         {
-            self.record("denied", "model_not_declared");
+            self.backend.record("denied", "model_not_declared");
             let msg = format!(
                 "The virtual key {} has per-model budgets: send the request's model as provider/model in the x-tollgate-model header.",
                 key.id
@@ -240,7 +241,8 @@ impl<S: Store> Authorizer<S> {
         }
         let refill = leases.refill(&ops[0], Instant::now());
         let waiting = refill.wait();
-        let Ok(_guard) = tokio::time::timeout(self.refill_wait, refill.lock.lock()).await else {
+        let Ok(_guard) = tokio::time::timeout(self.backend.refill_wait, refill.lock.lock()).await
+        else {
             drop(waiting);
             return self.money_unreachable(policy, key, &planned, &ops, take, StoreError::Timeout);
         };
@@ -272,7 +274,11 @@ impl<S: Store> Authorizer<S> {
                 // unspendable (and count as spent) until the window ends:
                 // give it back now (the refusal stays cached).
                 if let Some(back) = leases.release(&ops[i].key) {
-                    let _ = self.store().spend_debit(std::slice::from_ref(&back)).await;
+                    let _ = self
+                        .backend
+                        .store
+                        .spend_debit(std::slice::from_ref(&back))
+                        .await;
                 }
                 Err(self.budget_exceeded(key, &planned, i, &levels, take, now_ms))
             }
@@ -293,13 +299,10 @@ impl<S: Store> Authorizer<S> {
     /// The store's check-and-take of spend counters, timed in the Redis
     /// duration metric.
     async fn timed_spend_take(&self, ops: &[BucketOp]) -> Result<Outcome, StoreError> {
-        let t = Instant::now();
-        let result = self.store().spend_take(ops).await;
-        self.metrics()
-            .redis_duration
-            .with_label_values(&["spend_check"])
-            .observe(t.elapsed().as_secs_f64());
-        result
+        let store = &self.backend.store;
+        self.backend
+            .timed("spend_check", store.spend_take(ops))
+            .await
     }
 
     /// [`Self::admit_money`] for budgets that include a rolling window:
@@ -365,7 +368,8 @@ impl<S: Store> Authorizer<S> {
         let (headers, soft) = budget_headers(planned, levels, now_ms);
         for i in soft {
             let p = &planned[i];
-            self.metrics()
+            self.backend
+                .metrics
                 .budget_soft_cap
                 .with_label_values(&[&key.tenant, metric_scope(p), p.budget.period.as_str()])
                 .inc();
@@ -394,10 +398,10 @@ impl<S: Store> Authorizer<S> {
     ) -> Result<Option<MoneyTaken>, Decision> {
         let now_ms = self.money.now_ms();
         if let Some((i, levels)) = self.money.leases.known_exhausted(ops, Instant::now()) {
-            self.count_store_error("spend_check", &e);
+            self.backend.count_store_error("spend_check", &e);
             return Err(self.budget_exceeded(key, planned, i, &levels, take, now_ms));
         }
-        match self.failed(policy, key, e, |_| Decision::Allow {
+        match self.backend.failed(policy, key, e, |_| Decision::Allow {
             tenant: String::new(),
             key_id: String::new(),
             models: String::new(),
@@ -441,7 +445,7 @@ impl<S: Store> Authorizer<S> {
             p.window.end_local,
             format_reset(reset_ms),
         );
-        self.record("denied", "budget_exceeded");
+        self.backend.record("denied", "budget_exceeded");
         let mut headers = vec![("retry-after", reset_ms.div_ceil(1000).max(1).to_string())];
         headers.extend(budget_headers(planned, levels, now_ms).0);
         Decision::Deny {
@@ -452,7 +456,7 @@ impl<S: Store> Authorizer<S> {
     }
 
     /// Give back money taken for a request that was refused afterwards.
-    pub(crate) fn money_put_back(&self, taken: &MoneyTaken) {
+    pub fn put_back(&self, taken: &MoneyTaken) {
         let back: Vec<BucketOp> = taken
             .ops
             .iter()
@@ -468,12 +472,7 @@ impl<S: Store> Authorizer<S> {
 
     /// The money part of a usage report: its cost, and the counter debits
     /// (cost minus the reserved maximum cost) of the key's budgets.
-    pub(crate) fn money_settlement(
-        &self,
-        policy: &Policy,
-        key: &Key,
-        report: &UsageReport,
-    ) -> Vec<BucketOp> {
+    pub fn settlement(&self, policy: &Policy, key: &Key, report: &UsageReport) -> Vec<BucketOp> {
         let money = &policy.money;
         let model = report.model.as_deref().unwrap_or("");
         let tokens = Tokens {
@@ -487,7 +486,8 @@ impl<S: Store> Authorizer<S> {
             Priced::Listed => model,
             Priced::Unlisted => "unlisted",
         };
-        self.metrics()
+        self.backend
+            .metrics
             .spend_usd
             .with_label_values(&[&key.tenant, &key.id, label])
             .inc_by(cost as f64 / crate::prices::NANO_PER_USD as f64);
