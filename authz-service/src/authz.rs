@@ -3,12 +3,16 @@
 //! ([`crate::lease`]), or, when they fall short, in one store call that also
 //! refills them.
 //!
+//! The [`Authorizer`] holds one instance's state: the active policy, the
+//! bucket leases, the money state of its budgets ([`crate::spend`]), the
+//! queue of usage debits ([`crate::usage`]) and the store they all reach
+//! through one [`Backend`].
+//!
 //! Transport-free: [`crate::service`] maps a [`Decision`] onto an ext_authz
 //! `CheckResponse`, [`crate::http`] feeds usage reports to
 //! [`Authorizer::record_usage`].
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
@@ -18,9 +22,11 @@ use crate::bucket::{format_reset, ms_until_admits, ms_until_full};
 use crate::decision::{echo, error_body};
 use crate::lease::{Leases, Local};
 use crate::metrics::Metrics;
-use crate::policy::{Key, Kind, Limit, Policy, Tenant};
+use crate::plan::{plan, Planned, Scope, Take};
+use crate::policy::{Key, Kind, Policy, Tenant};
 use crate::spend::{MoneyState, MoneyTaken, Spend};
-use crate::storage::{bucket_key, BucketOp, Outcome, Store, StoreError};
+use crate::storage::{BucketOp, Outcome, Store, StoreError};
+use crate::usage::{Recorded, Settle, UsageError, UsageQueue};
 
 /// The request headers a decision needs (names as Envoy sends them, lowercase).
 #[derive(Debug, Clone, Default)]
@@ -45,79 +51,6 @@ pub use crate::decision::Decision;
 /// type, unknown fields refused. `reserved` is absent in reports of older
 /// filters: the usage is then debited in full.
 pub use tollgate_wire::UsageReport;
-
-/// What became of a usage report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Recorded {
-    /// Written to the store.
-    Debited,
-    /// The store is unreachable: kept in the bounded queue, applied when it
-    /// returns.
-    Queued,
-}
-
-/// Queued usage debits kept at most (oldest dropped first and counted).
-pub const USAGE_QUEUE_MAX: usize = 10_000;
-
-struct QueuedDebit {
-    tenant: String,
-    tokens: u64,
-    ops: Vec<BucketOp>,
-    /// Spend counters of money budgets (`Store::spend_debit`), not buckets.
-    counters: bool,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum UsageError {
-    #[error("unknown key_id {} for tenant {}", echo(.0), echo(.1))]
-    UnknownKey(String, String),
-    #[error("{0}")]
-    Store(StoreError),
-}
-
-/// Which scope a bucket belongs to (for the 429 message).
-#[derive(Clone, Copy)]
-enum Scope {
-    Key,
-    Tenant,
-    KeyModel,
-    TenantModel,
-}
-
-impl Scope {
-    /// Key and tenant token buckets hold reservations; per-model token
-    /// buckets (known at Check time only from `x-tollgate-model`) do not.
-    fn reserves(self) -> bool {
-        matches!(self, Scope::Key | Scope::Tenant)
-    }
-
-    /// The `scope` label of `tollgate_authz_denials_total`.
-    fn as_str(self) -> &'static str {
-        match self {
-            Scope::Key => "key",
-            Scope::Tenant => "tenant",
-            Scope::KeyModel => "key_model",
-            Scope::TenantModel => "tenant_model",
-        }
-    }
-}
-
-struct Planned {
-    op: BucketOp,
-    limit: Limit,
-    scope: Scope,
-}
-
-/// What a plan takes from each bucket.
-#[derive(Clone, Copy)]
-enum Take {
-    /// A Check: 1 per request bucket, `reserve` per key or tenant token
-    /// bucket, 0 (admit while positive) per per-model token bucket.
-    Check { reserve: u64 },
-    /// A usage report: `tokens` minus `reserved` from the buckets that held
-    /// the reservation, `tokens` from the others.
-    Settle { tokens: u64, reserved: u64 },
-}
 
 /// Tokens to reserve for one request: the prompt estimated from its size
 /// (4 bytes a token) plus the tenant's answer reservation, at most the
@@ -157,54 +90,6 @@ fn scope_label(scope: Scope, key: &Key, model: Option<&str>) -> String {
         Scope::KeyModel => format!("key {} model {m}", key.id),
         Scope::TenantModel => format!("tenant {} model {m}", key.tenant),
     }
-}
-
-fn plan(policy: &Policy, key: &Key, model: Option<&str>, how: Take) -> Vec<Planned> {
-    let mut out = Vec::new();
-    let tenant = policy.tenant(&key.tenant);
-    let mut add = |limits: &[Limit], scope_key: String, scope: Scope| {
-        for l in limits {
-            let take = match (how, l.kind) {
-                (Take::Settle { tokens, reserved }, Kind::Tokens) if scope.reserves() => {
-                    tokens as i64 - reserved as i64
-                }
-                (Take::Settle { tokens, .. }, Kind::Tokens) => tokens as i64,
-                (Take::Settle { .. }, Kind::Requests) => continue,
-                (Take::Check { .. }, Kind::Requests) => 1,
-                (Take::Check { reserve }, Kind::Tokens) if scope.reserves() => reserve as i64,
-                (Take::Check { .. }, Kind::Tokens) => 0,
-            };
-            let kp = match (l.kind, l.period) {
-                (Kind::Requests, "day") => "rd",
-                (Kind::Requests, _) => "rm",
-                (Kind::Tokens, "day") => "td",
-                (Kind::Tokens, _) => "tm",
-            };
-            out.push(Planned {
-                op: BucketOp {
-                    key: bucket_key(&key.tenant, kp, &scope_key),
-                    spec: l.spec,
-                    take,
-                    lease: 0,
-                },
-                limit: *l,
-                scope,
-            });
-        }
-    };
-    add(&key.limits, format!("k:{}", key.id), Scope::Key);
-    if let Some(t) = tenant {
-        add(&t.limits, "t".to_string(), Scope::Tenant);
-    }
-    if let Some(m) = model {
-        if let Some(ls) = key.model_limits.get(m) {
-            add(ls, format!("km:{}:{m}", key.id), Scope::KeyModel);
-        }
-        if let Some(ls) = tenant.and_then(|t| t.model_limits.get(m)) {
-            add(ls, format!("tm:{m}"), Scope::TenantModel);
-        }
-    }
-    out
 }
 
 /// The six OpenAI rate-limit headers, from the most constrained bucket of
@@ -277,7 +162,7 @@ pub struct Authorizer<S: Store> {
     /// The store, the metrics, the failure policy.
     backend: Backend<S>,
     leases: Leases,
-    usage_queue: Mutex<VecDeque<QueuedDebit>>,
+    usage_queue: UsageQueue,
     /// Money budgets: leases on spend counters, the wall clock.
     money: MoneyState,
 }
@@ -289,7 +174,7 @@ impl<S: Store> Authorizer<S> {
             policy: ArcSwap::from_pointee(policy),
             backend: Backend::new(store, metrics),
             leases: Leases::new(),
-            usage_queue: Mutex::new(VecDeque::new()),
+            usage_queue: UsageQueue::default(),
             money: Default::default(),
         }
     }
@@ -324,6 +209,16 @@ impl<S: Store> Authorizer<S> {
 
     pub fn store(&self) -> &S {
         &self.backend.store
+    }
+
+    /// Usage settlement, on this instance's leases, money state and store.
+    fn settle(&self) -> Settle<'_, S> {
+        Settle {
+            backend: &self.backend,
+            leases: &self.leases,
+            money: &self.money,
+            queue: &self.usage_queue,
+        }
     }
 
     /// The money path, on this instance's money state and store.
@@ -577,144 +472,13 @@ impl<S: Store> Authorizer<S> {
     /// Settle a usage report: debit its tokens from the token buckets of
     /// the key, its tenant and, when configured, the model, minus what was
     /// reserved at Check time on the buckets that reserved it (a refund when
-    /// the answer was shorter). Levels may go negative. When the store is
-    /// unreachable the debit is queued ([`USAGE_QUEUE_MAX`], oldest dropped
-    /// first and counted) and applied by [`Authorizer::maintain`].
+    /// the answer was shorter), and its cost from its money budgets. Levels
+    /// may go negative. When the store is unreachable the debit is queued
+    /// ([`crate::usage::USAGE_QUEUE_MAX`], oldest dropped first and counted)
+    /// and applied by [`Authorizer::maintain`].
     pub async fn record_usage(&self, report: &UsageReport) -> Result<Recorded, UsageError> {
         let policy = self.policy.load();
-        let key = match policy.key_by_id(&report.key_id) {
-            Some(k) if k.tenant == report.tenant => k,
-            _ => {
-                self.backend
-                    .metrics
-                    .usage_reports
-                    .with_label_values(&["unknown_key"])
-                    .inc();
-                return Err(UsageError::UnknownKey(
-                    report.key_id.clone(),
-                    report.tenant.clone(),
-                ));
-            }
-        };
-        let tokens = report
-            .prompt_tokens
-            .saturating_add(report.completion_tokens);
-        let how = Take::Settle {
-            tokens,
-            reserved: report.reserved.unwrap_or(0),
-        };
-        let ops: Vec<BucketOp> = plan(&policy, key, report.model.as_deref(), how)
-            .into_iter()
-            .map(|p| p.op)
-            .filter(|op| op.take != 0)
-            .collect();
-        let money = self.spend().settlement(&policy, key, report);
-        let money = if money.is_empty() {
-            None
-        } else {
-            let debit = QueuedDebit {
-                tenant: key.tenant.clone(),
-                tokens: 0,
-                ops: money,
-                counters: true,
-            };
-            Some(self.settle(debit).await)
-        };
-        if ops.is_empty() {
-            self.count_debited(&key.tenant, tokens);
-            return money.unwrap_or(Ok(Recorded::Debited));
-        }
-        let debit = QueuedDebit {
-            tenant: key.tenant.clone(),
-            tokens,
-            ops,
-            counters: false,
-        };
-        let buckets = self.settle(debit).await;
-        match (money, buckets) {
-            (Some(Err(e)), _) | (_, Err(e)) => Err(e),
-            (Some(Ok(Recorded::Queued)), _) | (_, Ok(Recorded::Queued)) => Ok(Recorded::Queued),
-            _ => Ok(Recorded::Debited),
-        }
-    }
-
-    /// Apply one debit, or queue it while the store is unreachable.
-    async fn settle(&self, debit: QueuedDebit) -> Result<Recorded, UsageError> {
-        match self.apply_debit(&debit).await {
-            Ok(()) => Ok(Recorded::Debited),
-            // Never sent (store down, breaker open, no call slot): keep it.
-            Err(StoreError::Unavailable(_) | StoreError::Overloaded) => {
-                self.enqueue(debit);
-                Ok(Recorded::Queued)
-            }
-            // Sent but unanswered or refused: it may have been applied, so
-            // it is not retried (never debited twice).
-            Err(e) => {
-                self.backend
-                    .metrics
-                    .usage_reports
-                    .with_label_values(&["store_error"])
-                    .inc();
-                Err(UsageError::Store(e))
-            }
-        }
-    }
-
-    fn count_debited(&self, tenant: &str, tokens: u64) {
-        self.backend
-            .metrics
-            .usage_reports
-            .with_label_values(&["ok"])
-            .inc();
-        self.backend
-            .metrics
-            .usage_tokens
-            .with_label_values(&[tenant])
-            .inc_by(tokens as f64);
-    }
-
-    async fn apply_debit(&self, debit: &QueuedDebit) -> Result<(), StoreError> {
-        let store = &self.backend.store;
-        let result = if debit.counters {
-            let call = store.spend_debit(&debit.ops);
-            self.backend.timed("spend_debit", call).await
-        } else {
-            self.backend.timed("debit", store.debit(&debit.ops)).await
-        };
-        match result {
-            Ok(outcome) if debit.counters => {
-                self.money.leases.observe(&debit.ops, &outcome.levels);
-                Ok(())
-            }
-            Ok(outcome) => {
-                self.leases.observe(&debit.ops, &outcome.levels);
-                self.count_debited(&debit.tenant, debit.tokens);
-                Ok(())
-            }
-            Err(e) => {
-                self.backend.debit_failed(&e);
-                Err(e)
-            }
-        }
-    }
-
-    fn queue(&self) -> std::sync::MutexGuard<'_, VecDeque<QueuedDebit>> {
-        self.usage_queue.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn enqueue(&self, debit: QueuedDebit) {
-        let mut q = self.queue();
-        if q.len() >= USAGE_QUEUE_MAX {
-            q.pop_front();
-            self.backend.metrics.usage_dropped.inc();
-        }
-        q.push_back(debit);
-        self.backend.metrics.usage_queued.set(q.len() as i64);
-        self.backend
-            .metrics
-            .usage_reports
-            .with_label_values(&["queued"])
-            .inc();
+        self.settle().record(&policy, report).await
     }
 
     /// Periodic upkeep (every 250 ms from the server): give idle leases back
@@ -733,24 +497,7 @@ impl<S: Store> Authorizer<S> {
                 .spend_debit(std::slice::from_ref(&op))
                 .await;
         }
-        loop {
-            let Some(debit) = self.queue().pop_front() else {
-                break;
-            };
-            match self.apply_debit(&debit).await {
-                Ok(()) => {}
-                Err(StoreError::Unavailable(_) | StoreError::Overloaded) => {
-                    self.queue().push_front(debit);
-                    break;
-                }
-                // Sent but unanswered: may have been applied; not retried.
-                Err(_) => {}
-            }
-        }
-        self.backend
-            .metrics
-            .usage_queued
-            .set(self.queue().len() as i64);
+        self.settle().drain().await;
     }
 }
 
@@ -758,30 +505,7 @@ impl<S: Store> Authorizer<S> {
 mod tests {
     use super::*;
     use crate::bucket::BucketSpec;
-    use crate::decision::{clip, ECHO_MAX_CHARS};
-
-    #[test]
-    fn echoed_input_is_quoted_and_cut() {
-        assert_eq!(echo("gpt-4o"), r#""gpt-4o""#);
-        assert_eq!(echo("a\nb"), r#""a\nb""#);
-        let long = "é".repeat(ECHO_MAX_CHARS + 1);
-        assert_eq!(echo(&long), format!("{:?}…", "é".repeat(ECHO_MAX_CHARS)));
-        assert_eq!(
-            echo(&"é".repeat(ECHO_MAX_CHARS)).chars().count(),
-            ECHO_MAX_CHARS + 2
-        );
-        assert_eq!(clip("abcdef", 3), "abc…");
-        assert_eq!(clip("abc", 3), "abc");
-        let e = UsageError::UnknownKey("k".repeat(5000), "t".into()).to_string();
-        assert!(e.len() < 120, "{e}");
-        assert!(
-            e.starts_with(&format!(
-                "unknown key_id \"{}\"…",
-                "k".repeat(ECHO_MAX_CHARS)
-            )),
-            "{e}"
-        );
-    }
+    use crate::policy::Limit;
 
     fn planned(kind: Kind, capacity: u64, scope: Scope) -> Planned {
         let spec = BucketSpec {

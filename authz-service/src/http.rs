@@ -11,9 +11,10 @@ use axum::Router;
 use serde::Deserialize;
 use tollgate_wire::UsageReport;
 
-use crate::authz::{Authorizer, Recorded, UsageError};
+use crate::authz::Authorizer;
 use crate::decision::{clip, error_body, ECHO_MAX_CHARS};
 use crate::storage::Store;
+use crate::usage::{Recorded, UsageError};
 use crate::usage_token::UsageToken;
 
 /// What the handlers share: the authorizer, and the token usage reports
