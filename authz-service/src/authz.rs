@@ -262,26 +262,32 @@ impl<S: Store> Authorizer<S> {
         d
     }
 
-    async fn decide(&self, input: &CheckInput, money: &mut Option<MoneyTaken>) -> Decision {
+    /// The key a request presents, known to `policy` and allowed the
+    /// request's model (when it states one), and that model; `Err` is the
+    /// 401 or 403.
+    fn authenticate<'p, 'i>(
+        &self,
+        policy: &'p Policy,
+        input: &'i CheckInput,
+    ) -> Result<(&'p Key, Option<&'i str>), Decision> {
         let key_str = match presented_key(input) {
             Ok(k) => k,
             Err(msg) => {
                 self.backend.record("denied", "missing_key");
-                return Decision::Deny {
+                return Err(Decision::Deny {
                     status: 401,
                     body: error_body(msg, "invalid_request_error", "invalid_api_key"),
                     headers: Vec::new(),
-                };
+                });
             }
         };
-        let policy = self.policy.load();
         let Some(key) = policy.authenticate(key_str) else {
             self.backend.record("denied", "invalid_key");
-            return Decision::Deny {
+            return Err(Decision::Deny {
                 status: 401,
                 body: error_body(INVALID_KEY, "invalid_request_error", "invalid_api_key"),
                 headers: Vec::new(),
-            };
+            });
         };
         let model = input
             .model
@@ -292,13 +298,22 @@ impl<S: Store> Authorizer<S> {
             if !key.allows_model(m) {
                 self.backend.record("denied", "model_not_allowed");
                 let msg = format!("The virtual key {} may not use model {}.", key.id, echo(m));
-                return Decision::Deny {
+                return Err(Decision::Deny {
                     status: 403,
                     body: error_body(&msg, "invalid_request_error", "model_not_allowed"),
                     headers: Vec::new(),
-                };
+                });
             }
         }
+        Ok((key, model))
+    }
+
+    async fn decide(&self, input: &CheckInput, money: &mut Option<MoneyTaken>) -> Decision {
+        let policy = self.policy.load();
+        let (key, model) = match self.authenticate(&policy, input) {
+            Ok(found) => found,
+            Err(d) => return d,
+        };
         let tenant = policy.tenant(&key.tenant);
         let mut reserve = reservation(key, tenant, input.content_length);
         if reserve == 0 && policy.money.applies(&key.id, &key.tenant) {
@@ -335,15 +350,33 @@ impl<S: Store> Authorizer<S> {
             self.backend.record("allowed", "no_limits");
             return allow(Vec::new(), 0);
         }
+        self.take_buckets(&planned, reserve, &policy, key, model, allow)
+            .await
+    }
+
+    /// Take every bucket of `planned` (`reserve` tokens from those that
+    /// reserve) for `key` from this instance's leases, or, when they fall
+    /// short, in one store call that refills them; `allow` builds the answer
+    /// of an admitted request from its rate-limit headers and the tokens
+    /// reserved.
+    async fn take_buckets(
+        &self,
+        planned: &[Planned],
+        reserve: u64,
+        policy: &Policy,
+        key: &Key,
+        model: Option<&str>,
+        allow: impl Fn(Vec<(&'static str, String)>, u64) -> Decision,
+    ) -> Decision {
         let mut ops: Vec<BucketOp> = planned.iter().map(|p| p.op.clone()).collect();
         // From this instance's leases and cached refusals, when they decide.
         let from_memory = |ops: &[BucketOp], now| match self.leases.try_take(ops, now) {
             Local::Taken(levels) => {
                 self.backend.record("allowed", "ok");
-                Some(allow(rate_headers(&planned, &levels), reserve))
+                Some(allow(rate_headers(planned, &levels), reserve))
             }
             Local::Denied { index, levels } => {
-                Some(self.rate_limited(&planned, index, &levels, key, model))
+                Some(self.rate_limited(planned, index, &levels, key, model))
             }
             Local::Miss => None,
         };
@@ -357,7 +390,7 @@ impl<S: Store> Authorizer<S> {
         let Ok(_guard) = tokio::time::timeout(self.backend.refill_wait, refill.lock.lock()).await
         else {
             drop(waiting);
-            return self.unreachable(&policy, key, model, &planned, StoreError::Timeout, allow);
+            return self.unreachable(policy, key, model, planned, StoreError::Timeout, allow);
         };
         let now = Instant::now();
         if let Some(d) = from_memory(&ops, now) {
@@ -377,7 +410,7 @@ impl<S: Store> Authorizer<S> {
             Ok(outcome @ Outcome { denied: None, .. }) => {
                 let levels = self.leases.grant(&ops, &outcome, now);
                 self.backend.record("allowed", "ok");
-                allow(rate_headers(&planned, &levels), reserve)
+                allow(rate_headers(planned, &levels), reserve)
             }
             Ok(Outcome {
                 denied: Some(i),
@@ -389,19 +422,19 @@ impl<S: Store> Authorizer<S> {
                 let retry = ms_until_admits(level, p.op.take, p.limit.spec);
                 self.leases
                     .deny(&p.op, level, Duration::from_millis(retry), now);
-                self.rate_limited(&planned, i, &levels, key, model)
+                self.rate_limited(planned, i, &levels, key, model)
             }
             Ok(Outcome {
                 denied: Some(i), ..
             }) => self.unreachable(
-                &policy,
+                policy,
                 key,
                 model,
-                &planned,
+                planned,
                 StoreError::Protocol(format!("store refused unknown bucket {i}")),
                 allow,
             ),
-            Err(e) => self.unreachable(&policy, key, model, &planned, e, allow),
+            Err(e) => self.unreachable(policy, key, model, planned, e, allow),
         }
     }
 
