@@ -217,7 +217,7 @@ impl<S: Store> Spend<'_, S> {
             return Ok(None);
         }
         let take = reserve_nano(reserve_tokens, money.prices.highest_for(&key.models));
-        let mut ops: Vec<BucketOp> = planned.iter().map(|p| p.op(take)).collect();
+        let ops: Vec<BucketOp> = planned.iter().map(|p| p.op(take)).collect();
         if planned
             .iter()
             .any(|p| matches!(p.budget.period, Period::Rolling(_)))
@@ -228,11 +228,27 @@ impl<S: Store> Spend<'_, S> {
                 .take_rolling(policy, key, &planned, &ops, take, now_ms)
                 .await;
         }
+        self.take_leased(policy, key, &planned, ops, take, now_ms)
+            .await
+    }
+
+    /// [`Self::admit`] for calendar budgets: from this instance's money
+    /// leases and cached refusals, or, when they fall short, in one store
+    /// call that refills them.
+    async fn take_leased(
+        &self,
+        policy: &Policy,
+        key: &Key,
+        planned: &[Planned],
+        mut ops: Vec<BucketOp>,
+        take: i64,
+        now_ms: i64,
+    ) -> Result<Option<MoneyTaken>, Decision> {
         let leases = &self.money.leases;
         let from_memory = |ops: &[BucketOp], now| match leases.try_take(ops, now) {
-            Local::Taken(levels) => Some(Ok(self.money_taken(key, &planned, ops, &levels, now_ms))),
+            Local::Taken(levels) => Some(Ok(self.money_taken(key, planned, ops, &levels, now_ms))),
             Local::Denied { index, levels } => Some(Err(
-                self.budget_exceeded(key, &planned, index, &levels, take, now_ms)
+                self.budget_exceeded(key, planned, index, &levels, take, now_ms)
             )),
             Local::Miss => None,
         };
@@ -244,7 +260,7 @@ impl<S: Store> Spend<'_, S> {
         let Ok(_guard) = tokio::time::timeout(self.backend.refill_wait, refill.lock.lock()).await
         else {
             drop(waiting);
-            return self.money_unreachable(policy, key, &planned, &ops, take, StoreError::Timeout);
+            return self.money_unreachable(policy, key, planned, &ops, take, StoreError::Timeout);
         };
         let now = Instant::now();
         if let Some(d) = from_memory(&ops, now) {
@@ -260,7 +276,7 @@ impl<S: Store> Spend<'_, S> {
         match result {
             Ok(outcome @ Outcome { denied: None, .. }) => {
                 let levels = leases.grant(&ops, &outcome, now);
-                Ok(Some(self.money_taken(key, &planned, &ops, &levels, now_ms)))
+                Ok(Some(self.money_taken(key, planned, &ops, &levels, now_ms)))
             }
             Ok(Outcome {
                 denied: Some(i),
@@ -280,19 +296,19 @@ impl<S: Store> Spend<'_, S> {
                         .spend_debit(std::slice::from_ref(&back))
                         .await;
                 }
-                Err(self.budget_exceeded(key, &planned, i, &levels, take, now_ms))
+                Err(self.budget_exceeded(key, planned, i, &levels, take, now_ms))
             }
             Ok(Outcome {
                 denied: Some(i), ..
             }) => self.money_unreachable(
                 policy,
                 key,
-                &planned,
+                planned,
                 &ops,
                 take,
                 StoreError::Protocol(format!("store refused unknown counter {i}")),
             ),
-            Err(e) => self.money_unreachable(policy, key, &planned, &ops, take, e),
+            Err(e) => self.money_unreachable(policy, key, planned, &ops, take, e),
         }
     }
 
