@@ -1,5 +1,5 @@
 //! Rolling windows for money budgets: "the last 24 hours", "the last 7
-//! days", beside the calendar day and month of [`crate::spend`].
+//! days", beside the calendar day and month of [`crate::budget`].
 //!
 //! A rolling window is kept as a ring of slots aligned on the unix epoch
 //! (a tenant's time zone does not matter): a window of up to 24 hours has

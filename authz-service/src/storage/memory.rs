@@ -1,4 +1,5 @@
-//! In-memory bucket store: one process, one mutex, time from a [`Clock`].
+//! In-memory bucket store: one process, one mutex, time from a [`Clock`];
+//! money budgets' spend counters beside the buckets ([`MemoryCounters`]).
 //!
 //! For tests and single-instance development (`--redis-url memory://`);
 //! limits are per process, not global.
