@@ -111,7 +111,7 @@ impl<S: Store> Settle<'_, S> {
                 ops: money,
                 counters: true,
             };
-            Some(self.settle(debit).await)
+            Some(self.apply_or_queue(debit).await)
         };
         if ops.is_empty() {
             self.count_debited(&key.tenant, tokens);
@@ -123,7 +123,7 @@ impl<S: Store> Settle<'_, S> {
             ops,
             counters: false,
         };
-        let buckets = self.settle(debit).await;
+        let buckets = self.apply_or_queue(debit).await;
         match (money, buckets) {
             (Some(Err(e)), _) | (_, Err(e)) => Err(e),
             (Some(Ok(Recorded::Queued)), _) | (_, Ok(Recorded::Queued)) => Ok(Recorded::Queued),
@@ -132,7 +132,7 @@ impl<S: Store> Settle<'_, S> {
     }
 
     /// Apply one debit, or queue it while the store is unreachable.
-    async fn settle(&self, debit: QueuedDebit) -> Result<Recorded, UsageError> {
+    async fn apply_or_queue(&self, debit: QueuedDebit) -> Result<Recorded, UsageError> {
         match self.apply_debit(&debit).await {
             Ok(()) => Ok(Recorded::Debited),
             // Never sent (store down, breaker open, no call slot): keep it.
