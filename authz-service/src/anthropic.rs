@@ -8,7 +8,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::authz::Decision;
+use crate::decision::Decision;
 
 /// OpenAI rate-limit header → its Anthropic name.
 const TWINS: [(&str, &str); 6] = [
@@ -166,7 +166,7 @@ mod tests {
     fn denial_is_anthropic_shaped_with_twin_headers() {
         let d = Decision::Deny {
             status: 429,
-            body: crate::authz::error_body(
+            body: crate::decision::error_body(
                 "Rate limit reached",
                 "rate_limit_error",
                 "rate_limit_exceeded",

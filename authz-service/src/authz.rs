@@ -3,22 +3,30 @@
 //! ([`crate::lease`]), or, when they fall short, in one store call that also
 //! refills them.
 //!
+//! The [`Authorizer`] holds one instance's state: the active policy, the
+//! bucket leases, the money state of its budgets ([`crate::spend`]), the
+//! queue of usage debits ([`crate::usage`]) and the store they all reach
+//! through one [`Backend`].
+//!
 //! Transport-free: [`crate::service`] maps a [`Decision`] onto an ext_authz
 //! `CheckResponse`, [`crate::http`] feeds usage reports to
 //! [`Authorizer::record_usage`].
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 
+use crate::backend::Backend;
 use crate::bucket::{format_reset, ms_until_admits, ms_until_full};
+use crate::decision::{echo, error_body};
 use crate::lease::{Leases, Local};
 use crate::metrics::Metrics;
-use crate::policy::{Key, Kind, Limit, Policy, RedisFailure, Tenant};
-use crate::storage::{bucket_key, BucketOp, Outcome, Store, StoreError};
+use crate::plan::{plan, Planned, Scope, Take};
+use crate::policy::{Key, Kind, Policy, Tenant};
+use crate::spend::{MoneyState, MoneyTaken, Spend};
+use crate::storage::{BucketOp, Outcome, Store, StoreError};
+use crate::usage::{Recorded, Settle, UsageError, UsageQueue};
 
 /// The request headers a decision needs (names as Envoy sends them, lowercase).
 #[derive(Debug, Clone, Default)]
@@ -35,143 +43,14 @@ pub struct CheckInput {
     pub content_length: Option<u64>,
 }
 
-/// What to answer.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Decision {
-    Allow {
-        tenant: String,
-        key_id: String,
-        models: String,
-        /// `x-ratelimit-*` response headers (empty when the key has no
-        /// limits, or when Redis failed open).
-        rate_headers: Vec<(&'static str, String)>,
-        /// Tokens reserved from the token buckets (0: none), sent on as
-        /// `x-tollgate-reserved` for the filter to echo in its usage report.
-        reserved: u64,
-        /// The unix minute money was reserved at (None: no money budget),
-        /// sent with `reserved` ([`tollgate_wire::reservation`]).
-        reserved_at: Option<u64>,
-    },
-    Deny {
-        status: u16,
-        /// OpenAI-format JSON error body.
-        body: String,
-        /// Extra response headers (`retry-after`, `x-ratelimit-*`).
-        headers: Vec<(&'static str, String)>,
-    },
-    /// Let Envoy's failure mode decide (gRPC UNAVAILABLE).
-    Unavailable(String),
-}
+/// What to answer (stated in [`crate::decision`], below the money path
+/// that answers too).
+pub use crate::decision::Decision;
 
 /// A usage report from the filter (`POST /v1/usage`): the wire contract's
 /// type, unknown fields refused. `reserved` is absent in reports of older
 /// filters: the usage is then debited in full.
 pub use tollgate_wire::UsageReport;
-
-/// What became of a usage report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Recorded {
-    /// Written to the store.
-    Debited,
-    /// The store is unreachable: kept in the bounded queue, applied when it
-    /// returns.
-    Queued,
-}
-
-/// Queued usage debits kept at most (oldest dropped first and counted).
-pub const USAGE_QUEUE_MAX: usize = 10_000;
-
-struct QueuedDebit {
-    tenant: String,
-    tokens: u64,
-    ops: Vec<BucketOp>,
-    /// Spend counters of money budgets (`Store::spend_debit`), not buckets.
-    counters: bool,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum UsageError {
-    #[error("unknown key_id {} for tenant {}", echo(.0), echo(.1))]
-    UnknownKey(String, String),
-    #[error("{0}")]
-    Store(StoreError),
-}
-
-/// Longest piece of client input echoed in an error message, in characters.
-pub const ECHO_MAX_CHARS: usize = 64;
-
-/// Client input as quoted in an error message: debug-quoted (control
-/// characters escaped) and cut to [`ECHO_MAX_CHARS`] characters, marked
-/// with `…` when cut, so an error body stays short whatever was sent.
-pub fn echo(input: &str) -> String {
-    let (head, cut) = prefix(input, ECHO_MAX_CHARS);
-    format!("{head:?}{}", if cut { "…" } else { "" })
-}
-
-/// `s` cut to `max_chars` characters, marked with `…` when cut.
-pub fn clip(s: &str, max_chars: usize) -> String {
-    let (head, cut) = prefix(s, max_chars);
-    format!("{head}{}", if cut { "…" } else { "" })
-}
-
-/// The first `max_chars` characters of `s`, and whether anything was cut.
-fn prefix(s: &str, max_chars: usize) -> (&str, bool) {
-    match s.char_indices().nth(max_chars) {
-        Some((at, _)) => (&s[..at], true),
-        None => (s, false),
-    }
-}
-
-/// An OpenAI-format error body (`param` null), as the text of a
-/// `CheckResponse` or HTTP body: [`tollgate_wire::error_body`].
-pub fn error_body(message: &str, kind: &str, code: &str) -> String {
-    String::from_utf8_lossy(&tollgate_wire::error_body(message, kind, None, Some(code)))
-        .into_owned()
-}
-
-/// Which scope a bucket belongs to (for the 429 message).
-#[derive(Clone, Copy)]
-enum Scope {
-    Key,
-    Tenant,
-    KeyModel,
-    TenantModel,
-}
-
-impl Scope {
-    /// Key and tenant token buckets hold reservations; per-model token
-    /// buckets (known at Check time only from `x-tollgate-model`) do not.
-    fn reserves(self) -> bool {
-        matches!(self, Scope::Key | Scope::Tenant)
-    }
-
-    /// The `scope` label of `tollgate_authz_denials_total`.
-    fn as_str(self) -> &'static str {
-        match self {
-            Scope::Key => "key",
-            Scope::Tenant => "tenant",
-            Scope::KeyModel => "key_model",
-            Scope::TenantModel => "tenant_model",
-        }
-    }
-}
-
-struct Planned {
-    op: BucketOp,
-    limit: Limit,
-    scope: Scope,
-}
-
-/// What a plan takes from each bucket.
-#[derive(Clone, Copy)]
-enum Take {
-    /// A Check: 1 per request bucket, `reserve` per key or tenant token
-    /// bucket, 0 (admit while positive) per per-model token bucket.
-    Check { reserve: u64 },
-    /// A usage report: `tokens` minus `reserved` from the buckets that held
-    /// the reservation, `tokens` from the others.
-    Settle { tokens: u64, reserved: u64 },
-}
 
 /// Tokens to reserve for one request: the prompt estimated from its size
 /// (4 bytes a token) plus the tenant's answer reservation, at most the
@@ -211,54 +90,6 @@ fn scope_label(scope: Scope, key: &Key, model: Option<&str>) -> String {
         Scope::KeyModel => format!("key {} model {m}", key.id),
         Scope::TenantModel => format!("tenant {} model {m}", key.tenant),
     }
-}
-
-fn plan(policy: &Policy, key: &Key, model: Option<&str>, how: Take) -> Vec<Planned> {
-    let mut out = Vec::new();
-    let tenant = policy.tenant(&key.tenant);
-    let mut add = |limits: &[Limit], scope_key: String, scope: Scope| {
-        for l in limits {
-            let take = match (how, l.kind) {
-                (Take::Settle { tokens, reserved }, Kind::Tokens) if scope.reserves() => {
-                    tokens as i64 - reserved as i64
-                }
-                (Take::Settle { tokens, .. }, Kind::Tokens) => tokens as i64,
-                (Take::Settle { .. }, Kind::Requests) => continue,
-                (Take::Check { .. }, Kind::Requests) => 1,
-                (Take::Check { reserve }, Kind::Tokens) if scope.reserves() => reserve as i64,
-                (Take::Check { .. }, Kind::Tokens) => 0,
-            };
-            let kp = match (l.kind, l.period) {
-                (Kind::Requests, "day") => "rd",
-                (Kind::Requests, _) => "rm",
-                (Kind::Tokens, "day") => "td",
-                (Kind::Tokens, _) => "tm",
-            };
-            out.push(Planned {
-                op: BucketOp {
-                    key: bucket_key(&key.tenant, kp, &scope_key),
-                    spec: l.spec,
-                    take,
-                    lease: 0,
-                },
-                limit: *l,
-                scope,
-            });
-        }
-    };
-    add(&key.limits, format!("k:{}", key.id), Scope::Key);
-    if let Some(t) = tenant {
-        add(&t.limits, "t".to_string(), Scope::Tenant);
-    }
-    if let Some(m) = model {
-        if let Some(ls) = key.model_limits.get(m) {
-            add(ls, format!("km:{}:{m}", key.id), Scope::KeyModel);
-        }
-        if let Some(ls) = tenant.and_then(|t| t.model_limits.get(m)) {
-            add(ls, format!("tm:{m}"), Scope::TenantModel);
-        }
-    }
-    out
 }
 
 /// The six OpenAI rate-limit headers, from the most constrained bucket of
@@ -302,46 +133,6 @@ fn rate_headers(planned: &[Planned], levels: &[f64]) -> Vec<(&'static str, Strin
     h
 }
 
-fn wall_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
-/// Logs a warning at most once per interval, counting what it suppressed.
-struct Throttle {
-    last_ms: AtomicU64,
-    suppressed: AtomicU64,
-    interval_ms: u64,
-}
-
-impl Throttle {
-    fn new(interval_ms: u64) -> Self {
-        Throttle {
-            last_ms: AtomicU64::new(0),
-            suppressed: AtomicU64::new(0),
-            interval_ms,
-        }
-    }
-
-    /// Returns `Some(suppressed since last time)` when it is time to log.
-    fn ready(&self) -> Option<u64> {
-        let now = wall_ms();
-        let last = self.last_ms.load(Ordering::Relaxed);
-        if now.saturating_sub(last) >= self.interval_ms
-            && self
-                .last_ms
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            return Some(self.suppressed.swap(0, Ordering::Relaxed));
-        }
-        self.suppressed.fetch_add(1, Ordering::Relaxed);
-        None
-    }
-}
-
 const MISSING_KEY: &str = "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY), or in an x-api-key header.";
 const INVALID_KEY: &str = "Incorrect API key provided. Check the virtual key issued to you by your Tollgate administrator.";
 const NOT_BEARER: &str =
@@ -368,15 +159,12 @@ fn presented_key(input: &CheckInput) -> Result<&str, &'static str> {
 
 pub struct Authorizer<S: Store> {
     policy: ArcSwap<Policy>,
-    store: S,
-    metrics: Arc<Metrics>,
-    fail_log: Throttle,
+    /// The store, the metrics, the failure policy.
+    backend: Backend<S>,
     leases: Leases,
-    /// Longest a Check waits for another Check's refill of its leases.
-    pub(crate) refill_wait: Duration,
-    usage_queue: Mutex<VecDeque<QueuedDebit>>,
+    usage_queue: UsageQueue,
     /// Money budgets: leases on spend counters, the wall clock.
-    pub(crate) money: crate::spend::MoneyState,
+    money: MoneyState,
 }
 
 impl<S: Store> Authorizer<S> {
@@ -384,12 +172,9 @@ impl<S: Store> Authorizer<S> {
         metrics.policy_keys.set(policy.key_count() as i64);
         Authorizer {
             policy: ArcSwap::from_pointee(policy),
-            store,
-            metrics,
-            fail_log: Throttle::new(10_000),
+            backend: Backend::new(store, metrics),
             leases: Leases::new(),
-            refill_wait: Duration::from_millis(20),
-            usage_queue: Mutex::new(VecDeque::new()),
+            usage_queue: UsageQueue::default(),
             money: Default::default(),
         }
     }
@@ -398,7 +183,13 @@ impl<S: Store> Authorizer<S> {
     /// store's deadline is a good value); past it the failure policy
     /// applies as for a slow store.
     pub fn with_refill_wait(mut self, wait: Duration) -> Self {
-        self.refill_wait = wait;
+        self.backend.refill_wait = wait;
+        self
+    }
+
+    /// Use `wall` (unix milliseconds) as the clock of budget windows.
+    pub fn with_wall_clock(mut self, wall: impl Fn() -> i64 + Send + Sync + 'static) -> Self {
+        self.money = self.money.with_wall_clock(wall);
         self
     }
 
@@ -407,12 +198,35 @@ impl<S: Store> Authorizer<S> {
         &self.leases
     }
 
+    /// Money leases of this instance.
+    pub fn money_leases(&self) -> &Leases {
+        &self.money.leases
+    }
+
     pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
+        &self.backend.metrics
     }
 
     pub fn store(&self) -> &S {
-        &self.store
+        &self.backend.store
+    }
+
+    /// Usage settlement, on this instance's leases, money state and store.
+    fn settle(&self) -> Settle<'_, S> {
+        Settle {
+            backend: &self.backend,
+            leases: &self.leases,
+            money: &self.money,
+            queue: &self.usage_queue,
+        }
+    }
+
+    /// The money path, on this instance's money state and store.
+    fn spend(&self) -> Spend<'_, S> {
+        Spend {
+            money: &self.money,
+            backend: &self.backend,
+        }
     }
 
     /// The active policy.
@@ -422,18 +236,14 @@ impl<S: Store> Authorizer<S> {
 
     /// Swap in a new policy. In-flight checks finish on the old one.
     pub fn set_policy(&self, policy: Policy) {
-        self.metrics.policy_keys.set(policy.key_count() as i64);
+        self.backend
+            .metrics
+            .policy_keys
+            .set(policy.key_count() as i64);
         self.policy.store(Arc::new(policy));
         // Limits may have changed: no lease or cached refusal outlives them.
         self.leases.clear();
         self.money.leases.clear();
-    }
-
-    pub(crate) fn record(&self, result: &str, reason: &str) {
-        self.metrics
-            .decisions
-            .with_label_values(&[result, reason])
-            .inc();
     }
 
     /// Decide one request.
@@ -442,39 +252,42 @@ impl<S: Store> Authorizer<S> {
         let mut money = None;
         let d = self.decide(input, &mut money).await;
         if let (Some(taken), Decision::Deny { .. } | Decision::Unavailable(_)) = (&money, &d) {
-            self.money_put_back(taken);
+            self.spend().put_back(taken);
         }
-        self.metrics.checks.inc();
-        self.metrics
+        self.backend.metrics.checks.inc();
+        self.backend
+            .metrics
             .check_duration
             .observe(started.elapsed().as_secs_f64());
         d
     }
 
-    async fn decide(
+    /// The key a request presents, known to `policy` and allowed the
+    /// request's model (when it states one), and that model; `Err` is the
+    /// 401 or 403.
+    fn authenticate<'p, 'i>(
         &self,
-        input: &CheckInput,
-        money: &mut Option<crate::spend::MoneyTaken>,
-    ) -> Decision {
+        policy: &'p Policy,
+        input: &'i CheckInput,
+    ) -> Result<(&'p Key, Option<&'i str>), Decision> {
         let key_str = match presented_key(input) {
             Ok(k) => k,
             Err(msg) => {
-                self.record("denied", "missing_key");
-                return Decision::Deny {
+                self.backend.record("denied", "missing_key");
+                return Err(Decision::Deny {
                     status: 401,
                     body: error_body(msg, "invalid_request_error", "invalid_api_key"),
                     headers: Vec::new(),
-                };
+                });
             }
         };
-        let policy = self.policy.load();
         let Some(key) = policy.authenticate(key_str) else {
-            self.record("denied", "invalid_key");
-            return Decision::Deny {
+            self.backend.record("denied", "invalid_key");
+            return Err(Decision::Deny {
                 status: 401,
                 body: error_body(INVALID_KEY, "invalid_request_error", "invalid_api_key"),
                 headers: Vec::new(),
-            };
+            });
         };
         let model = input
             .model
@@ -483,22 +296,31 @@ impl<S: Store> Authorizer<S> {
             .filter(|m| !m.is_empty());
         if let Some(m) = model {
             if !key.allows_model(m) {
-                self.record("denied", "model_not_allowed");
+                self.backend.record("denied", "model_not_allowed");
                 let msg = format!("The virtual key {} may not use model {}.", key.id, echo(m));
-                return Decision::Deny {
+                return Err(Decision::Deny {
                     status: 403,
                     body: error_body(&msg, "invalid_request_error", "model_not_allowed"),
                     headers: Vec::new(),
-                };
+                });
             }
         }
+        Ok((key, model))
+    }
+
+    async fn decide(&self, input: &CheckInput, money: &mut Option<MoneyTaken>) -> Decision {
+        let policy = self.policy.load();
+        let (key, model) = match self.authenticate(&policy, input) {
+            Ok(found) => found,
+            Err(d) => return d,
+        };
         let tenant = policy.tenant(&key.tenant);
         let mut reserve = reservation(key, tenant, input.content_length);
-        if reserve == 0 && policy.money.applies(key) {
+        if reserve == 0 && policy.money.applies(&key.id, &key.tenant) {
             // No token bucket caps the estimate: money budgets reserve it whole.
             reserve = estimate(tenant, input.content_length);
         }
-        *money = match self.admit_money(&policy, key, model, reserve).await {
+        *money = match self.spend().admit(&policy, key, model, reserve).await {
             Ok(m) => m,
             Err(d) => return d,
         };
@@ -525,18 +347,36 @@ impl<S: Store> Authorizer<S> {
         };
         let planned = plan(&policy, key, model, Take::Check { reserve });
         if planned.is_empty() {
-            self.record("allowed", "no_limits");
+            self.backend.record("allowed", "no_limits");
             return allow(Vec::new(), 0);
         }
+        self.take_buckets(&planned, reserve, &policy, key, model, allow)
+            .await
+    }
+
+    /// Take every bucket of `planned` (`reserve` tokens from those that
+    /// reserve) for `key` from this instance's leases, or, when they fall
+    /// short, in one store call that refills them; `allow` builds the answer
+    /// of an admitted request from its rate-limit headers and the tokens
+    /// reserved.
+    async fn take_buckets(
+        &self,
+        planned: &[Planned],
+        reserve: u64,
+        policy: &Policy,
+        key: &Key,
+        model: Option<&str>,
+        allow: impl Fn(Vec<(&'static str, String)>, u64) -> Decision,
+    ) -> Decision {
         let mut ops: Vec<BucketOp> = planned.iter().map(|p| p.op.clone()).collect();
         // From this instance's leases and cached refusals, when they decide.
         let from_memory = |ops: &[BucketOp], now| match self.leases.try_take(ops, now) {
             Local::Taken(levels) => {
-                self.record("allowed", "ok");
-                Some(allow(rate_headers(&planned, &levels), reserve))
+                self.backend.record("allowed", "ok");
+                Some(allow(rate_headers(planned, &levels), reserve))
             }
             Local::Denied { index, levels } => {
-                Some(self.rate_limited(&planned, index, &levels, key, model))
+                Some(self.rate_limited(planned, index, &levels, key, model))
             }
             Local::Miss => None,
         };
@@ -547,9 +387,10 @@ impl<S: Store> Authorizer<S> {
         // from what it brought (a burst coalesces into one store call).
         let refill = self.leases.refill(&ops[0], Instant::now());
         let waiting = refill.wait();
-        let Ok(_guard) = tokio::time::timeout(self.refill_wait, refill.lock.lock()).await else {
+        let Ok(_guard) = tokio::time::timeout(self.backend.refill_wait, refill.lock.lock()).await
+        else {
             drop(waiting);
-            return self.unreachable(&policy, key, model, &planned, StoreError::Timeout, allow);
+            return self.unreachable(policy, key, model, planned, StoreError::Timeout, allow);
         };
         let now = Instant::now();
         if let Some(d) = from_memory(&ops, now) {
@@ -560,18 +401,16 @@ impl<S: Store> Authorizer<S> {
             op.lease = want;
         }
         drop(waiting);
-        let t = Instant::now();
-        let result = self.store.check_and_take(&ops).await;
-        self.metrics
-            .redis_duration
-            .with_label_values(&["check"])
-            .observe(t.elapsed().as_secs_f64());
+        let result = self
+            .backend
+            .timed("check", self.backend.store.check_and_take(&ops))
+            .await;
         let now = Instant::now();
         match result {
             Ok(outcome @ Outcome { denied: None, .. }) => {
                 let levels = self.leases.grant(&ops, &outcome, now);
-                self.record("allowed", "ok");
-                allow(rate_headers(&planned, &levels), reserve)
+                self.backend.record("allowed", "ok");
+                allow(rate_headers(planned, &levels), reserve)
             }
             Ok(Outcome {
                 denied: Some(i),
@@ -583,19 +422,19 @@ impl<S: Store> Authorizer<S> {
                 let retry = ms_until_admits(level, p.op.take, p.limit.spec);
                 self.leases
                     .deny(&p.op, level, Duration::from_millis(retry), now);
-                self.rate_limited(&planned, i, &levels, key, model)
+                self.rate_limited(planned, i, &levels, key, model)
             }
             Ok(Outcome {
                 denied: Some(i), ..
             }) => self.unreachable(
-                &policy,
+                policy,
                 key,
                 model,
-                &planned,
+                planned,
                 StoreError::Protocol(format!("store refused unknown bucket {i}")),
                 allow,
             ),
-            Err(e) => self.unreachable(&policy, key, model, &planned, e, allow),
+            Err(e) => self.unreachable(policy, key, model, planned, e, allow),
         }
     }
 
@@ -621,7 +460,7 @@ impl<S: Store> Authorizer<S> {
             level.floor().max(0.0) as u64,
             format_reset(retry_ms),
         );
-        self.record(
+        self.backend.record(
             "denied",
             if p.limit.kind == Kind::Requests {
                 "rate_limited_requests"
@@ -629,7 +468,8 @@ impl<S: Store> Authorizer<S> {
                 "rate_limited_tokens"
             },
         );
-        self.metrics
+        self.backend
+            .metrics
             .denials
             .with_label_values(&[&key.tenant, kind, p.limit.period, p.scope.as_str()])
             .inc();
@@ -656,215 +496,22 @@ impl<S: Store> Authorizer<S> {
     ) -> Decision {
         let ops: Vec<BucketOp> = planned.iter().map(|p| p.op.clone()).collect();
         if let Some((i, levels)) = self.leases.known_exhausted(&ops, Instant::now()) {
-            self.count_store_error("check", &e);
+            self.backend.count_store_error("check", &e);
             return self.rate_limited(planned, i, &levels, key, model);
         }
-        self.failed(policy, key, e, |h| allow(h, 0))
-    }
-
-    /// The store failed: apply the tenant's `redis_failure` policy.
-    pub(crate) fn failed(
-        &self,
-        policy: &Policy,
-        key: &Key,
-        e: StoreError,
-        allow: impl FnOnce(Vec<(&'static str, String)>) -> Decision,
-    ) -> Decision {
-        {
-            {
-                self.count_store_error("check", &e);
-                let failure = policy
-                    .tenant(&key.tenant)
-                    .map(|t| t.redis_failure)
-                    .unwrap_or_default();
-                match failure {
-                    RedisFailure::Open => {
-                        self.metrics.fail_open.inc();
-                        if let Some(suppressed) = self.fail_log.ready() {
-                            tracing::warn!(error = %e, suppressed, "rate-limit store failed; admitting requests (fail-open)");
-                        }
-                        self.record("allowed", "fail_open");
-                        allow(Vec::new())
-                    }
-                    RedisFailure::Closed => {
-                        if let Some(suppressed) = self.fail_log.ready() {
-                            tracing::warn!(error = %e, suppressed, tenant = %key.tenant, "rate-limit store failed; refusing requests (fail-closed)");
-                        }
-                        self.record("denied", "fail_closed");
-                        Decision::Deny {
-                            status: 503,
-                            body: error_body(
-                                "The budget store (Redis) is unavailable and this tenant refuses requests without it (redis_failure: closed). Please retry in 1 second.",
-                                "server_error",
-                                "rate_limiter_unavailable",
-                            ),
-                            headers: vec![("retry-after", "1".to_string())],
-                        }
-                    }
-                    RedisFailure::Envoy => {
-                        if let Some(suppressed) = self.fail_log.ready() {
-                            tracing::warn!(error = %e, suppressed, tenant = %key.tenant, "rate-limit store failed; answering UNAVAILABLE");
-                        }
-                        self.record("error", "unavailable");
-                        Decision::Unavailable(format!("rate-limit store failed: {e}"))
-                    }
-                }
-            }
-        }
-    }
-
-    pub(crate) fn count_store_error(&self, op: &str, e: &StoreError) {
-        let kind = match e {
-            StoreError::Timeout => "timeout",
-            StoreError::Unavailable(_) => "unavailable",
-            StoreError::Protocol(_) => "protocol",
-            StoreError::Overloaded => "overloaded",
-        };
-        self.metrics
-            .redis_errors
-            .with_label_values(&[op, kind])
-            .inc();
+        self.backend.failed(policy, key, e, |h| allow(h, 0))
     }
 
     /// Settle a usage report: debit its tokens from the token buckets of
     /// the key, its tenant and, when configured, the model, minus what was
     /// reserved at Check time on the buckets that reserved it (a refund when
-    /// the answer was shorter). Levels may go negative. When the store is
-    /// unreachable the debit is queued ([`USAGE_QUEUE_MAX`], oldest dropped
-    /// first and counted) and applied by [`Authorizer::maintain`].
+    /// the answer was shorter), and its cost from its money budgets. Levels
+    /// may go negative. When the store is unreachable the debit is queued
+    /// ([`crate::usage::USAGE_QUEUE_MAX`], oldest dropped first and counted)
+    /// and applied by [`Authorizer::maintain`].
     pub async fn record_usage(&self, report: &UsageReport) -> Result<Recorded, UsageError> {
         let policy = self.policy.load();
-        let key = match policy.key_by_id(&report.key_id) {
-            Some(k) if k.tenant == report.tenant => k,
-            _ => {
-                self.metrics
-                    .usage_reports
-                    .with_label_values(&["unknown_key"])
-                    .inc();
-                return Err(UsageError::UnknownKey(
-                    report.key_id.clone(),
-                    report.tenant.clone(),
-                ));
-            }
-        };
-        let tokens = report
-            .prompt_tokens
-            .saturating_add(report.completion_tokens);
-        let how = Take::Settle {
-            tokens,
-            reserved: report.reserved.unwrap_or(0),
-        };
-        let ops: Vec<BucketOp> = plan(&policy, key, report.model.as_deref(), how)
-            .into_iter()
-            .map(|p| p.op)
-            .filter(|op| op.take != 0)
-            .collect();
-        let money = self.money_settlement(&policy, key, report);
-        let money = if money.is_empty() {
-            None
-        } else {
-            let debit = QueuedDebit {
-                tenant: key.tenant.clone(),
-                tokens: 0,
-                ops: money,
-                counters: true,
-            };
-            Some(self.settle(debit).await)
-        };
-        if ops.is_empty() {
-            self.count_debited(&key.tenant, tokens);
-            return money.unwrap_or(Ok(Recorded::Debited));
-        }
-        let debit = QueuedDebit {
-            tenant: key.tenant.clone(),
-            tokens,
-            ops,
-            counters: false,
-        };
-        let buckets = self.settle(debit).await;
-        match (money, buckets) {
-            (Some(Err(e)), _) | (_, Err(e)) => Err(e),
-            (Some(Ok(Recorded::Queued)), _) | (_, Ok(Recorded::Queued)) => Ok(Recorded::Queued),
-            _ => Ok(Recorded::Debited),
-        }
-    }
-
-    /// Apply one debit, or queue it while the store is unreachable.
-    async fn settle(&self, debit: QueuedDebit) -> Result<Recorded, UsageError> {
-        match self.apply_debit(&debit).await {
-            Ok(()) => Ok(Recorded::Debited),
-            // Never sent (store down, breaker open, no call slot): keep it.
-            Err(StoreError::Unavailable(_) | StoreError::Overloaded) => {
-                self.enqueue(debit);
-                Ok(Recorded::Queued)
-            }
-            // Sent but unanswered or refused: it may have been applied, so
-            // it is not retried (never debited twice).
-            Err(e) => {
-                self.metrics
-                    .usage_reports
-                    .with_label_values(&["store_error"])
-                    .inc();
-                Err(UsageError::Store(e))
-            }
-        }
-    }
-
-    fn count_debited(&self, tenant: &str, tokens: u64) {
-        self.metrics.usage_reports.with_label_values(&["ok"]).inc();
-        self.metrics
-            .usage_tokens
-            .with_label_values(&[tenant])
-            .inc_by(tokens as f64);
-    }
-
-    async fn apply_debit(&self, debit: &QueuedDebit) -> Result<(), StoreError> {
-        let t = Instant::now();
-        let (result, op) = if debit.counters {
-            (self.store.spend_debit(&debit.ops).await, "spend_debit")
-        } else {
-            (self.store.debit(&debit.ops).await, "debit")
-        };
-        self.metrics
-            .redis_duration
-            .with_label_values(&[op])
-            .observe(t.elapsed().as_secs_f64());
-        match result {
-            Ok(outcome) if debit.counters => {
-                self.money.leases.observe(&debit.ops, &outcome.levels);
-                Ok(())
-            }
-            Ok(outcome) => {
-                self.leases.observe(&debit.ops, &outcome.levels);
-                self.count_debited(&debit.tenant, debit.tokens);
-                Ok(())
-            }
-            Err(e) => {
-                self.count_store_error("debit", &e);
-                if let Some(suppressed) = self.fail_log.ready() {
-                    tracing::warn!(error = %e, suppressed, "rate-limit store failed; usage not debited yet");
-                }
-                Err(e)
-            }
-        }
-    }
-
-    fn queue(&self) -> std::sync::MutexGuard<'_, VecDeque<QueuedDebit>> {
-        self.usage_queue.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn enqueue(&self, debit: QueuedDebit) {
-        let mut q = self.queue();
-        if q.len() >= USAGE_QUEUE_MAX {
-            q.pop_front();
-            self.metrics.usage_dropped.inc();
-        }
-        q.push_back(debit);
-        self.metrics.usage_queued.set(q.len() as i64);
-        self.metrics
-            .usage_reports
-            .with_label_values(&["queued"])
-            .inc();
+        self.settle().record(&policy, report).await
     }
 
     /// Periodic upkeep (every 250 ms from the server): give idle leases back
@@ -873,27 +520,17 @@ impl<S: Store> Authorizer<S> {
     pub async fn maintain(&self) {
         for op in self.leases.sweep(Instant::now()) {
             // A lost return only leaves units unused until they refill.
-            let _ = self.store.debit(std::slice::from_ref(&op)).await;
+            let _ = self.backend.store.debit(std::slice::from_ref(&op)).await;
         }
         for op in self.money.leases.sweep(Instant::now()) {
             // A lost return leaves money unspendable until the window ends.
-            let _ = self.store.spend_debit(std::slice::from_ref(&op)).await;
+            let _ = self
+                .backend
+                .store
+                .spend_debit(std::slice::from_ref(&op))
+                .await;
         }
-        loop {
-            let Some(debit) = self.queue().pop_front() else {
-                break;
-            };
-            match self.apply_debit(&debit).await {
-                Ok(()) => {}
-                Err(StoreError::Unavailable(_) | StoreError::Overloaded) => {
-                    self.queue().push_front(debit);
-                    break;
-                }
-                // Sent but unanswered: may have been applied; not retried.
-                Err(_) => {}
-            }
-        }
-        self.metrics.usage_queued.set(self.queue().len() as i64);
+        self.settle().drain().await;
     }
 }
 
@@ -901,29 +538,7 @@ impl<S: Store> Authorizer<S> {
 mod tests {
     use super::*;
     use crate::bucket::BucketSpec;
-
-    #[test]
-    fn echoed_input_is_quoted_and_cut() {
-        assert_eq!(echo("gpt-4o"), r#""gpt-4o""#);
-        assert_eq!(echo("a\nb"), r#""a\nb""#);
-        let long = "é".repeat(ECHO_MAX_CHARS + 1);
-        assert_eq!(echo(&long), format!("{:?}…", "é".repeat(ECHO_MAX_CHARS)));
-        assert_eq!(
-            echo(&"é".repeat(ECHO_MAX_CHARS)).chars().count(),
-            ECHO_MAX_CHARS + 2
-        );
-        assert_eq!(clip("abcdef", 3), "abc…");
-        assert_eq!(clip("abc", 3), "abc");
-        let e = UsageError::UnknownKey("k".repeat(5000), "t".into()).to_string();
-        assert!(e.len() < 120, "{e}");
-        assert!(
-            e.starts_with(&format!(
-                "unknown key_id \"{}\"…",
-                "k".repeat(ECHO_MAX_CHARS)
-            )),
-            "{e}"
-        );
-    }
+    use crate::policy::Limit;
 
     fn planned(kind: Kind, capacity: u64, scope: Scope) -> Planned {
         let spec = BucketSpec {
@@ -1006,23 +621,5 @@ mod tests {
         );
         assert_eq!(presented_key(&input(None, None)), Err(MISSING_KEY));
         assert_eq!(presented_key(&input(Some(""), Some("tg-c"))), Ok("tg-c"));
-    }
-
-    #[test]
-    fn error_body_keeps_openai_field_order() {
-        assert_eq!(
-            error_body("m \"q\"", "t", "c"),
-            r#"{"error":{"message":"m \"q\"","type":"t","param":null,"code":"c"}}"#
-        );
-    }
-
-    #[test]
-    fn error_body_is_openai_shaped() {
-        let v: serde_json::Value =
-            serde_json::from_str(&error_body("m", "t", "c")).unwrap_or_default();
-        assert_eq!(
-            v,
-            serde_json::json!({"error": {"message": "m", "type": "t", "param": null, "code": "c"}})
-        );
     }
 }

@@ -9,11 +9,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use serde::Deserialize;
+use tollgate_wire::UsageReport;
 
-use crate::authz::{
-    clip, error_body, Authorizer, Recorded, UsageError, UsageReport, ECHO_MAX_CHARS,
-};
+use crate::authz::Authorizer;
+use crate::decision::{clip, error_body, ECHO_MAX_CHARS};
 use crate::storage::Store;
+use crate::usage::{Recorded, UsageError};
 use crate::usage_token::UsageToken;
 
 /// What the handlers share: the authorizer, and the token usage reports
@@ -98,26 +99,14 @@ async fn usage<S: Store>(
             );
         }
     }
-    let reports = match serde_json::from_slice::<Reports>(&body) {
-        Ok(Reports::One(r)) => vec![r],
-        Ok(Reports::Many(rs)) => rs,
-        Err(_) => {
+    let reports = match parse_reports(&body) {
+        Ok(reports) => reports,
+        Err(msg) => {
             authz
                 .metrics()
                 .usage_reports
                 .with_label_values(&["bad_request"])
                 .inc();
-            // The untagged enum's own error says nothing useful: name what
-            // is wrong with the report as a single one.
-            let msg = match serde_json::from_slice::<UsageReport>(&body) {
-                // serde's message can quote the input (an unknown field's
-                // name): cut it like any echo.
-                Err(e) => format!(
-                    "Invalid usage report: {}",
-                    clip(&e.to_string(), 3 * ECHO_MAX_CHARS)
-                ),
-                Ok(_) => "Invalid usage report.".to_string(),
-            };
             return json(
                 StatusCode::BAD_REQUEST,
                 error_body(&msg, "invalid_request_error", "invalid_usage_report"),
@@ -147,6 +136,34 @@ async fn usage<S: Store>(
         }
         .into_response();
     };
+    not_recorded(&e, failed, total)
+}
+
+/// The body of `POST /v1/usage`: one report or an array of them; `Err` is
+/// the 400's message.
+fn parse_reports(body: &[u8]) -> Result<Vec<UsageReport>, String> {
+    match serde_json::from_slice::<Reports>(body) {
+        Ok(Reports::One(r)) => Ok(vec![r]),
+        Ok(Reports::Many(rs)) => Ok(rs),
+        Err(_) => {
+            // The untagged enum's own error says nothing useful: name what
+            // is wrong with the report as a single one.
+            Err(match serde_json::from_slice::<UsageReport>(body) {
+                // serde's message can quote the input (an unknown field's
+                // name): cut it like any echo.
+                Err(e) => format!(
+                    "Invalid usage report: {}",
+                    clip(&e.to_string(), 3 * ECHO_MAX_CHARS)
+                ),
+                Ok(_) => "Invalid usage report.".to_string(),
+            })
+        }
+    }
+}
+
+/// The answer when `failed` of `total` reports were not recorded, `e`
+/// being the first failure.
+fn not_recorded(e: &UsageError, failed: usize, total: usize) -> Response {
     let (status, msg, kind, code) = match e {
         UsageError::UnknownKey(..) => (
             StatusCode::BAD_REQUEST,

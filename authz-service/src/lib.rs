@@ -19,16 +19,40 @@
 //! assert!(matches!(rt.block_on(authz.check(&input)), Decision::Allow { .. }));
 //! assert!(matches!(rt.block_on(authz.check(&input)), Decision::Deny { status: 429, .. }));
 //! ```
+//!
+//! Modules stand on floors: each uses only modules on the floors below it
+//! (`scripts/check_floors.py` refuses a circle), so the source reads from
+//! the bottom up; authz-service/README.md, "Source layout", lists them.
+//!
+//! 1. [`bucket`], [`rolling`], [`prices`], [`decision`], [`metrics`],
+//!    [`defaults`], [`usage_token`]: math, answers and settings that use
+//!    no other module
+//! 2. [`storage`] (buckets and spend counters, in memory or in Redis),
+//!    [`anthropic`]
+//! 3. [`budget`] (the money part of a policy), [`lease`]
+//! 4. [`policy`]
+//! 5. [`plan`] (the buckets of a request), [`backend`] (the store as the
+//!    decisions reach it), [`keygen`]
+//! 6. [`spend`] (money budgets reserved and settled)
+//! 7. [`usage`] (usage reports settled, debits queued)
+//! 8. [`authz`] (the Check decision and the [`authz::Authorizer`])
+//! 9. [`service`] (ext_authz over gRPC), [`http`], [`reload`]
+//! 10. [`server`] (wiring)
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 pub mod anthropic;
 pub mod authz;
+pub mod backend;
 pub mod bucket;
+pub mod budget;
+pub mod decision;
+pub mod defaults;
 pub mod http;
 pub mod keygen;
 pub mod lease;
 pub mod metrics;
+pub mod plan;
 pub mod policy;
 pub mod prices;
 pub mod reload;
@@ -37,4 +61,5 @@ pub mod server;
 pub mod service;
 pub mod spend;
 pub mod storage;
+pub mod usage;
 pub mod usage_token;

@@ -6,9 +6,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use tollgate_authz::defaults;
 use tollgate_authz::keygen;
 use tollgate_authz::policy::{Policy, PolicyError};
-use tollgate_authz::server::{self, defaults, ServeConfig};
+use tollgate_authz::server::{self, ServeConfig};
 use tollgate_authz::usage_token::UsageToken;
 
 /// Envoy ext_authz service for Tollgate virtual keys and rate limits.

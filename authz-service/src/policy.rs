@@ -66,7 +66,7 @@ struct RawTenant {
     #[serde(default)]
     time_zone: Option<String>,
     #[serde(default)]
-    budgets: Option<crate::spend::RawBudgets>,
+    budgets: Option<crate::budget::RawBudgets>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -82,7 +82,7 @@ struct RawKey {
     #[serde(default)]
     model_limits: BTreeMap<String, Limits>,
     #[serde(default)]
-    budgets: Option<crate::spend::RawBudgets>,
+    budgets: Option<crate::budget::RawBudgets>,
 }
 
 fn default_models() -> Vec<String> {
@@ -192,8 +192,8 @@ pub struct Policy {
     by_id: HashMap<String, usize>,
     keys: Vec<Key>,
     tenants: HashMap<String, Tenant>,
-    /// Prices, time zones and money budgets (`crate::spend`).
-    pub money: crate::spend::Money,
+    /// Prices, time zones and money budgets (`crate::budget`).
+    pub money: crate::budget::Money,
 }
 
 /// A policy that failed to load; `Display` is the exact, user-facing message.
@@ -248,6 +248,71 @@ pub fn hash_key(key: &str) -> String {
     hex::encode(Sha256::digest(key.as_bytes()))
 }
 
+/// The tenants of a policy, each with the defaults applied.
+fn compile_tenants(raw: &RawPolicy) -> Result<HashMap<String, Tenant>, PolicyError> {
+    let default_failure = raw.defaults.redis_failure.unwrap_or_default();
+    let default_reserve = raw
+        .defaults
+        .reserve_completion_tokens
+        .unwrap_or(DEFAULT_RESERVE_COMPLETION_TOKENS);
+    let mut tenants = HashMap::new();
+    for (name, t) in &raw.tenants {
+        if !valid_policy_name(name) {
+            return err(format!(
+                "tenant {name:?}: name must match [A-Za-z0-9._-]{{1,64}}"
+            ));
+        }
+        let owner = format!("tenant {name:?}");
+        check_limits(&owner, "limits", &t.limits)?;
+        let model_limits = check_model_limits(&owner, &t.model_limits)?;
+        tenants.insert(
+            name.clone(),
+            Tenant {
+                name: name.clone(),
+                limits: compile_limits(&t.limits),
+                model_limits,
+                redis_failure: t.redis_failure.unwrap_or(default_failure),
+                reserve_completion_tokens: t.reserve_completion_tokens.unwrap_or(default_reserve),
+            },
+        );
+    }
+    Ok(tenants)
+}
+
+/// A key's `sha256` field as bytes: exactly 64 lowercase hex characters.
+fn key_hash(owner: &str, sha256: &str) -> Result<[u8; 32], PolicyError> {
+    let is_hex = sha256.len() == 64
+        && sha256
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let mut hash = [0u8; 32];
+    if !is_hex || hex::decode_to_slice(sha256, &mut hash).is_err() {
+        return err(format!(
+            "{owner}: sha256 must be 64 lowercase hex characters"
+        ));
+    }
+    Ok(hash)
+}
+
+/// The money part of a policy: prices, time zones and budgets.
+fn compile_money(raw: &RawPolicy) -> Result<crate::budget::Money, PolicyError> {
+    crate::budget::Money::compile(&crate::budget::MoneyInput {
+        default_zone: raw.defaults.time_zone.as_deref(),
+        prices: &raw.prices,
+        tenants: raw
+            .tenants
+            .iter()
+            .map(|(n, t)| (n.as_str(), t.time_zone.as_deref(), t.budgets.as_ref()))
+            .collect(),
+        keys: raw
+            .keys
+            .iter()
+            .map(|k| (k.id.as_str(), k.budgets.as_ref()))
+            .collect(),
+    })
+    .map_err(PolicyError)
+}
+
 impl Policy {
     /// Parse and validate policy YAML.
     pub fn from_yaml(text: &str) -> Result<Policy, PolicyError> {
@@ -264,34 +329,7 @@ impl Policy {
                 raw.version
             ));
         }
-        let default_failure = raw.defaults.redis_failure.unwrap_or_default();
-        let default_reserve = raw
-            .defaults
-            .reserve_completion_tokens
-            .unwrap_or(DEFAULT_RESERVE_COMPLETION_TOKENS);
-        let mut tenants = HashMap::new();
-        for (name, t) in &raw.tenants {
-            if !valid_policy_name(name) {
-                return err(format!(
-                    "tenant {name:?}: name must match [A-Za-z0-9._-]{{1,64}}"
-                ));
-            }
-            let owner = format!("tenant {name:?}");
-            check_limits(&owner, "limits", &t.limits)?;
-            let model_limits = check_model_limits(&owner, &t.model_limits)?;
-            tenants.insert(
-                name.clone(),
-                Tenant {
-                    name: name.clone(),
-                    limits: compile_limits(&t.limits),
-                    model_limits,
-                    redis_failure: t.redis_failure.unwrap_or(default_failure),
-                    reserve_completion_tokens: t
-                        .reserve_completion_tokens
-                        .unwrap_or(default_reserve),
-                },
-            );
-        }
+        let tenants = compile_tenants(&raw)?;
         let mut by_hash = HashMap::new();
         let mut by_id = HashMap::new();
         let mut keys = Vec::new();
@@ -309,16 +347,7 @@ impl Policy {
             if !tenants.contains_key(&k.tenant) {
                 return err(format!("{owner}: unknown tenant {:?}", k.tenant));
             }
-            let is_hex = k.sha256.len() == 64
-                && k.sha256
-                    .bytes()
-                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-            let mut hash = [0u8; 32];
-            if !is_hex || hex::decode_to_slice(&k.sha256, &mut hash).is_err() {
-                return err(format!(
-                    "{owner}: sha256 must be 64 lowercase hex characters"
-                ));
-            }
+            let hash = key_hash(&owner, &k.sha256)?;
             if let Some(&other) = by_hash.get(&hash) {
                 let other: &Key = &keys[other];
                 return err(format!("{owner}: sha256 duplicates key {:?}", other.id));
@@ -344,21 +373,7 @@ impl Policy {
                 model_limits,
             });
         }
-        let money = crate::spend::Money::compile(&crate::spend::MoneyInput {
-            default_zone: raw.defaults.time_zone.as_deref(),
-            prices: &raw.prices,
-            tenants: raw
-                .tenants
-                .iter()
-                .map(|(n, t)| (n.as_str(), t.time_zone.as_deref(), t.budgets.as_ref()))
-                .collect(),
-            keys: raw
-                .keys
-                .iter()
-                .map(|k| (k.id.as_str(), k.budgets.as_ref()))
-                .collect(),
-        })
-        .map_err(PolicyError)?;
+        let money = compile_money(&raw)?;
         Ok(Policy {
             by_hash,
             by_id,

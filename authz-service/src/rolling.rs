@@ -1,5 +1,5 @@
 //! Rolling windows for money budgets: "the last 24 hours", "the last 7
-//! days", beside the calendar day and month of [`crate::spend`].
+//! days", beside the calendar day and month of [`crate::budget`].
 //!
 //! A rolling window is kept as a ring of slots aligned on the unix epoch
 //! (a tenant's time zone does not matter): a window of up to 24 hours has
@@ -18,9 +18,11 @@
 
 use std::collections::HashMap;
 
-use crate::spend::GRACE_MS;
-
 const HOUR_MS: i64 = 3_600_000;
+/// A spend counter outlives its window by this much (late settlements, the
+/// CLI): a calendar counter past its window's end, a slot once it has left
+/// its rolling window.
+pub const GRACE_MS: i64 = 3_600_000;
 /// Longest rolling window, in days.
 pub const MAX_DAYS: i64 = 90;
 

@@ -12,30 +12,13 @@ use tokio::task::JoinHandle;
 use tonic::transport::server::TcpIncoming;
 
 use crate::authz::Authorizer;
+use crate::defaults;
 use crate::metrics::Metrics;
 use crate::policy::Policy;
 use crate::reload::Reloader;
 use crate::service::AuthzService;
 use crate::storage::{AnyStore, MemoryStore, RedisStore, RedisStoreConfig, SystemClock};
 use crate::usage_token::UsageToken;
-
-/// Defaults of `tollgate-authz serve` (the flags and [`ServeConfig::new`]
-/// both read them; nothing else states them).
-pub mod defaults {
-    use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-
-    pub const GRPC_LISTEN: SocketAddr =
-        SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9100));
-    pub const HTTP_LISTEN: SocketAddr =
-        SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9101));
-    pub const REDIS_URL: &str = "redis://127.0.0.1:6390";
-    pub const REDIS_TIMEOUT_MS: u64 = 10;
-    /// A Redis that answered in the last second is busy, not down: its
-    /// calls may take this long (a connection burst saturates the cores).
-    pub const REDIS_BUSY_TIMEOUT_MS: u64 = 250;
-    pub const REDIS_MAX_IN_FLIGHT: usize = 256;
-    pub const RELOAD_INTERVAL_MS: u64 = 500;
-}
 
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
@@ -129,50 +112,42 @@ async fn logged<E: std::fmt::Display>(
     }
 }
 
-/// Load the policy, bind both listeners and start serving in the background.
-pub async fn start(cfg: ServeConfig) -> Result<Running, String> {
-    let initial = std::fs::read(&cfg.policy_path)
-        .map_err(|e| format!("cannot read policy file {}: {e}", cfg.policy_path.display()))?;
-    let policy = Policy::from_yaml(&String::from_utf8_lossy(&initial))
-        .map_err(|e| format!("invalid policy {}: {e}", cfg.policy_path.display()))?;
-    let metrics = Arc::new(Metrics::new().map_err(|e| format!("metrics: {e}"))?);
-    let store = if cfg.redis_url.starts_with("memory:") {
+/// The store `cfg.redis_url` names: in memory (`memory://`) or Redis.
+async fn open_store(cfg: &ServeConfig, metrics: &Metrics) -> Result<AnyStore, String> {
+    if cfg.redis_url.starts_with("memory:") {
         tracing::warn!("using the in-memory store: limits apply per process, not globally");
-        AnyStore::Memory(MemoryStore::new(SystemClock))
-    } else {
-        let mut rc = RedisStoreConfig::new(cfg.redis_url.clone());
-        rc.timeout = cfg.redis_timeout;
-        rc.busy_timeout = cfg.redis_busy_timeout;
-        rc.max_in_flight = cfg.redis_max_in_flight;
-        let s = RedisStore::new(&rc)
-            .map_err(|e| e.to_string())?
-            .with_call_counter(metrics.redis_calls.clone());
-        // SCRIPT LOAD once up front; EVALSHA reloads on NOSCRIPT anyway.
-        if let Err(e) = s.load_script().await {
-            tracing::warn!(error = %e, "could not load the bucket script yet (redis down?); will load on first use");
-        }
-        AnyStore::Redis(s)
-    };
-    tracing::info!(
-        keys = policy.key_count(),
-        tenants = policy.tenant_count(),
-        "policy loaded"
-    );
-    // A burst on a nearly empty bucket refills one Check at a time: give the
-    // queue room beyond one busy Redis call (Envoy's ext_authz timeout, 2 s
-    // in envoy.yaml, stays above it).
-    let refill_wait =
-        (cfg.redis_timeout.max(cfg.redis_busy_timeout) * 2).max(Duration::from_millis(100));
-    let authz = Arc::new(Authorizer::new(policy, store, metrics).with_refill_wait(refill_wait));
-    let (tx, rx) = watch::channel(false);
-    let mut tasks = Vec::new();
+        return Ok(AnyStore::Memory(MemoryStore::new(SystemClock)));
+    }
+    let mut rc = RedisStoreConfig::new(cfg.redis_url.clone());
+    rc.timeout = cfg.redis_timeout;
+    rc.busy_timeout = cfg.redis_busy_timeout;
+    rc.max_in_flight = cfg.redis_max_in_flight;
+    let s = RedisStore::new(&rc)
+        .map_err(|e| e.to_string())?
+        .with_call_counter(metrics.redis_calls.clone());
+    // SCRIPT LOAD once up front; EVALSHA reloads on NOSCRIPT anyway.
+    if let Err(e) = s.load_script().await {
+        tracing::warn!(error = %e, "could not load the bucket script yet (redis down?); will load on first use");
+    }
+    Ok(AnyStore::Redis(s))
+}
 
+/// Bind the gRPC listeners (ext_authz Check and grpc.health.v1, on
+/// `cfg.grpc_listen` and on `cfg.grpc_uds` when set) and the HTTP one
+/// (`/healthz`, `/metrics`, `/v1/usage`), and serve each in a task until
+/// `rx` says to stop: the bound gRPC and HTTP addresses.
+async fn listen(
+    cfg: &ServeConfig,
+    authz: &Arc<Authorizer<AnyStore>>,
+    rx: &watch::Receiver<bool>,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> Result<(SocketAddr, SocketAddr), String> {
     // gRPC: ext_authz Check + grpc.health.v1.
     let incoming = TcpIncoming::bind(cfg.grpc_listen)
         .map_err(|e| format!("cannot listen for gRPC on {}: {e}", cfg.grpc_listen))?
         .with_nodelay(Some(true));
     let grpc_addr = incoming.local_addr().map_err(|e| e.to_string())?;
-    let grpc = grpc_router(&authz)
+    let grpc = grpc_router(authz)
         .await
         .serve_with_incoming_shutdown(incoming, wait_shutdown(rx.clone()));
     tasks.push(tokio::spawn(logged(grpc, "gRPC server failed")));
@@ -181,7 +156,7 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, String> {
         let _ = std::fs::remove_file(path);
         let uds = tokio::net::UnixListener::bind(path)
             .map_err(|e| format!("cannot listen for gRPC on {}: {e}", path.display()))?;
-        let grpc_uds = grpc_router(&authz).await.serve_with_incoming_shutdown(
+        let grpc_uds = grpc_router(authz).await.serve_with_incoming_shutdown(
             tokio_stream::wrappers::UnixListenerStream::new(uds),
             wait_shutdown(rx.clone()),
         );
@@ -211,23 +186,50 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, String> {
             tracing::error!(error = %e, "HTTP server failed");
         }
     }));
+    Ok((grpc_addr, http_addr))
+}
 
-    // Idle leases back to the store, queued usage debits applied.
-    let upkeep = authz.clone();
-    let upkeep_rx = rx.clone();
-    tasks.push(tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_millis(250));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => upkeep.maintain().await,
-                _ = wait_shutdown(upkeep_rx.clone()) => break,
-            }
+/// Every 250 ms until shut down: idle leases back to the store, queued
+/// usage debits applied; then every lease back, so no unit is stranded.
+async fn upkeep(authz: Arc<Authorizer<AnyStore>>, rx: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => authz.maintain().await,
+            _ = wait_shutdown(rx.clone()) => break,
         }
-        // Shutting down: give every lease back so no unit is stranded.
-        upkeep.leases().clear();
-        upkeep.maintain().await;
-    }));
+    }
+    // Shutting down: give every lease back so no unit is stranded.
+    authz.leases().clear();
+    authz.maintain().await;
+}
+
+/// Load the policy, bind both listeners and start serving in the background.
+pub async fn start(cfg: ServeConfig) -> Result<Running, String> {
+    let initial = std::fs::read(&cfg.policy_path)
+        .map_err(|e| format!("cannot read policy file {}: {e}", cfg.policy_path.display()))?;
+    let policy = Policy::from_yaml(&String::from_utf8_lossy(&initial))
+        .map_err(|e| format!("invalid policy {}: {e}", cfg.policy_path.display()))?;
+    let metrics = Arc::new(Metrics::new().map_err(|e| format!("metrics: {e}"))?);
+    let store = open_store(&cfg, &metrics).await?;
+    tracing::info!(
+        keys = policy.key_count(),
+        tenants = policy.tenant_count(),
+        "policy loaded"
+    );
+    // A burst on a nearly empty bucket refills one Check at a time: give the
+    // queue room beyond one busy Redis call (Envoy's ext_authz timeout, 2 s
+    // in envoy.yaml, stays above it).
+    let refill_wait =
+        (cfg.redis_timeout.max(cfg.redis_busy_timeout) * 2).max(Duration::from_millis(100));
+    let authz = Arc::new(Authorizer::new(policy, store, metrics).with_refill_wait(refill_wait));
+    let (tx, rx) = watch::channel(false);
+    let mut tasks = Vec::new();
+
+    let (grpc_addr, http_addr) = listen(&cfg, &authz, &rx, &mut tasks).await?;
+    // Idle leases back to the store, queued usage debits applied.
+    tasks.push(tokio::spawn(upkeep(authz.clone(), rx.clone())));
 
     // Policy reload on change and SIGHUP.
     let reloader = Reloader::new(&cfg.policy_path, authz.clone(), Some(initial));

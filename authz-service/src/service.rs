@@ -22,7 +22,8 @@ use envoy_types::pb::google::rpc;
 
 use tollgate_wire::header as wire;
 
-use crate::authz::{Authorizer, CheckInput, Decision};
+use crate::authz::{Authorizer, CheckInput};
+use crate::decision::Decision;
 use crate::storage::Store;
 
 /// gRPC status codes used in `CheckResponse.status`.

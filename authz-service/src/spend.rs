@@ -1,5 +1,7 @@
-//! Money budgets: spend per key and per tenant over calendar days and
-//! months in a configured IANA time zone, priced from [`crate::prices`].
+//! Spending money budgets: a Check reserves on every budget that applies
+//! ([`crate::budget`] plans them, [`crate::prices`] prices them), a usage
+//! report settles the reservation at the real cost, and the `spend`
+//! command lists what each budget has spent.
 //!
 //! Trade-off (design, reservation and accuracy bound in
 //! `docs/architecture.md`, "Money budgets"): ext_authz sees headers only, so
@@ -10,474 +12,29 @@
 //! window, expiring after the window; this instance takes from them through
 //! the same [`Leases`] as the token buckets, so a Check rarely calls Redis.
 //!
-//! Nothing here reads a clock: the wall clock is the [`Authorizer`]'s
-//! (injectable with [`Authorizer::with_wall_clock`]).
+//! Nothing here reads a clock: the wall clock is the [`MoneyState`]'s
+//! (injectable with [`crate::authz::Authorizer::with_wall_clock`]).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use jiff::tz::TimeZone;
-use jiff::{Timestamp, ToSpan};
-use serde::Deserialize;
+use jiff::Timestamp;
+use tollgate_wire::UsageReport;
 
-use crate::authz::{error_body, Authorizer, Decision, UsageReport};
-use crate::bucket::{format_reset, BucketSpec};
+use crate::backend::Backend;
+use crate::bucket::format_reset;
+use crate::budget::{
+    counter_key, scope_key, window, Budget, Owner, Period, Planned, Scope, WindowCache,
+};
+use crate::decision::{error_body, Decision};
 use crate::lease::{Leases, Local};
 use crate::policy::{Key, Policy};
-use crate::prices::{format_usd, reserve_nano, Decimal, Priced, Prices, RawPrice, Tokens};
-use crate::rolling::Rolling;
+use crate::prices::{format_usd, reserve_nano, Priced, Tokens};
 use crate::storage::{BucketOp, Outcome, Store, StoreError};
 
-/// Largest budget, in nano-dollars ($9,000,000): counters stay exact in
-/// the Redis script's doubles.
-pub const MAX_BUDGET_NANO: i64 = 9_000_000 * crate::prices::NANO_PER_USD;
-
-/// A counter outlives its window by this much (late settlements, the CLI).
-pub const GRACE_MS: i64 = 3_600_000;
-
-/// Budgets of one key or tenant as written in the policy.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawBudgets {
-    #[serde(default)]
-    pub usd_per_day: Option<Decimal>,
-    #[serde(default)]
-    pub usd_per_month: Option<Decimal>,
-    /// Warn (header and metric) from this share of a budget on.
-    #[serde(default)]
-    pub soft_percent: Option<u8>,
-    /// Rolling-window budgets (`crate::rolling`): "the last 24 hours".
-    #[serde(default)]
-    pub rolling: Vec<RawRolling>,
-    /// Budgets per model: an exact `provider/model` or a pattern ending
-    /// in `*` (as in a key's `models`), each with its own caps.
-    #[serde(default)]
-    pub models: std::collections::BTreeMap<String, RawBudgets>,
-}
-
-/// One rolling budget as written in the policy:
-/// `{window: 24h, usd: 5, soft_percent: 80}`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawRolling {
-    pub window: String,
-    pub usd: Decimal,
-    #[serde(default)]
-    pub soft_percent: Option<u8>,
-}
-
-/// A budget's window: a calendar day or month in the tenant's time zone,
-/// or a rolling window.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Period {
-    Day,
-    Month,
-    Rolling(Rolling),
-}
-
-impl Period {
-    /// The kind of window (metric label): `day`, `month`, `rolling`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Period::Day => "day",
-            Period::Month => "month",
-            Period::Rolling(_) => "rolling",
-        }
-    }
-
-    /// The window as named in headers and messages: `day`, `month`, `24h`.
-    pub fn label(self) -> String {
-        match self {
-            Period::Rolling(r) => r.label(),
-            p => p.as_str().to_string(),
-        }
-    }
-
-    fn tag(self) -> String {
-        match self {
-            Period::Day => "$d".to_string(),
-            Period::Month => "$m".to_string(),
-            Period::Rolling(r) => format!("$r{}", r.label()),
-        }
-    }
-}
-
-/// One budget after validation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Budget {
-    pub period: Period,
-    /// Nano-dollars per window.
-    pub cap: i64,
-    pub soft_percent: Option<u8>,
-}
-
-/// One window of a period: its id (local date `2026-11-23` or month
-/// `2026-11`) and bounds in unix milliseconds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Window {
-    pub id: String,
-    pub start_ms: i64,
-    pub end_ms: i64,
-    /// The end as local time with its offset, e.g. `2026-11-24T00:00:00+01:00`.
-    pub end_local: String,
-}
-
-/// The window of `period` holding `now_ms` in `tz`. `None` only for
-/// instants outside jiff's range.
-///
-/// A rolling window's "window" is its current slot (id: the slot index);
-/// its end is when its oldest covered slot leaves, the earliest instant
-/// spend can free up (in UTC: rolling windows ignore time zones).
-pub fn window(period: Period, tz: &TimeZone, now_ms: i64) -> Option<Window> {
-    if let Period::Rolling(r) = period {
-        let idx = r.slot_of(now_ms);
-        let end_ms = r.leaves_at(idx - r.slots + 1);
-        return Some(Window {
-            id: idx.to_string(),
-            start_ms: idx * r.slot_ms,
-            end_ms,
-            end_local: Timestamp::from_millisecond(end_ms).ok()?.to_string(),
-        });
-    }
-    let z = Timestamp::from_millisecond(now_ms)
-        .ok()?
-        .to_zoned_datetime(tz.clone());
-    let date = z.date();
-    let (start, end, id) = match period {
-        Period::Day => (date, date.tomorrow().ok()?, date.to_string()),
-        // Answered above.
-        Period::Rolling(_) => return None,
-        Period::Month => {
-            let first = date.first_of_month();
-            let id = format!("{:04}-{:02}", first.year(), first.month());
-            (first, first.checked_add(1.month()).ok()?, id)
-        }
-    };
-    let start = start.to_zoned_datetime(tz.clone()).ok()?;
-    let end = end.to_zoned_datetime(tz.clone()).ok()?;
-    Some(Window {
-        id,
-        start_ms: start.timestamp().as_millisecond(),
-        end_ms: end.timestamp().as_millisecond(),
-        end_local: end.strftime("%Y-%m-%dT%H:%M:%S%:z").to_string(),
-    })
-}
-
-/// The current window per time zone and period, so a Check computes a
-/// calendar window once per day or month, not per request.
-#[derive(Default)]
-pub struct WindowCache {
-    map: std::sync::Mutex<HashMap<String, [Option<Window>; 2]>>,
-}
-
-impl WindowCache {
-    /// [`window`], from the cache while `now_ms` is inside the cached one.
-    pub fn get(&self, zone: &str, tz: &TimeZone, period: Period, now_ms: i64) -> Option<Window> {
-        let slot = match period {
-            Period::Day => 0,
-            Period::Month => 1,
-            Period::Rolling(_) => return window(period, tz, now_ms),
-        };
-        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(Some(w)) = map.get(zone).map(|ws| &ws[slot]) {
-            if (w.start_ms..w.end_ms).contains(&now_ms) {
-                return Some(w.clone());
-            }
-        }
-        let w = window(period, tz, now_ms)?;
-        if !map.contains_key(zone) {
-            map.insert(zone.to_string(), [None, None]);
-        }
-        if let Some(ws) = map.get_mut(zone) {
-            ws[slot] = Some(w.clone());
-        }
-        Some(w)
-    }
-}
-
-/// Budgets of one tenant or key.
-#[derive(Debug, Clone, Default)]
-pub struct Owner {
-    pub budgets: Vec<Budget>,
-    /// Per-model budgets: (model or pattern, its budgets), in name order.
-    pub models: Vec<(String, Vec<Budget>)>,
-}
-
-/// The money part of a policy: prices, time zones, budgets.
-#[derive(Debug, Clone, Default)]
-pub struct Money {
-    pub prices: Prices,
-    /// Per tenant: its time zone (name, zone).
-    zones: HashMap<String, (String, TimeZone)>,
-    tenants: HashMap<String, Owner>,
-    keys: HashMap<String, Owner>,
-}
-
-/// A time zone by IANA name; `Err` is the policy message.
-pub fn zone(owner: &str, name: &str) -> Result<TimeZone, String> {
-    TimeZone::get(name).map_err(|_| format!("{owner}: unknown time zone {name:?}"))
-}
-
-fn compile_budgets(owner: &str, raw: &RawBudgets) -> Result<Owner, String> {
-    let mut models = Vec::new();
-    for (pattern, b) in &raw.models {
-        if !tollgate_wire::valid_model(pattern) {
-            return Err(format!(
-                "{owner}: budgets.models key {pattern:?} must be a model name or a pattern ending in *"
-            ));
-        }
-        let who = format!("{owner} model {pattern:?}");
-        if !b.models.is_empty() {
-            return Err(format!("{who}: budgets.models cannot be nested"));
-        }
-        let inner = compile_budgets(&who, b)?;
-        if inner.budgets.is_empty() {
-            return Err(format!(
-                "{who}: a model budget needs usd_per_day, usd_per_month or rolling"
-            ));
-        }
-        models.push((pattern.clone(), inner.budgets));
-    }
-    let mut budgets = Vec::new();
-    for (period, field, v) in [
-        (Period::Day, "usd_per_day", &raw.usd_per_day),
-        (Period::Month, "usd_per_month", &raw.usd_per_month),
-    ] {
-        let Some(v) = v else { continue };
-        let cap = v.scaled(9).filter(|c| *c > 0 && *c <= MAX_BUDGET_NANO).ok_or(format!(
-            "{owner}: budgets.{field} must be a decimal greater than 0 and at most 9000000 with at most 9 places"
-        ))?;
-        budgets.push(Budget {
-            period,
-            cap,
-            soft_percent: raw.soft_percent,
-        });
-    }
-    for (i, r) in raw.rolling.iter().enumerate() {
-        let field = format!("budgets.rolling[{i}]");
-        let shape =
-            Rolling::parse(&r.window).map_err(|e| format!("{owner}: {field}.window: {e}"))?;
-        if budgets.iter().any(|b| b.period == Period::Rolling(shape)) {
-            return Err(format!(
-                "{owner}: {field}.window {:?} repeats a rolling window",
-                r.window
-            ));
-        }
-        let cap = r.usd.scaled(9).filter(|c| *c > 0 && *c <= MAX_BUDGET_NANO).ok_or(format!(
-            "{owner}: {field}.usd must be a decimal greater than 0 and at most 9000000 with at most 9 places"
-        ))?;
-        if let Some(p) = r.soft_percent {
-            if p == 0 || p > 100 {
-                return Err(format!(
-                    "{owner}: {field}.soft_percent must be between 1 and 100"
-                ));
-            }
-        }
-        budgets.push(Budget {
-            period: Period::Rolling(shape),
-            cap,
-            soft_percent: r.soft_percent.or(raw.soft_percent),
-        });
-    }
-    if let Some(p) = raw.soft_percent {
-        if p == 0 || p > 100 {
-            return Err(format!(
-                "{owner}: budgets.soft_percent must be between 1 and 100"
-            ));
-        }
-    }
-    Ok(Owner { budgets, models })
-}
-
-/// What the policy says about money, before compiling.
-pub struct MoneyInput<'a> {
-    pub default_zone: Option<&'a str>,
-    pub prices: &'a std::collections::BTreeMap<String, RawPrice>,
-    /// (tenant, its time zone, its budgets)
-    pub tenants: Vec<(&'a str, Option<&'a str>, Option<&'a RawBudgets>)>,
-    /// (key id, its budgets)
-    pub keys: Vec<(&'a str, Option<&'a RawBudgets>)>,
-}
-
-impl Money {
-    /// Compile the money part of a policy; `Err` is the exact message.
-    pub fn compile(input: &MoneyInput) -> Result<Money, String> {
-        let mut prices = Prices::shipped().map_err(|e| format!("shipped price table: {e}"))?;
-        prices
-            .extend(input.prices)
-            .map_err(|e| format!("prices: {e}"))?;
-        let default_name = input.default_zone.unwrap_or("UTC");
-        let default_zone = zone("defaults", default_name)?;
-        let mut m = Money {
-            prices,
-            ..Money::default()
-        };
-        for (name, tz, budgets) in &input.tenants {
-            let owner = format!("tenant {name:?}");
-            let z = match tz {
-                Some(n) => (n.to_string(), zone(&owner, n)?),
-                None => (default_name.to_string(), default_zone.clone()),
-            };
-            m.zones.insert(name.to_string(), z);
-            if let Some(b) = budgets {
-                m.tenants
-                    .insert(name.to_string(), compile_budgets(&owner, b)?);
-            }
-        }
-        for (id, budgets) in &input.keys {
-            if let Some(b) = budgets {
-                m.keys
-                    .insert(id.to_string(), compile_budgets(&format!("key {id:?}"), b)?);
-            }
-        }
-        Ok(m)
-    }
-
-    /// Whether any budget applies to `key` (its own or its tenant's).
-    pub fn applies(&self, key: &Key) -> bool {
-        self.keys.contains_key(&key.id) || self.tenants.contains_key(&key.tenant)
-    }
-
-    /// Whether a per-model budget of `key` or its tenant exists: a Check
-    /// must then declare its model (`x-tollgate-model`).
-    pub fn has_model_budgets(&self, key: &Key) -> bool {
-        [self.keys.get(&key.id), self.tenants.get(&key.tenant)]
-            .into_iter()
-            .flatten()
-            .any(|o| !o.models.is_empty())
-    }
-
-    /// The time zone of a tenant (UTC when unknown).
-    pub fn zone_of(&self, tenant: &str) -> (String, TimeZone) {
-        self.zones
-            .get(tenant)
-            .cloned()
-            .unwrap_or_else(|| ("UTC".to_string(), TimeZone::UTC))
-    }
-
-    /// The budgets of `key`: its own first (scope `k:<id>`), then its
-    /// tenant's (scope `t`), then, when `model` is known, the per-model
-    /// budgets whose pattern matches it (scopes `km:<id>:<pattern>` and
-    /// `tm:<pattern>`), each with its current window at `now_ms`.
-    pub fn plan(
-        &self,
-        key: &Key,
-        model: Option<&str>,
-        now_ms: i64,
-        windows: &WindowCache,
-    ) -> Vec<Planned> {
-        let (zone, tz) = self.zone_of(&key.tenant);
-        let mut out = Vec::new();
-        let mut push = |scope: Scope, pattern: Option<&str>, budgets: &[Budget]| {
-            for b in budgets {
-                let Some(w) = windows.get(&zone, &tz, b.period, now_ms) else {
-                    continue;
-                };
-                let scope_key = scope_key(scope, &key.id, pattern);
-                out.push(Planned {
-                    key: counter_key(&key.tenant, b.period, &w.id, &scope_key),
-                    budget: *b,
-                    scope,
-                    model: pattern.map(str::to_string),
-                    window: w,
-                });
-            }
-        };
-        let owners = [
-            (Scope::Key, self.keys.get(&key.id)),
-            (Scope::Tenant, self.tenants.get(&key.tenant)),
-        ];
-        for (scope, owner) in owners {
-            if let Some(o) = owner {
-                push(scope, None, &o.budgets);
-            }
-        }
-        if let Some(m) = model {
-            for (scope, owner) in owners {
-                for (pattern, budgets) in owner.map(|o| o.models.as_slice()).unwrap_or_default() {
-                    if tollgate_wire::model_matches(pattern, m) {
-                        push(scope, Some(pattern), budgets);
-                    }
-                }
-            }
-        }
-        out
-    }
-}
-
-/// The scope part of a counter key: `k:<id>`, `t`, and with a model
-/// pattern `km:<id>:<pattern>`, `tm:<pattern>` (names from the policy).
-pub fn scope_key(scope: Scope, key_id: &str, pattern: Option<&str>) -> String {
-    match (scope, pattern) {
-        (Scope::Key, None) => format!("k:{key_id}"),
-        (Scope::Tenant, None) => "t".to_string(),
-        (Scope::Key, Some(m)) => format!("km:{key_id}:{m}"),
-        (Scope::Tenant, Some(m)) => format!("tm:{m}"),
-    }
-}
-
-/// Redis key of one spend counter; the tenant is the hash tag.
-pub fn counter_key(tenant: &str, period: Period, window_id: &str, scope: &str) -> String {
-    format!("tg:{{{tenant}}}:{}:{window_id}:{scope}", period.tag())
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scope {
-    Key,
-    Tenant,
-}
-
-impl Scope {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scope::Key => "key",
-            Scope::Tenant => "tenant",
-        }
-    }
-}
-
-/// One budget of a request, in its current window.
-#[derive(Debug, Clone)]
-pub struct Planned {
-    pub key: String,
-    pub budget: Budget,
-    pub scope: Scope,
-    /// The model pattern of a per-model budget.
-    pub model: Option<String>,
-    pub window: Window,
-}
-
-impl Planned {
-    /// `key`, `tenant`, `key model openai/gpt-4o`, `tenant model anthropic/*`.
-    pub fn scope_label(&self) -> String {
-        match &self.model {
-            Some(m) => format!("{} model {m}", self.scope.as_str()),
-            None => self.scope.as_str().to_string(),
-        }
-    }
-}
-
-impl Planned {
-    /// The counter operation: the spec carries the cap and the window's
-    /// end plus grace (when the counter expires).
-    pub fn op(&self, take: i64) -> BucketOp {
-        let expires = match self.budget.period {
-            // The current slot leaves the window last.
-            Period::Rolling(r) => r.expires_at(r.slot_of(self.window.start_ms)),
-            _ => self.window.end_ms + GRACE_MS,
-        };
-        BucketOp {
-            key: self.key.clone(),
-            spec: BucketSpec {
-                capacity: self.budget.cap as u64,
-                window_ms: expires.max(0) as u64,
-            },
-            take,
-            lease: 0,
-        }
-    }
-}
+/// How long a counter outlives its window ([`crate::rolling`] states it:
+/// its slots expire by it too).
+pub use crate::rolling::GRACE_MS;
 
 /// This instance's money state: leases on spend counters and the wall clock.
 pub struct MoneyState {
@@ -504,6 +61,12 @@ impl Default for MoneyState {
 impl MoneyState {
     pub fn now_ms(&self) -> i64 {
         (self.wall)()
+    }
+
+    /// Use `wall` (unix milliseconds) as the clock of budget windows.
+    pub fn with_wall_clock(mut self, wall: impl Fn() -> i64 + Send + Sync + 'static) -> Self {
+        self.wall = Arc::new(wall);
+        self
     }
 }
 
@@ -611,23 +174,18 @@ fn metric_scope(p: &Planned) -> &'static str {
     }
 }
 
-impl<S: Store> Authorizer<S> {
-    /// Use `wall` (unix milliseconds) as the clock of budget windows.
-    pub fn with_wall_clock(mut self, wall: impl Fn() -> i64 + Send + Sync + 'static) -> Self {
-        self.money.wall = Arc::new(wall);
-        self
-    }
+/// The money path of one authorizer: its money state and its store.
+pub struct Spend<'a, S: Store> {
+    pub money: &'a MoneyState,
+    pub backend: &'a Backend<S>,
+}
 
-    /// Money leases of this instance.
-    pub fn money_leases(&self) -> &Leases {
-        &self.money.leases
-    }
-
+impl<S: Store> Spend<'_, S> {
     /// Reserve the maximum cost of a request on every budget of `key`:
     /// `reserve_tokens` at the highest price of the key's models. `Ok(None)`:
     /// no budget applies (or the store failed and the tenant fails open);
     /// `Err`: the answer (429 `budget_exceeded`, or the failure policy's).
-    pub(crate) async fn admit_money(
+    pub async fn admit(
         &self,
         policy: &Policy,
         key: &Key,
@@ -635,13 +193,14 @@ impl<S: Store> Authorizer<S> {
         reserve_tokens: u64,
     ) -> Result<Option<MoneyTaken>, Decision> {
         let money = &policy.money;
-        if !money.applies(key) {
+        if !money.applies(&key.id, &key.tenant) {
             return Ok(None);
         }
         // An alias names no provider, so it could not pick the budgets the
         // report's `provider/model` will be settled on: not a declaration.
-        if !model.is_some_and(|m| m.contains('/')) && money.has_model_budgets(key) {
-            self.record("denied", "model_not_declared");
+        if !model.is_some_and(|m| m.contains('/')) && money.has_model_budgets(&key.id, &key.tenant)
+        {
+            self.backend.record("denied", "model_not_declared");
             let msg = format!(
                 "The virtual key {} has per-model budgets: send the request's model as provider/model in the x-tollgate-model header.",
                 key.id
@@ -653,12 +212,12 @@ impl<S: Store> Authorizer<S> {
             });
         }
         let now_ms = self.money.now_ms();
-        let planned = money.plan(key, model, now_ms, &self.money.windows);
+        let planned = money.plan(&key.id, &key.tenant, model, now_ms, &self.money.windows);
         if planned.is_empty() {
             return Ok(None);
         }
         let take = reserve_nano(reserve_tokens, money.prices.highest_for(&key.models));
-        let mut ops: Vec<BucketOp> = planned.iter().map(|p| p.op(take)).collect();
+        let ops: Vec<BucketOp> = planned.iter().map(|p| p.op(take)).collect();
         if planned
             .iter()
             .any(|p| matches!(p.budget.period, Period::Rolling(_)))
@@ -669,11 +228,27 @@ impl<S: Store> Authorizer<S> {
                 .take_rolling(policy, key, &planned, &ops, take, now_ms)
                 .await;
         }
+        self.take_leased(policy, key, &planned, ops, take, now_ms)
+            .await
+    }
+
+    /// [`Self::admit`] for calendar budgets: from this instance's money
+    /// leases and cached refusals, or, when they fall short, in one store
+    /// call that refills them.
+    async fn take_leased(
+        &self,
+        policy: &Policy,
+        key: &Key,
+        planned: &[Planned],
+        mut ops: Vec<BucketOp>,
+        take: i64,
+        now_ms: i64,
+    ) -> Result<Option<MoneyTaken>, Decision> {
         let leases = &self.money.leases;
         let from_memory = |ops: &[BucketOp], now| match leases.try_take(ops, now) {
-            Local::Taken(levels) => Some(Ok(self.money_taken(key, &planned, ops, &levels, now_ms))),
+            Local::Taken(levels) => Some(Ok(self.money_taken(key, planned, ops, &levels, now_ms))),
             Local::Denied { index, levels } => Some(Err(
-                self.budget_exceeded(key, &planned, index, &levels, take, now_ms)
+                self.budget_exceeded(key, planned, index, &levels, take, now_ms)
             )),
             Local::Miss => None,
         };
@@ -682,9 +257,10 @@ impl<S: Store> Authorizer<S> {
         }
         let refill = leases.refill(&ops[0], Instant::now());
         let waiting = refill.wait();
-        let Ok(_guard) = tokio::time::timeout(self.refill_wait, refill.lock.lock()).await else {
+        let Ok(_guard) = tokio::time::timeout(self.backend.refill_wait, refill.lock.lock()).await
+        else {
             drop(waiting);
-            return self.money_unreachable(policy, key, &planned, &ops, take, StoreError::Timeout);
+            return self.money_unreachable(policy, key, planned, &ops, take, StoreError::Timeout);
         };
         let now = Instant::now();
         if let Some(d) = from_memory(&ops, now) {
@@ -700,7 +276,7 @@ impl<S: Store> Authorizer<S> {
         match result {
             Ok(outcome @ Outcome { denied: None, .. }) => {
                 let levels = leases.grant(&ops, &outcome, now);
-                Ok(Some(self.money_taken(key, &planned, &ops, &levels, now_ms)))
+                Ok(Some(self.money_taken(key, planned, &ops, &levels, now_ms)))
             }
             Ok(Outcome {
                 denied: Some(i),
@@ -714,34 +290,35 @@ impl<S: Store> Authorizer<S> {
                 // unspendable (and count as spent) until the window ends:
                 // give it back now (the refusal stays cached).
                 if let Some(back) = leases.release(&ops[i].key) {
-                    let _ = self.store().spend_debit(std::slice::from_ref(&back)).await;
+                    let _ = self
+                        .backend
+                        .store
+                        .spend_debit(std::slice::from_ref(&back))
+                        .await;
                 }
-                Err(self.budget_exceeded(key, &planned, i, &levels, take, now_ms))
+                Err(self.budget_exceeded(key, planned, i, &levels, take, now_ms))
             }
             Ok(Outcome {
                 denied: Some(i), ..
             }) => self.money_unreachable(
                 policy,
                 key,
-                &planned,
+                planned,
                 &ops,
                 take,
                 StoreError::Protocol(format!("store refused unknown counter {i}")),
             ),
-            Err(e) => self.money_unreachable(policy, key, &planned, &ops, take, e),
+            Err(e) => self.money_unreachable(policy, key, planned, &ops, take, e),
         }
     }
 
     /// The store's check-and-take of spend counters, timed in the Redis
     /// duration metric.
     async fn timed_spend_take(&self, ops: &[BucketOp]) -> Result<Outcome, StoreError> {
-        let t = Instant::now();
-        let result = self.store().spend_take(ops).await;
-        self.metrics()
-            .redis_duration
-            .with_label_values(&["spend_check"])
-            .observe(t.elapsed().as_secs_f64());
-        result
+        let store = &self.backend.store;
+        self.backend
+            .timed("spend_check", store.spend_take(ops))
+            .await
     }
 
     /// [`Self::admit_money`] for budgets that include a rolling window:
@@ -807,7 +384,8 @@ impl<S: Store> Authorizer<S> {
         let (headers, soft) = budget_headers(planned, levels, now_ms);
         for i in soft {
             let p = &planned[i];
-            self.metrics()
+            self.backend
+                .metrics
                 .budget_soft_cap
                 .with_label_values(&[&key.tenant, metric_scope(p), p.budget.period.as_str()])
                 .inc();
@@ -836,10 +414,10 @@ impl<S: Store> Authorizer<S> {
     ) -> Result<Option<MoneyTaken>, Decision> {
         let now_ms = self.money.now_ms();
         if let Some((i, levels)) = self.money.leases.known_exhausted(ops, Instant::now()) {
-            self.count_store_error("spend_check", &e);
+            self.backend.count_store_error("spend_check", &e);
             return Err(self.budget_exceeded(key, planned, i, &levels, take, now_ms));
         }
-        match self.failed(policy, key, e, |_| Decision::Allow {
+        match self.backend.failed(policy, key, e, |_| Decision::Allow {
             tenant: String::new(),
             key_id: String::new(),
             models: String::new(),
@@ -883,7 +461,7 @@ impl<S: Store> Authorizer<S> {
             p.window.end_local,
             format_reset(reset_ms),
         );
-        self.record("denied", "budget_exceeded");
+        self.backend.record("denied", "budget_exceeded");
         let mut headers = vec![("retry-after", reset_ms.div_ceil(1000).max(1).to_string())];
         headers.extend(budget_headers(planned, levels, now_ms).0);
         Decision::Deny {
@@ -894,7 +472,7 @@ impl<S: Store> Authorizer<S> {
     }
 
     /// Give back money taken for a request that was refused afterwards.
-    pub(crate) fn money_put_back(&self, taken: &MoneyTaken) {
+    pub fn put_back(&self, taken: &MoneyTaken) {
         let back: Vec<BucketOp> = taken
             .ops
             .iter()
@@ -910,12 +488,7 @@ impl<S: Store> Authorizer<S> {
 
     /// The money part of a usage report: its cost, and the counter debits
     /// (cost minus the reserved maximum cost) of the key's budgets.
-    pub(crate) fn money_settlement(
-        &self,
-        policy: &Policy,
-        key: &Key,
-        report: &UsageReport,
-    ) -> Vec<BucketOp> {
+    pub fn settlement(&self, policy: &Policy, key: &Key, report: &UsageReport) -> Vec<BucketOp> {
         let money = &policy.money;
         let model = report.model.as_deref().unwrap_or("");
         let tokens = Tokens {
@@ -929,11 +502,12 @@ impl<S: Store> Authorizer<S> {
             Priced::Listed => model,
             Priced::Unlisted => "unlisted",
         };
-        self.metrics()
+        self.backend
+            .metrics
             .spend_usd
             .with_label_values(&[&key.tenant, &key.id, label])
             .inc_by(cost as f64 / crate::prices::NANO_PER_USD as f64);
-        if !money.applies(key) {
+        if !money.applies(&key.id, &key.tenant) {
             return Vec::new();
         }
         let reserved = report.reserved.map_or(0, |r| {
@@ -945,7 +519,8 @@ impl<S: Store> Authorizer<S> {
         }
         money
             .plan(
-                key,
+                &key.id,
+                &key.tenant,
                 report.model.as_deref(),
                 settled_at(report.reserved_at, self.money.now_ms()),
                 &self.money.windows,
@@ -968,157 +543,10 @@ pub fn settled_at(reserved_at: Option<u64>, now_ms: i64) -> i64 {
         .unwrap_or(now_ms)
 }
 
-/// Spend counters in process memory (the `memory://` store and tests):
-/// the rules of `spend.lua`, windows kept until restart.
-#[derive(Default)]
-pub struct MemoryCounters {
-    map: std::sync::Mutex<HashMap<String, i64>>,
-}
-
-impl MemoryCounters {
-    pub fn apply(&self, ops: &[BucketOp], take_mode: bool) -> Outcome {
-        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        // A rolling counter's older slots: their values, oldest first.
-        let slots: Vec<Option<Vec<i64>>> = ops
-            .iter()
-            .map(|o| {
-                crate::rolling::older_keys(&o.key).map(|keys| {
-                    keys.iter()
-                        .map(|k| map.get(k).copied().unwrap_or(0))
-                        .collect()
-                })
-            })
-            .collect();
-        let older: Vec<i64> = slots
-            .iter()
-            .map(|s| s.as_ref().map_or(0, |v| v.iter().sum()))
-            .collect();
-        let spent: Vec<i64> = ops
-            .iter()
-            .zip(&older)
-            .map(|(o, old)| map.get(&o.key).copied().unwrap_or(0) + old)
-            .collect();
-        let denied = if take_mode {
-            ops.iter().zip(&spent).position(|(o, s)| {
-                let cap = o.spec.capacity as i64;
-                *s >= cap || s.saturating_add(o.take) > cap
-            })
-        } else {
-            None
-        };
-        let mut levels = Vec::with_capacity(ops.len());
-        let mut granted = Vec::with_capacity(ops.len());
-        for (((o, s), old), olds) in ops.iter().zip(spent).zip(older).zip(&slots) {
-            let cap = o.spec.capacity as i64;
-            let mut g = 0;
-            let mut s = s;
-            if denied.is_none() {
-                if take_mode && o.lease > 0 {
-                    g = ((cap - s - o.take) / 8).clamp(0, o.lease as i64);
-                }
-                s = s.saturating_add(o.take + g);
-                map.insert(o.key.clone(), s - old);
-            }
-            levels.push((cap - s) as f64);
-            // As spend.lua: a rolling counter answers, in place of a lease,
-            // the 1-based position of its oldest slot holding spend.
-            if let Some(olds) = olds {
-                g = match olds.iter().position(|v| *v != 0) {
-                    Some(j) => j as i64 + 1,
-                    None if s != old => olds.len() as i64 + 1,
-                    None => 0,
-                };
-            }
-            granted.push(g as u64);
-        }
-
-        Outcome {
-            denied,
-            levels,
-            granted,
-        }
-    }
-
-    /// The spend recorded under `key` (tests, the CLI's memory path).
-    pub fn get(&self, key: &str) -> Option<i64> {
-        self.map
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(key)
-            .copied()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn ms(s: &str) -> i64 {
-        s.parse::<Timestamp>().unwrap().as_millisecond()
-    }
-
-    #[test]
-    fn day_rolls_over_at_local_midnight() {
-        let tz = TimeZone::get("Europe/Paris").unwrap();
-        // 22:59:59.999 UTC on 2026-11-23 is 23:59:59.999 in Paris (UTC+1).
-        let before = window(Period::Day, &tz, ms("2026-11-23T22:59:59.999Z")).unwrap();
-        let after = window(Period::Day, &tz, ms("2026-11-23T23:00:00Z")).unwrap();
-        assert_eq!(before.id, "2026-11-23");
-        assert_eq!(after.id, "2026-11-24");
-        assert_eq!(before.end_ms, after.start_ms);
-        assert_eq!(before.end_ms, ms("2026-11-23T23:00:00Z"));
-        assert_eq!(before.end_local, "2026-11-24T00:00:00+01:00");
-    }
-
-    #[test]
-    fn month_rolls_over_at_local_month_end() {
-        let tz = TimeZone::get("America/New_York").unwrap();
-        // 04:59:59 UTC on Dec 1 is 23:59:59 on Nov 30 in New York (UTC-5).
-        let nov = window(Period::Month, &tz, ms("2026-12-01T04:59:59Z")).unwrap();
-        let dec = window(Period::Month, &tz, ms("2026-12-01T05:00:00Z")).unwrap();
-        assert_eq!((nov.id.as_str(), dec.id.as_str()), ("2026-11", "2026-12"));
-        assert_eq!(nov.end_ms, ms("2026-12-01T05:00:00Z"));
-        // November started under daylight saving time (UTC-4).
-        assert_eq!(nov.start_ms, ms("2026-11-01T04:00:00Z"));
-    }
-
-    #[test]
-    fn the_window_cache_follows_the_clock() {
-        let tz = TimeZone::get("Europe/Paris").unwrap();
-        let c = WindowCache::default();
-        let at = |t| c.get("Europe/Paris", &tz, Period::Day, ms(t)).unwrap().id;
-        assert_eq!(at("2026-11-23T22:59:59.999Z"), "2026-11-23");
-        assert_eq!(at("2026-11-23T23:00:00Z"), "2026-11-24");
-        assert_eq!(at("2026-11-23T12:00:00Z"), "2026-11-23", "a clock set back");
-    }
-
-    #[test]
-    fn a_dst_day_is_23_hours_long() {
-        let tz = TimeZone::get("Europe/Paris").unwrap();
-        let w = window(Period::Day, &tz, ms("2026-03-29T12:00:00Z")).unwrap();
-        assert_eq!(w.end_ms - w.start_ms, 23 * 3_600_000);
-    }
-
-    #[test]
-    fn counters_refuse_past_the_cap_and_lease_an_eighth() {
-        let c = MemoryCounters::default();
-        let op = |take, lease| BucketOp {
-            key: "k".into(),
-            spec: BucketSpec {
-                capacity: 1000,
-                window_ms: 0,
-            },
-            take,
-            lease,
-        };
-        let o = c.apply(&[op(200, 1000)], true);
-        assert_eq!((o.denied, o.levels[0], o.granted[0]), (None, 700.0, 100));
-        assert_eq!(c.apply(&[op(701, 0)], true).denied, Some(0));
-        assert_eq!(c.get("k"), Some(300));
-        c.apply(&[op(-100, 0)], false);
-        assert_eq!(c.apply(&[op(800, 0)], true).levels[0], 0.0);
-        assert_eq!(c.apply(&[op(0, 0)], true).denied, Some(0), "at the cap");
-    }
+    use crate::budget::Window;
 
     #[test]
     fn headers_name_the_tightest_budget_and_soft_caps() {
@@ -1241,18 +669,17 @@ pub fn rows(
                 Some(k) if k.tenant == tenant => {}
                 _ => return Err(format!("unknown key {id:?} of tenant {tenant:?}")),
             }
-            push(money.keys.get(id), Scope::Key, id);
+            push(money.key_budgets(id), Scope::Key, id);
         }
         None => {
-            push(money.tenants.get(tenant), Scope::Tenant, "");
-            let mut ids: Vec<&String> = money
-                .keys
-                .keys()
+            push(money.tenant_budgets(tenant), Scope::Tenant, "");
+            let mut ids: Vec<&str> = money
+                .keys_with_budgets()
                 .filter(|id| policy.key_by_id(id).is_some_and(|k| k.tenant == tenant))
                 .collect();
             ids.sort();
             for id in ids {
-                push(money.keys.get(id.as_str()), Scope::Key, id);
+                push(money.key_budgets(id), Scope::Key, id);
             }
         }
     }

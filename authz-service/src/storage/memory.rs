@@ -1,4 +1,5 @@
-//! In-memory bucket store: one process, one mutex, time from a [`Clock`].
+//! In-memory bucket store: one process, one mutex, time from a [`Clock`];
+//! money budgets' spend counters beside the buckets ([`MemoryCounters`]).
 //!
 //! For tests and single-instance development (`--redis-url memory://`);
 //! limits are per process, not global.
@@ -66,7 +67,7 @@ pub struct MemoryStore {
     clock: Box<dyn Clock>,
     inner: Mutex<Inner>,
     /// Money budgets' spend counters.
-    pub counters: crate::spend::MemoryCounters,
+    pub counters: MemoryCounters,
 }
 
 struct Inner {
@@ -180,6 +181,87 @@ impl Store for MemoryStore {
     }
 }
 
+/// Spend counters in process memory (the `memory://` store and tests):
+/// the rules of `spend.lua`, windows kept until restart.
+#[derive(Default)]
+pub struct MemoryCounters {
+    map: std::sync::Mutex<HashMap<String, i64>>,
+}
+
+impl MemoryCounters {
+    pub fn apply(&self, ops: &[BucketOp], take_mode: bool) -> Outcome {
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        // A rolling counter's older slots: their values, oldest first.
+        let slots: Vec<Option<Vec<i64>>> = ops
+            .iter()
+            .map(|o| {
+                crate::rolling::older_keys(&o.key).map(|keys| {
+                    keys.iter()
+                        .map(|k| map.get(k).copied().unwrap_or(0))
+                        .collect()
+                })
+            })
+            .collect();
+        let older: Vec<i64> = slots
+            .iter()
+            .map(|s| s.as_ref().map_or(0, |v| v.iter().sum()))
+            .collect();
+        let spent: Vec<i64> = ops
+            .iter()
+            .zip(&older)
+            .map(|(o, old)| map.get(&o.key).copied().unwrap_or(0) + old)
+            .collect();
+        let denied = if take_mode {
+            ops.iter().zip(&spent).position(|(o, s)| {
+                let cap = o.spec.capacity as i64;
+                *s >= cap || s.saturating_add(o.take) > cap
+            })
+        } else {
+            None
+        };
+        let mut levels = Vec::with_capacity(ops.len());
+        let mut granted = Vec::with_capacity(ops.len());
+        for (((o, s), old), olds) in ops.iter().zip(spent).zip(older).zip(&slots) {
+            let cap = o.spec.capacity as i64;
+            let mut g = 0;
+            let mut s = s;
+            if denied.is_none() {
+                if take_mode && o.lease > 0 {
+                    g = ((cap - s - o.take) / 8).clamp(0, o.lease as i64);
+                }
+                s = s.saturating_add(o.take + g);
+                map.insert(o.key.clone(), s - old);
+            }
+            levels.push((cap - s) as f64);
+            // As spend.lua: a rolling counter answers, in place of a lease,
+            // the 1-based position of its oldest slot holding spend.
+            if let Some(olds) = olds {
+                g = match olds.iter().position(|v| *v != 0) {
+                    Some(j) => j as i64 + 1,
+                    None if s != old => olds.len() as i64 + 1,
+                    None => 0,
+                };
+            }
+            granted.push(g as u64);
+        }
+
+        Outcome {
+            denied,
+            levels,
+            granted,
+        }
+    }
+
+    /// The spend recorded under `key` (tests, the CLI's memory path).
+    pub fn get(&self, key: &str) -> Option<i64> {
+        self.map
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .copied()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,5 +291,26 @@ mod tests {
         clock.advance(60_000);
         let o = store.check_and_take(&ops).await.unwrap();
         assert_eq!(o.levels, vec![1.0]);
+    }
+
+    #[test]
+    fn counters_refuse_past_the_cap_and_lease_an_eighth() {
+        let c = MemoryCounters::default();
+        let op = |take, lease| BucketOp {
+            key: "k".into(),
+            spec: BucketSpec {
+                capacity: 1000,
+                window_ms: 0,
+            },
+            take,
+            lease,
+        };
+        let o = c.apply(&[op(200, 1000)], true);
+        assert_eq!((o.denied, o.levels[0], o.granted[0]), (None, 700.0, 100));
+        assert_eq!(c.apply(&[op(701, 0)], true).denied, Some(0));
+        assert_eq!(c.get("k"), Some(300));
+        c.apply(&[op(-100, 0)], false);
+        assert_eq!(c.apply(&[op(800, 0)], true).levels[0], 0.0);
+        assert_eq!(c.apply(&[op(0, 0)], true).denied, Some(0), "at the cap");
     }
 }

@@ -63,7 +63,7 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Outcome, StoreError>> + Send;
     /// Take every op's `take` unconditionally (levels may go negative).
     fn debit(&self, ops: &[BucketOp]) -> impl Future<Output = Result<Outcome, StoreError>> + Send;
-    /// Money budgets (`crate::spend`): admit or refuse over spend counters
+    /// Money budgets (`crate::budget`): admit or refuse over spend counters
     /// (`spend.lua`: capacity is the cap, `window_ms` the unix ms at which
     /// the counter expires); levels are what is left of each cap.
     fn spend_take(

@@ -54,10 +54,10 @@ impl RedisStoreConfig {
     pub fn new(url: impl Into<String>) -> Self {
         RedisStoreConfig {
             url: url.into(),
-            timeout: Duration::from_millis(crate::server::defaults::REDIS_TIMEOUT_MS),
-            busy_timeout: Duration::from_millis(crate::server::defaults::REDIS_BUSY_TIMEOUT_MS),
+            timeout: Duration::from_millis(crate::defaults::REDIS_TIMEOUT_MS),
+            busy_timeout: Duration::from_millis(crate::defaults::REDIS_BUSY_TIMEOUT_MS),
             breaker: Duration::from_millis(250),
-            max_in_flight: crate::server::defaults::REDIS_MAX_IN_FLIGHT,
+            max_in_flight: crate::defaults::REDIS_MAX_IN_FLIGHT,
         }
     }
 }

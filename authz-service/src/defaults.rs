@@ -1,0 +1,15 @@
+//! Defaults of `tollgate-authz serve`: the flags, [`crate::server::ServeConfig::new`]
+//! and [`crate::storage::RedisStoreConfig::new`] all read them; nothing else
+//! states them.
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+
+pub const GRPC_LISTEN: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9100));
+pub const HTTP_LISTEN: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9101));
+pub const REDIS_URL: &str = "redis://127.0.0.1:6390";
+pub const REDIS_TIMEOUT_MS: u64 = 10;
+/// A Redis that answered in the last second is busy, not down: its
+/// calls may take this long (a connection burst saturates the cores).
+pub const REDIS_BUSY_TIMEOUT_MS: u64 = 250;
+pub const REDIS_MAX_IN_FLIGHT: usize = 256;
+pub const RELOAD_INTERVAL_MS: u64 = 500;
