@@ -180,7 +180,13 @@ struct RawProvider {
     /// those its API needs (e.g. `anthropic-beta`).
     #[serde(default)]
     forward_headers: Vec<String>,
+    /// Why the provider cannot serve (e.g. its key's variable is not set):
+    /// it then has no keys, and its models answer 502
+    /// `provider_not_configured` with this text.
+    #[serde(default)]
+    disabled: Option<String>,
     models: RawModels,
+    #[serde(default)]
     keys: Vec<RawKey>,
 }
 
@@ -284,6 +290,8 @@ pub struct Provider {
     /// (OpenAI unless `"responses_api": false`, Azure); otherwise it is
     /// translated through chat ([`crate::translate::responses`]).
     pub responses_api: bool,
+    /// Left out on purpose (no key): why, said to clients naming its models.
+    pub disabled: Option<String>,
 }
 
 /// One variant per provider kind, each with only its own settings (defaults
@@ -550,8 +558,24 @@ impl Runtime {
             if model_max.is_empty() {
                 return err(format!("{at}.models: at least one model is required"));
             }
-            if p.keys.is_empty() {
-                return err(format!("{at}.keys: at least one key is required"));
+            match &p.disabled {
+                Some(why)
+                    if why.is_empty()
+                        || why.chars().count() > 256
+                        || why.chars().any(char::is_control) =>
+                {
+                    return err(format!(
+                        "{at}.disabled: must be 1-256 characters without control characters"
+                    ))
+                }
+                Some(_) if !p.keys.is_empty() => {
+                    return err(format!("{at}.keys: a disabled provider has no keys"))
+                }
+                Some(_) => {}
+                None if p.keys.is_empty() => {
+                    return err(format!("{at}.keys: at least one key is required"));
+                }
+                None => {}
             }
             let mut keys = Vec::new();
             let mut key_models: Vec<Option<Vec<String>>> = Vec::new();
@@ -643,7 +667,7 @@ impl Runtime {
                     })
                     .map(|i| (i as u16, weights.get(i).copied().unwrap_or(1)))
                     .collect();
-                if allowed.is_empty() {
+                if allowed.is_empty() && p.disabled.is_none() {
                     return err(format!("{at}.models: no key may serve model {m}"));
                 }
                 models.insert(
@@ -726,6 +750,7 @@ impl Runtime {
                 keys,
                 api,
                 responses_api,
+                disabled: p.disabled,
             });
         }
         let mut rt = Runtime {
@@ -850,10 +875,10 @@ impl Runtime {
     }
 
     /// Every model id a client may name: `provider/model` then aliases, with
-    /// the provider that owns it.
+    /// the provider that owns it (disabled providers' models left out).
     pub fn model_ids(&self) -> Vec<(String, &str)> {
         let mut out = Vec::new();
-        for p in &self.providers {
+        for p in self.providers.iter().filter(|p| p.disabled.is_none()) {
             for m in p.models.keys() {
                 out.push((format!("{}/{}", p.name, m), p.name.as_str()));
             }
@@ -867,3 +892,49 @@ impl Runtime {
 
 /// The `x-tollgate-models` allow-list check, shared with authz-service.
 pub use tollgate_wire::models_allowed as model_allowed;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn compile(provider: &str) -> Result<Runtime, ConfigError> {
+        Runtime::from_json(
+            format!(r#"{{"providers": {{"p": {provider}}}}}"#).as_bytes(),
+            &|_| None,
+        )
+    }
+
+    #[test]
+    fn a_disabled_provider_has_a_reason_and_no_keys() {
+        let rt = compile(r#"{"kind":"openai","cluster":"c","models":["m"],"disabled":"OPENAI_API_KEY is not set"}"#)
+            .unwrap();
+        assert_eq!(
+            rt.providers[0].disabled.as_deref(),
+            Some("OPENAI_API_KEY is not set")
+        );
+        assert!(rt.model_ids().is_empty());
+        for (provider, want) in [
+            (
+                r#"{"kind":"openai","cluster":"c","models":["m"],"disabled":"x","keys":[{"id":"k","value":"v"}]}"#,
+                "providers.p.keys: a disabled provider has no keys",
+            ),
+            (
+                r#"{"kind":"openai","cluster":"c","models":["m"],"disabled":""}"#,
+                "providers.p.disabled: must be 1-256 characters without control characters",
+            ),
+            (
+                r#"{"kind":"openai","cluster":"c","models":["m"],"disabled":"a\nb"}"#,
+                "providers.p.disabled: must be 1-256 characters without control characters",
+            ),
+            (
+                r#"{"kind":"openai","cluster":"c","models":["m"]}"#,
+                "providers.p.keys: at least one key is required",
+            ),
+        ] {
+            assert_eq!(
+                compile(provider).unwrap_err().to_string(),
+                format!("invalid tollgate plugin configuration: {want}")
+            );
+        }
+    }
+}

@@ -269,7 +269,7 @@ pub fn plan(
     let alias_fallbacks = rt.fallbacks(&model);
     let (resolved, t) = match target(rt, &resolved, &model, facts, &parsed, cooling) {
         Ok(t) => (resolved, t),
-        Err(e) if e.code.as_deref() == Some("no_provider_key_available") => alias_fallbacks
+        Err(e) if fallback_on(&e) => alias_fallbacks
             .iter()
             .find_map(|r| {
                 Some((
@@ -413,6 +413,15 @@ fn resolve(rt: &Runtime, front: Front, model: &str) -> Option<crate::config::Res
     })
 }
 
+/// A first target's error that lets an alias's fallbacks serve: every key
+/// cooling, or a provider left out of the config (no key).
+fn fallback_on(e: &ApiError) -> bool {
+    matches!(e.code.as_deref(), Some(NO_KEY_AVAILABLE | NOT_CONFIGURED))
+}
+
+const NO_KEY_AVAILABLE: &str = "no_provider_key_available";
+const NOT_CONFIGURED: &str = "provider_not_configured";
+
 /// Envoy's per-request retry limit, read by the router.
 pub const MAX_RETRIES: &str = "x-envoy-max-retries";
 
@@ -453,6 +462,17 @@ fn target<'r>(
     let provider = rt
         .provider(resolved.provider)
         .ok_or_else(|| ApiError::model_not_found(model))?;
+    if let Some(why) = &provider.disabled {
+        return Err(ApiError::new(
+            502,
+            SERVER,
+            NOT_CONFIGURED,
+            format!(
+                "Provider '{}' is not configured on this gateway: {why}",
+                provider.name
+            ),
+        ));
+    }
     let model_cfg = provider
         .models
         .get(&resolved.model)
@@ -616,7 +636,7 @@ pub fn choose_key(
                 ..ApiError::new(
                     503,
                     SERVER,
-                    "no_provider_key_available",
+                    NO_KEY_AVAILABLE,
                     format!(
                         "Every key of provider '{}' is cooling down after provider errors; retry later",
                         provider.name
@@ -896,6 +916,42 @@ mod tests {
         // Only aliases fall back.
         let direct = br#"{"model":"anthropic/claude","messages":[{"role":"user","content":"hi"}]}"#;
         assert!(plan(&rt, &facts(direct, "*"), &|id| u64::from(id == "a1")).is_err());
+    }
+
+    #[test]
+    fn a_disabled_provider_names_why_and_its_alias_falls_back() {
+        let rt = Runtime::from_json(
+            br#"{"providers":{
+              "anthropic":{"kind":"anthropic","cluster":"anthropic","models":["claude"],
+                "disabled":"ANTHROPIC_API_KEY is not set"},
+              "openai":{"kind":"openai","cluster":"openai","models":["gpt-4o"],
+                "keys":[{"id":"o1","value":"sk-1"}]}},
+              "aliases":{"smart":["anthropic/claude","openai/gpt-4o"]}}"#,
+            &|_| None,
+        )
+        .unwrap();
+        let body = br#"{"model":"anthropic/claude","messages":[{"role":"user","content":"hi"}]}"#;
+        for front in [Front::OpenAi, Front::Messages] {
+            let e = plan(
+                &rt,
+                &RequestFacts {
+                    front,
+                    ..facts(body, "*")
+                },
+                &|_| 0,
+            )
+            .unwrap_err();
+            assert_eq!((e.status, e.code.as_deref()), (502, Some(NOT_CONFIGURED)));
+            assert_eq!(
+                e.message,
+                "Provider 'anthropic' is not configured on this gateway: ANTHROPIC_API_KEY is not set"
+            );
+        }
+        let smart = br#"{"model":"smart","messages":[{"role":"user","content":"hi"}]}"#;
+        let p = plan(&rt, &facts(smart, "*"), &|_| 0).unwrap();
+        assert_eq!(p.route.canonical, "openai/gpt-4o");
+        let ids: Vec<String> = rt.model_ids().into_iter().map(|(id, _)| id).collect();
+        assert_eq!(ids, ["openai/gpt-4o", "smart"]);
     }
 
     #[test]
