@@ -828,6 +828,8 @@ def main() -> int:
         state = read_state(args.run_dir) or {}
         for name in COMPONENTS:
             pid = state.get(name)
+            if state and not pid:
+                continue  # not part of this stack (mock-llm with the real providers)
             print(f"{name:6} {'running pid ' + str(pid) if pid and _alive(pid) else 'stopped'}")
         return 0
 
