@@ -11,19 +11,23 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 # Settings (override on the command line):
 #   DETACH=1       make run starts the stack in the background
 #   CONCURRENCY=N  Envoy worker threads for make run / up
+#   TG_PROVIDERS=real  make run / up send every provider to its real API over
+#                  TLS (keys: OPENAI_API_KEY, ANTHROPIC_API_KEY, ... in the
+#                  environment or config/provider-keys.env); default mock
 #   PYTEST_ARGS=…  extra pytest arguments, e.g. PYTEST_ARGS='-k anthropic -x'
-DETACH      ?=
-CONCURRENCY ?= 2
-PYTEST_ARGS ?=
+DETACH       ?=
+CONCURRENCY  ?= 2
+TG_PROVIDERS ?= mock
+PYTEST_ARGS  ?=
 
 NATIVE_BINS := target/release/mock-llm target/release/tollgate-authz
 
-.PHONY: help bootstrap build build-native build-wasm run up down stop status \
+.PHONY: help bootstrap build build-native build-wasm run up down stop status rotate-keys \
         test test-unit validate check-config compose-check k8s-config k8s-check dashboard-check test-e2e bench-smoke bench bench-full bench-replica lint fmt clean
 
 help: ## List the targets (this text)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[1m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo; echo "Settings: DETACH=1 (run in background), CONCURRENCY=N (Envoy workers), PYTEST_ARGS=..."
+	@echo; echo "Settings: DETACH=1 (run in background), CONCURRENCY=N (Envoy workers), TG_PROVIDERS=real (real providers), PYTEST_ARGS=..."
 
 bootstrap: ## Install what is missing: Envoy 1.40, Wasm target, Redis, fortio, Python test deps
 	@scripts/bootstrap.sh
@@ -36,11 +40,14 @@ build-native: ## Build only the native binaries (mock-llm, tollgate-authz), rele
 build-wasm: ## Build only the Wasm filter into build/tollgate_filter.wasm (and the bench's null filter)
 	@scripts/build-wasm.sh
 
-run: build check-config ## Start Redis, mock-llm, authz-service and Envoy on loopback (foreground; DETACH=1 to detach)
-	@exec $(PY) scripts/stack.py $(if $(DETACH),up,run) --concurrency $(CONCURRENCY)
+run: build check-config ## Start Redis, mock-llm, authz-service and Envoy on loopback (foreground; DETACH=1 to detach; TG_PROVIDERS=real for the real providers)
+	@exec $(PY) scripts/stack.py $(if $(DETACH),up,run) --concurrency $(CONCURRENCY) --providers $(TG_PROVIDERS)
 
-up: build check-config ## Start the stack in the background and return once it is healthy
-	@$(PY) scripts/stack.py up --concurrency $(CONCURRENCY)
+up: build check-config ## Start the stack in the background and return once it is healthy (TG_PROVIDERS=real for the real providers)
+	@$(PY) scripts/stack.py up --concurrency $(CONCURRENCY) --providers $(TG_PROVIDERS)
+
+rotate-keys: ## Apply new provider keys (config/provider-keys.env, or the variables set here) to the running stack: Envoy hot restart, no request lost
+	@$(PY) scripts/stack.py rotate
 
 down: ## Stop the stack started by `make up` / `make run DETACH=1`
 	@if [ -x $(PY) ]; then $(PY) scripts/stack.py down; else python3 scripts/stack.py down; fi

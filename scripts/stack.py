@@ -4,9 +4,16 @@
 One implementation for every caller:
 
     stack.py run            foreground; Ctrl-C stops everything    (make run)
-    stack.py up             start detached, return when healthy     (make up)
-    stack.py down           stop what `up` started                  (make down)
+    stack.py up             the same in the background, returns when healthy (make up)
+    stack.py down           stop what `up` (or `run`) started       (make down)
     stack.py status         show what `up` started
+    stack.py rotate         apply new provider keys: Envoy hot restart (make rotate-keys)
+
+`--providers real` (make run TG_PROVIDERS=real) sends every provider to its
+real host over TLS instead of mock-llm: envoy.yaml rendered by
+scripts/real_providers.py from deploy/k8s/providers.yaml, keys from the
+usual variables (OPENAI_API_KEY, ...) in the environment or
+config/provider-keys.env; providers without a key are left out and named.
 
 The e2e tests and the benchmarks import `Stack` and start it on free ports.
 Ports come from config/ports.env; envoy.yaml is rendered with the ports moved
@@ -29,10 +36,20 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_KEY = "tg-demo-key"
 COMPONENTS = ("redis", "mock", "authz", "envoy")
+PROVIDER_MODES = ("mock", "real")
+# Envoy hot restart (make run / make up, for `make rotate-keys`): the old
+# Envoy drains its connections over DRAIN_SECONDS (HTTP/1.1 answers get
+# `connection: close`, HTTP/2 connections a GOAWAY) and is stopped
+# PARENT_SHUTDOWN_SECONDS after the new one started: an answer still
+# streaming from it then is cut, so this bounds the longest stream a
+# rotation keeps.
+DRAIN_SECONDS = 5
+PARENT_SHUTDOWN_SECONDS = 120
 
 
 PROVIDER_KEYS = ROOT / "config" / "provider-keys.env"
@@ -106,12 +123,12 @@ def port_in_use(port: int) -> bool:
 USAGE_TOKEN_PATH = "/etc/tollgate/usage/token"  # as in envoy.yaml, compose and Kubernetes
 
 
-def render_envoy_config(src: Path, ports: dict[str, int], usage_token: Path | None = None,
+def render_envoy_config(src: Path | str, ports: dict[str, int], usage_token: Path | None = None,
                         otlp_endpoint: str | None = None) -> str:
-    """envoy.yaml with every default port replaced by the chosen one, the
-    usage token read from `usage_token`, and OpenTelemetry tracing added when
-    an OTLP/HTTP endpoint is given."""
-    text = src.read_text()
+    """envoy.yaml (a path, or the config's text) with every default port
+    replaced by the chosen one, the usage token read from `usage_token`, and
+    OpenTelemetry tracing added when an OTLP/HTTP endpoint is given."""
+    text = src.read_text() if isinstance(src, Path) else src
     mapping = {str(DEFAULT_PORTS[k]): str(v) for k, v in ports.items()}
     text = re.sub(r"(port_value:\s*)(\d+)", lambda m: m.group(1) + mapping.get(m.group(2), m.group(2)), text)
     if usage_token is not None:
@@ -236,7 +253,26 @@ class Stack:
     # An external Redis or Redis Cluster for authz-service (`redis://…`,
     # `redis+cluster://h:p,…`); leave "redis" out of `components` then.
     redis_url: str | None = None
+    # "mock": envoy.yaml as written, every provider served by mock-llm.
+    # "real": the real providers over TLS (scripts/real_providers.py), keys
+    # from the environment, `env` and `provider_keys`.
+    providers: str = "mock"
+    # Tests only: changes the real-provider config before it is written
+    # (pointing it at local stand-ins).
+    envoy_patch: Callable[[dict], None] | None = None
+    # Envoy with a base id and restart epochs, so `rotate_envoy` can hot
+    # restart it; otherwise --disable-hot-restart.
+    hot_restart: bool = False
+    drain_seconds: int = DRAIN_SECONDS
+    parent_shutdown_seconds: int = PARENT_SHUTDOWN_SECONDS
+    epoch: int = 0
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    # Envoys replaced by a hot restart, draining until they exit by themselves.
+    draining: list = field(default_factory=list)
+    # Real providers: provider → the variable its key comes from, and
+    # provider → why it was left out (set when Envoy's config is rendered).
+    live: dict[str, str] = field(default_factory=dict)
+    left_out: dict[str, str] = field(default_factory=dict)
 
     # -- addresses -----------------------------------------------------------
     @property
@@ -282,12 +318,68 @@ class Stack:
                     "--usage-token-file", str(write_usage_token(self.usage_token_path)), *self.authz_args]
         if name == "envoy":
             rendered = self.run_dir / "envoy.yaml"
-            write_private(rendered, render_envoy_config(self.envoy_config, self.ports,
+            write_private(rendered, render_envoy_config(self.envoy_source(), self.ports,
                                                         write_usage_token(self.usage_token_path),
                                                         self.otlp_endpoint))
-            return [tool("envoy"), "-c", str(rendered), "--disable-hot-restart",
+            return [tool("envoy"), "-c", str(rendered), *self.restart_args(),
                     "--concurrency", str(self.envoy_concurrency), "--log-level", "warn"]
         raise ValueError(name)
+
+    def envoy_env(self) -> dict[str, str]:
+        """Envoy's environment: the provider secrets of `provider_keys`, each
+        overridden by the same variable in the environment, then `env`."""
+        return {**os.environ, **provider_key_env(self.provider_keys), **self.env}
+
+    def envoy_source(self) -> Path | str:
+        """envoy.yaml, or for the real providers its render with the keys of now."""
+        if self.providers == "mock":
+            return self.envoy_config
+        import real_providers
+        import yaml
+
+        try:
+            config, self.live, self.left_out = real_providers.render_local(
+                yaml.safe_load(self.envoy_config.read_text()), real_providers.load_yaml(real_providers.SETTINGS),
+                self.envoy_env())
+        except real_providers.RenderError as err:
+            raise RuntimeError(str(err)) from None
+        if self.envoy_patch is not None:
+            self.envoy_patch(config)
+        return real_providers.dump(config)
+
+    @property
+    def base_id_path(self) -> Path:
+        return self.run_dir / "envoy-base-id"
+
+    def restart_args(self) -> list[str]:
+        if not self.hot_restart:
+            return ["--disable-hot-restart"]
+        args = ["--restart-epoch", str(self.epoch), "--drain-time-s", str(self.drain_seconds),
+                "--parent-shutdown-time-s", str(self.parent_shutdown_seconds)]
+        if self.epoch == 0:
+            # A base id no other Envoy on the machine uses, kept for the epochs after.
+            return [*args, "--use-dynamic-base-id", "--base-id-path", str(self.base_id_path)]
+        return [*args, "--base-id", self.base_id_path.read_text().strip()]
+
+    def rotate_envoy(self, timeout: float = 60.0) -> None:
+        """Envoy hot restart with the provider keys (and, for the real
+        providers, the render) of now. The new Envoy takes over the
+        listening sockets and serves every new connection once healthy; the
+        old one drains its connections for `drain_seconds`, finishing what
+        they carry, and is stopped `parent_shutdown_seconds` after the start."""
+        if not self.hot_restart:
+            raise RuntimeError("Envoy runs without hot restart (--disable-hot-restart)")
+        old = self.procs.get("envoy")
+        self.epoch += 1
+        try:
+            self.start_component("envoy", timeout)
+        except BaseException:
+            self.epoch -= 1
+            if old is not None:
+                self.procs["envoy"] = old
+            raise
+        if old is not None:
+            self.draining.append(old)
 
     def healthy(self, name: str) -> bool:
         p = self.ports
@@ -298,6 +390,12 @@ class Stack:
                 return http_get(f"{self.mock_url}/_mock/health")[0] == 200
             if name == "authz":
                 return http_get(f"{self.authz_http_url}/healthz")[0] == 200
+            if name == "envoy" and self.hot_restart:
+                # The admin port is handed over too: the new epoch must answer.
+                status, body = http_get(f"{self.admin_url}/server_info")
+                info = json.loads(body) if status == 200 else {}
+                return info.get("state") == "LIVE" and info.get("command_line_options", {}).get(
+                    "restart_epoch") == self.epoch
             if name == "envoy":
                 return http_get(f"{self.admin_url}/ready")[0] == 200
         except OSError:
@@ -312,10 +410,9 @@ class Stack:
         if not Path(cmd[0]).exists():
             raise RuntimeError(f"{name}: {cmd[0]} is missing; run `make build`")
         log = open(os.open(self.log_path(name), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
-        secrets = provider_key_env(self.provider_keys) if name == "envoy" else {}
         self.procs[name] = proc = subprocess.Popen(
             cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            env={**os.environ, **secrets, **self.env}, start_new_session=True,
+            env=self.envoy_env() if name == "envoy" else {**os.environ, **self.env}, start_new_session=True,
             preexec_fn=None if self.detached else _die_with_parent)
         log.close()
         deadline = time.monotonic() + timeout
@@ -358,6 +455,16 @@ class Stack:
     def stop(self) -> None:
         for name in reversed(COMPONENTS):
             self.stop_component(name)
+        for proc in self.draining:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.draining:
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.draining.clear()
 
     def tail(self, name: str, lines: int = 60) -> str:
         path = self.log_path(name)
@@ -508,8 +615,17 @@ class RedisCluster:
                 proc.wait()
 
 
-# -- detached mode bookkeeping ------------------------------------------------
+# -- run, up, down, status, rotate ---------------------------------------------
 DEFAULT_RUN_DIR = ROOT / ".run" / "default"
+# `make run` and `make up` run one controller process (this script's `run`,
+# in the foreground or, for `up`, in the background) that starts every
+# component and stays their parent: Envoy with hot restart terminates itself
+# when the process that started it exits. `rotate` asks the controller,
+# over a Unix socket in the run dir (mode 0700), for a hot restart with the
+# key variables of the `rotate` command's environment.
+CONTROL_SOCKET = "control.sock"
+AWS_AND_AZURE_VARS = ("AZURE_OPENAI_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_REGION", "AWS_DEFAULT_REGION",
+                      "AWS_SESSION_TOKEN")
 
 
 def _alive(pid: int) -> bool:
@@ -520,25 +636,132 @@ def _alive(pid: int) -> bool:
     return True
 
 
+# <run dir>/pids.json, written by the controller once the stack is healthy:
+# the pid of each component, the Envoys still draining after a rotation,
+# the controller's pid and the banner. Never a secret.
+def read_state(run_dir: Path) -> dict | None:
+    path = run_dir / "pids.json"
+    try:
+        return json.loads(path.read_text()) if path.exists() else None
+    except ValueError:
+        return None
+
+
+def write_state(run_dir: Path, stack: Stack, text: str) -> None:
+    state = {name: proc.pid for name, proc in stack.procs.items()}
+    state["envoy_draining"] = [proc.pid for proc in stack.draining if proc.poll() is None]
+    state["controller"] = os.getpid()
+    state["epoch"] = stack.epoch
+    state["banner"] = text
+    tmp = run_dir / "pids.json.tmp"
+    write_private(tmp, json.dumps(state, indent=1))
+    tmp.replace(run_dir / "pids.json")
+
+
+def _stop_pid(pid: int, what: str, grace: float = 5.0) -> None:
+    if not _alive(pid):
+        return
+    os.kill(pid, signal.SIGTERM)
+    for _ in range(int(grace / 0.05)):
+        if not _alive(pid):
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+    print(f"stack: stopped {what} (pid {pid})")
+
+
 def down(run_dir: Path) -> int:
-    pids_file = run_dir / "pids.json"
-    if not pids_file.exists():
+    state = read_state(run_dir)
+    if state is None:
         print("stack: nothing to stop")
         return 0
-    pids = json.loads(pids_file.read_text())
+    controller = state.get("controller")
+    if controller and _alive(controller):
+        # It stops its own processes, Envoy last.
+        _stop_pid(controller, "the stack's controller", grace=60)
+    for pid in state.get("envoy_draining", []):
+        _stop_pid(pid, "a draining envoy")
     for name in reversed(COMPONENTS):
-        pid = pids.get(name)
-        if pid and _alive(pid):
-            os.kill(pid, signal.SIGTERM)
-            for _ in range(100):
-                if not _alive(pid):
-                    break
-                time.sleep(0.05)
-            else:
-                os.kill(pid, signal.SIGKILL)
-            print(f"stack: stopped {name} (pid {pid})")
-    pids_file.unlink()
+        pid = state.get(name)
+        if pid:
+            _stop_pid(pid, name)
+    (run_dir / "pids.json").unlink(missing_ok=True)
     return 0
+
+
+def key_variables(provider_keys: Path = PROVIDER_KEYS) -> set[str]:
+    """Every variable a provider key (or its endpoint) may come from."""
+    import real_providers
+
+    names = set(read_env_file(provider_keys)) if provider_keys.exists() else set()
+    for ps in real_providers.load_yaml(real_providers.SETTINGS)["providers"].values():
+        names.update(ps.get("key_env") or [])
+    return names | set(AWS_AND_AZURE_VARS)
+
+
+def rotate(run_dir: Path, timeout: float = 120.0) -> int:
+    """`make rotate-keys`: ask the running stack's controller for an Envoy
+    hot restart with the provider keys of now: config/provider-keys.env read
+    again, the key variables set here overriding it."""
+    state = read_state(run_dir)
+    if state is None or not _alive(state.get("controller", 0)):
+        print("stack: no running stack here (`make up` or `make run` starts one)", file=sys.stderr)
+        return 1
+    env = {k: v for k, v in os.environ.items() if k in key_variables()}
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(str(run_dir / CONTROL_SOCKET))
+        sock.sendall(json.dumps({"action": "rotate", "env": env}).encode() + b"\n")
+        reply = json.loads(sock.makefile().readline() or '{"ok": false, "message": "no answer"}')
+    print(reply["message"], file=sys.stdout if reply["ok"] else sys.stderr)
+    return 0 if reply["ok"] else 1
+
+
+def serve_rotation(stack: Stack, request: dict) -> dict:
+    """The controller's side of `rotate`."""
+    draining = [p for p in stack.draining if p.poll() is None]
+    if draining:
+        return {"ok": False, "message": (
+            f"stack: the Envoy replaced by the previous rotation (pid {draining[0].pid}) is still finishing its "
+            f"requests; it exits at most {stack.parent_shutdown_seconds} s after that rotation: retry then")}
+    old_env, old = dict(stack.env), stack.procs["envoy"].pid
+    stack.env.update({k: v for k, v in request.get("env", {}).items() if k in key_variables(stack.provider_keys)})
+    t0 = time.monotonic()
+    try:
+        stack.rotate_envoy()
+    except RuntimeError as err:
+        stack.env = old_env
+        return {"ok": False, "message": f"stack: rotation failed; the running Envoy (pid {old}) keeps serving "
+                                        f"with the keys it had: {err}"}
+    lines = [f"stack: keys applied: Envoy epoch {stack.epoch} (pid {stack.procs['envoy'].pid}) serves every new "
+             f"connection (ready in {time.monotonic() - t0:.1f} s); the old one (pid {old}) finishes its "
+             f"requests, drains its connections for {stack.drain_seconds} s and exits within "
+             f"{stack.parent_shutdown_seconds} s"]
+    if stack.providers == "real":
+        lines.append(providers_line(stack))
+    return {"ok": True, "message": "\n".join(lines)}
+
+
+def providers_line(stack: Stack) -> str:
+    if stack.providers == "mock":
+        return "  providers mock-llm serves every provider (`make run TG_PROVIDERS=real` for the real ones)"
+    lines = ["  providers " + ", ".join(f"{name} ({var})" for name, var in stack.live.items())
+             + " (real, over TLS)"]
+    for name, why in stack.left_out.items():
+        lines.append(f"  left out {name}: {why}")
+    return "\n".join(lines)
+
+
+def example_model(stack: Stack) -> str:
+    if stack.providers == "mock" or "openai" in stack.live:
+        return "openai/gpt-4o-mini"
+    import yaml
+
+    from plugin_config import plugin_config
+    cfg = plugin_config(yaml.safe_load((stack.run_dir / "envoy.yaml").read_text()))
+    name = next(iter(stack.live))
+    return f"{name}/{next(iter(cfg['providers'][name]['models']))}"
 
 
 def banner(stack: Stack) -> str:
@@ -548,44 +771,102 @@ Tollgate is up.
   demo key  {DEMO_KEY}
   admin     {stack.admin_url}/stats/prometheus
   logs      {stack.run_dir}/
+{providers_line(stack)}
 
   curl -s {stack.base_url}/chat/completions -H 'Authorization: Bearer {DEMO_KEY}' \\
     -H 'content-type: application/json' \\
-    -d '{{"model":"openai/gpt-4o-mini","messages":[{{"role":"user","content":"hi"}}]}}'
+    -d '{{"model":"{example_model(stack)}","messages":[{{"role":"user","content":"hi"}}]}}'
 """
+
+
+def up(args) -> int:
+    """Start the controller in the background; return once the stack is
+    healthy (its banner printed) or the controller gave up."""
+    args.run_dir.mkdir(parents=True, exist_ok=True)
+    args.run_dir.chmod(0o700)
+    log_path = args.run_dir / "stack.log"
+    log = open(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "ab")
+    argv = ["--run-dir", str(args.run_dir), "--concurrency", str(args.concurrency), "--providers", args.providers,
+            "--drain-seconds", str(args.drain_seconds), "--parent-shutdown-seconds", str(args.parent_shutdown_seconds)]
+    proc = subprocess.Popen([sys.executable, __file__, "run", *argv], stdin=subprocess.DEVNULL, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    log.close()
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        state = read_state(args.run_dir)
+        if state and state.get("controller") == proc.pid:
+            print(state["banner"], flush=True)
+            print("Detached: `make down` stops it, `make rotate-keys` applies new provider keys.")
+            return 0
+        if proc.poll() is not None:
+            print(log_path.read_text(errors="replace"), file=sys.stderr)
+            return 1
+        time.sleep(0.1)
+    proc.terminate()
+    print(f"stack: not healthy after 300 s; see {log_path}", file=sys.stderr)
+    return 1
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("action", choices=["run", "up", "down", "status"])
+    parser.add_argument("action", choices=["run", "up", "down", "status", "rotate"])
     parser.add_argument("--concurrency", type=int, default=2, help="Envoy worker threads")
     parser.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="logs, rendered config, pids")
+    parser.add_argument("--providers", choices=PROVIDER_MODES, default=os.environ.get("TG_PROVIDERS") or "mock",
+                        help="mock: mock-llm serves every provider (default); real: the real providers over TLS")
+    parser.add_argument("--drain-seconds", type=int, default=DRAIN_SECONDS,
+                        help="a rotation: how long the old Envoy drains its connections")
+    parser.add_argument("--parent-shutdown-seconds", type=int, default=PARENT_SHUTDOWN_SECONDS,
+                        help="a rotation: when the old Envoy is stopped (cutting what it still streams)")
     args = parser.parse_args()
-    pids_file = args.run_dir / "pids.json"
 
     if args.action == "down":
         return down(args.run_dir)
+    if args.action == "rotate":
+        return rotate(args.run_dir)
     if args.action == "status":
-        pids = json.loads(pids_file.read_text()) if pids_file.exists() else {}
+        state = read_state(args.run_dir) or {}
         for name in COMPONENTS:
-            pid = pids.get(name)
+            pid = state.get(name)
+            if state and not pid:
+                continue  # not part of this stack (mock-llm with the real providers)
             print(f"{name:6} {'running pid ' + str(pid) if pid and _alive(pid) else 'stopped'}")
         return 0
 
-    if pids_file.exists():  # a previous `make up` holds the ports
+    state = read_state(args.run_dir)
+    if state and state.get("controller") and _alive(state["controller"]):
+        print(f"stack: a stack already runs from {args.run_dir} (controller pid {state['controller']}); "
+              "`make down` stops it", file=sys.stderr)
+        return 1
+    if state:  # left by a stack that did not stop cleanly
         down(args.run_dir)
+    if args.action == "up":
+        return up(args)
+    return run(args)
+
+
+def run(args) -> int:
+    """The controller: start the stack, watch it, serve rotations, stop it."""
+    components = COMPONENTS if args.providers == "mock" else tuple(c for c in COMPONENTS if c != "mock")
     stack = Stack(run_dir=args.run_dir, ports=configured_ports(), envoy_concurrency=args.concurrency,
-                  detached=args.action == "up", otlp_endpoint=os.environ.get("TOLLGATE_OTLP_ENDPOINT") or None)
+                  otlp_endpoint=os.environ.get("TOLLGATE_OTLP_ENDPOINT") or None,
+                  components=components, providers=args.providers, hot_restart=True,
+                  drain_seconds=args.drain_seconds, parent_shutdown_seconds=args.parent_shutdown_seconds)
     try:
         stack.start()
     except RuntimeError as err:
         print(f"stack: {err}", file=sys.stderr)
         return 1
-    print(banner(stack), flush=True)
-    if args.action == "up":
-        pids_file.write_text(json.dumps({n: p.pid for n, p in stack.procs.items()}))
-        print("Detached: `make down` stops it.")
-        return 0
+    control_path = args.run_dir / CONTROL_SOCKET
+    control_path.unlink(missing_ok=True)
+    control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    control.bind(str(control_path))
+    control_path.chmod(0o600)
+    control.listen(4)
+    control.settimeout(0.2)
+    text = banner(stack)
+    print(text, flush=True)
+    write_state(args.run_dir, stack, text)
 
     stopping = False
 
@@ -595,7 +876,7 @@ def main() -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    print("Ctrl-C stops it.", flush=True)
+    print("Ctrl-C stops it. `make rotate-keys` (another terminal) applies new provider keys.", flush=True)
     status = 0
     try:
         while not stopping:
@@ -605,10 +886,33 @@ def main() -> int:
                 stack.dump_logs()
                 status = 1
                 break
-            time.sleep(0.2)
+            if any(proc.poll() is not None for proc in stack.draining):
+                stack.draining = [proc for proc in stack.draining if proc.poll() is None]
+                write_state(args.run_dir, stack, text)
+            try:
+                conn, _ = control.accept()
+            except (socket.timeout, InterruptedError):
+                continue
+            with conn:
+                conn.settimeout(10)
+                try:
+                    request = json.loads(conn.makefile().readline())
+                    reply = serve_rotation(stack, request) if request.get("action") == "rotate" else \
+                        {"ok": False, "message": "stack: unknown request"}
+                except (OSError, ValueError) as err:
+                    reply = {"ok": False, "message": f"stack: bad request: {err}"}
+                say(reply["message"])
+                write_state(args.run_dir, stack, text)
+                try:
+                    conn.sendall(json.dumps(reply).encode() + b"\n")
+                except OSError:
+                    pass
         say("\nstack: stopping...")
     finally:
+        control.close()
+        control_path.unlink(missing_ok=True)
         stack.stop()
+        (args.run_dir / "pids.json").unlink(missing_ok=True)
     say("stack: stopped")
     return status
 

@@ -13,8 +13,11 @@ changes only what must differ there, as listed in deploy/k8s/providers.yaml:
 - a second listener on STATS_PORT serves only /ready and /stats/prometheus
   (proxied to the admin interface, which stays on 127.0.0.1): probes and
   Prometheus reach those two paths and nothing else of the admin API;
-- each provider cluster resolves its real host by DNS on port 443 with TLS,
-  and the plugin sends that host as :authority;
+- each provider cluster resolves its real host by DNS on port 443 with TLS
+  (SNI, the certificate verified against the image's CA bundle, HTTP/2 or
+  HTTP/1.1 by ALPN), and the plugin sends that host as :authority: the same
+  clusters `make run TG_PROVIDERS=real` renders, from the same code
+  (scripts/real_providers.py);
 - every provider key is read from `value_env: TG_KEY_<ID>` (as in envoy.yaml), listed
   in the VM's host_env_keys, so keys come from a Secret through the
   container's environment and never sit in a ConfigMap;
@@ -34,39 +37,22 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+# The provider clusters and plugin entries, shared with `make run TG_PROVIDERS=real`.
+from real_providers import (  # noqa: E402
+    CA_BUNDLE, SETTINGS, RenderError, real_cluster, real_plugin_provider, settings_for, socket_address, wasm_config,
+)
+
 SOURCE = ROOT / "envoy.yaml"
-SETTINGS = HERE / "providers.yaml"
 STATS_PORT = 9902
 ADMIN_CLUSTER = "envoy_admin"
 AUTHZ_CLUSTERS = ("tollgate_authz", "tollgate_authz_http")
-WASM_FILTER = "envoy.filters.http.wasm"
-# The CA bundle of the Envoy image (and of Debian).
-CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
-
-
-class RenderError(Exception):
-    pass
+__all__ = ["CA_BUNDLE", "RenderError", "render", "render_text", "socket_address", "wasm_config"]
 
 
 def key_env(key_id: str) -> str:
     """Environment variable (and Secret key) holding a provider key's secret."""
     return "TG_KEY_" + re.sub(r"[^A-Z0-9]", "_", key_id.upper())
-
-
-def socket_address(cluster: dict) -> dict:
-    return cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]
-
-
-def http_filters(listener: dict) -> list[dict]:
-    return listener["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]
-
-
-def wasm_config(config: dict) -> dict:
-    gateway = next(lis for lis in config["static_resources"]["listeners"] if lis["name"] == "gateway")
-    for f in http_filters(gateway):
-        if f["name"] == WASM_FILTER:
-            return f["typed_config"]["config"]
-    raise RenderError("envoy.yaml: the gateway listener has no Wasm filter")
 
 
 def stats_listener() -> dict:
@@ -127,16 +113,8 @@ def render(source: dict, settings: dict, variant: str) -> dict:
     provider_clusters = {p["cluster"]: name for name, p in plugin["providers"].items()}
     env_keys = []
     for name, provider in plugin["providers"].items():
-        if name not in providers_settings:
-            raise RenderError(f"provider {name!r} of envoy.yaml is not in {SETTINGS.relative_to(ROOT)}")
-        ps = providers_settings[name]
-        provider["host"] = ps["host"]
-        # mock-llm's fault headers mean nothing to a real provider.
-        forward = [h for h in provider.pop("forward_headers", []) if not h.startswith("x-mock-")]
-        if forward:
-            provider["forward_headers"] = forward
-        if "base_path" in ps:
-            provider["base_path"] = ps["base_path"]
+        ps = settings_for(name, settings)
+        real_plugin_provider(provider, ps["host"], ps)
         for key in provider["keys"]:
             if "value" not in key and key.get("value_env") != key_env(key["id"]):
                 raise RenderError(f"provider {name!r} key {key['id']!r}: expected value_env {key_env(key['id'])}")
@@ -159,22 +137,8 @@ def render(source: dict, settings: dict, variant: str) -> dict:
     for cluster in clusters:
         name = cluster["name"]
         if name in provider_clusters:
-            host = providers_settings[provider_clusters[name]]["host"]
-            cluster["type"] = "LOGICAL_DNS"
-            cluster["dns_lookup_family"] = "V4_PREFERRED"
-            socket_address(cluster).update({"address": host, "port_value": 443})
-            cluster["transport_socket"] = {
-                "name": "envoy.transport_sockets.tls",
-                "typed_config": {
-                    "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
-                    "sni": host,
-                    # Verify the provider's certificate against the image's CA bundle.
-                    "common_tls_context": {"validation_context": {
-                        "trusted_ca": {"filename": CA_BUNDLE},
-                        "match_typed_subject_alt_names": [{"san_type": "DNS", "matcher": {"exact": host}}],
-                    }},
-                },
-            }
+            # Verified against the image's CA bundle (scripts/real_providers.py).
+            real_cluster(cluster, providers_settings[provider_clusters[name]]["host"])
         elif name in AUTHZ_CLUSTERS:
             cluster["type"] = "STRICT_DNS"
             cluster["dns_lookup_family"] = "V4_PREFERRED"

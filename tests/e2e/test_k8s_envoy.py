@@ -3,8 +3,10 @@
 The config is rendered by deploy/k8s/render_envoy.py exactly as for the edge
 Deployment, with only what a machine without a cluster needs changed: the
 authz Service name becomes `localhost` (still resolved by DNS, STRICT_DNS),
-every provider cluster points at mock-llm on `localhost` without TLS, the
-listeners bind 127.0.0.1, and the ports move to free ones. The provider keys
+every provider cluster points at mock-llm on `localhost` without TLS (so
+HTTP/2 by prior knowledge instead of by ALPN), the listeners bind 127.0.0.1,
+and the ports move to free ones. The same config with its TLS, against
+stand-ins for the providers' real names: test_real_providers.py. The provider keys
 reach Envoy only as TG_KEY_* environment variables, the way the Secret gives
 them to the container.
 """
@@ -29,6 +31,7 @@ render_envoy = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(render_envoy)
 
 MOCK_DEFAULT_PORT = 9000  # envoy.yaml's mock-llm port; the harness moves it
+HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 
 
 def inline_keys() -> dict[str, str]:
@@ -49,6 +52,11 @@ def local_k8s_config(path: Path, stats_port: int) -> None:
     for cluster in config["static_resources"]["clusters"]:
         if cluster.pop("transport_socket", None) is not None:  # a provider
             render_envoy.socket_address(cluster).update({"address": "localhost", "port_value": MOCK_DEFAULT_PORT})
+            # Without TLS there is no ALPN: HTTP/2 with prior knowledge (h2c), as envoy.yaml.
+            options = cluster["typed_extension_protocol_options"][HTTP_OPTIONS]
+            if "auto_config" in options:
+                options["explicit_http_config"] = {
+                    "http2_protocol_options": options.pop("auto_config")["http2_protocol_options"]}
     path.write_text(yaml.safe_dump(config, sort_keys=False))
 
 

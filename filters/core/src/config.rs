@@ -198,7 +198,13 @@ struct RawProvider {
     /// those its API needs (e.g. `anthropic-beta`).
     #[serde(default)]
     forward_headers: Vec<String>,
+    /// Why the provider cannot serve (e.g. its key's variable is not set):
+    /// it then has no keys, and its models answer 502
+    /// `provider_not_configured` with this text.
+    #[serde(default)]
+    disabled: Option<String>,
     models: RawModels,
+    #[serde(default)]
     keys: Vec<RawKey>,
 }
 
@@ -335,6 +341,8 @@ pub struct Provider {
     pub key_affinity: bool,
     /// OpenAI / Azure requests carry the session as `prompt_cache_key`.
     pub cache_hint: bool,
+    /// Left out on purpose (no key): why, said to clients naming its models.
+    pub disabled: Option<String>,
 }
 
 /// One variant per provider kind, each with only its own settings (defaults
@@ -621,10 +629,10 @@ impl Runtime {
     }
 
     /// Every model id a client may name: `provider/model` then aliases, with
-    /// the provider that owns it.
+    /// the provider that owns it (disabled providers' models left out).
     pub fn model_ids(&self) -> Vec<(String, &str)> {
         let mut out = Vec::new();
-        for p in &self.providers {
+        for p in self.providers.iter().filter(|p| p.disabled.is_none()) {
             for m in p.models.keys() {
                 out.push((format!("{}/{}", p.name, m), p.name.as_str()));
             }
@@ -664,9 +672,7 @@ fn compile_provider(
     let region = p.region.unwrap_or_default();
     let default_max = p.max_tokens.unwrap_or(DEFAULT_ANTHROPIC_MAX_TOKENS);
     let model_max = model_settings(&at, p.kind, default_max, p.models)?;
-    if p.keys.is_empty() {
-        return err(format!("{at}.keys: at least one key is required"));
-    }
+    check_disabled(&at, p.disabled.as_deref(), &p.keys)?;
     let mut keys = Vec::new();
     let mut key_models: Vec<Option<Vec<String>>> = Vec::new();
     let mut weights = Vec::new();
@@ -683,7 +689,7 @@ fn compile_provider(
         weights.push(weight);
         key_models.push(models);
     }
-    let models = model_pools(&at, model_max, &key_models, &weights)?;
+    let models = model_pools(&at, model_max, &key_models, &weights, p.disabled.is_some())?;
     let deployments = p.deployments.unwrap_or_default();
     check_deployments(&at, &deployments, &models)?;
     let host = match (p.host, p.kind) {
@@ -733,6 +739,7 @@ fn compile_provider(
             Kind::Openai => p.prompt_cache_key.unwrap_or(responses_api),
             _ => false,
         },
+        disabled: p.disabled,
     })
 }
 
@@ -972,6 +979,7 @@ fn model_pools(
     model_max: Vec<ModelSettings>,
     key_models: &[Option<Vec<String>>],
     weights: &[u32],
+    disabled: bool,
 ) -> Result<BTreeMap<String, ModelCfg>, ConfigError> {
     let mut models = BTreeMap::new();
     for settings in model_max {
@@ -983,7 +991,7 @@ fn model_pools(
             })
             .map(|i| (i as u16, weights.get(i).copied().unwrap_or(1)))
             .collect();
-        if allowed.is_empty() {
+        if allowed.is_empty() && !disabled {
             return err(format!("{at}.models: no key may serve model {m}"));
         }
         models.insert(
@@ -998,6 +1006,22 @@ fn model_pools(
         );
     }
     Ok(models)
+}
+
+/// A disabled provider has a short reason and no keys; any other has keys.
+fn check_disabled(at: &str, disabled: Option<&str>, keys: &[RawKey]) -> Result<(), ConfigError> {
+    match disabled {
+        Some(why)
+            if why.is_empty() || why.chars().count() > 256 || why.chars().any(char::is_control) =>
+        {
+            err(format!(
+                "{at}.disabled: must be 1-256 characters without control characters"
+            ))
+        }
+        Some(_) if !keys.is_empty() => err(format!("{at}.keys: a disabled provider has no keys")),
+        None if keys.is_empty() => err(format!("{at}.keys: at least one key is required")),
+        _ => Ok(()),
+    }
 }
 
 /// Azure's deployment names: each for a model of the provider, and a name.
@@ -1048,3 +1072,49 @@ fn made_of(s: &str, allowed: impl Fn(u8) -> bool) -> bool {
 
 /// The `x-tollgate-models` allow-list check, shared with authz-service.
 pub use tollgate_wire::models_allowed as model_allowed;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn compile(provider: &str) -> Result<Runtime, ConfigError> {
+        Runtime::from_json(
+            format!(r#"{{"providers": {{"p": {provider}}}}}"#).as_bytes(),
+            &|_| None,
+        )
+    }
+
+    #[test]
+    fn a_disabled_provider_has_a_reason_and_no_keys() {
+        let rt = compile(r#"{"kind":"openai","cluster":"c","models":["m"],"disabled":"OPENAI_API_KEY is not set"}"#)
+            .unwrap();
+        assert_eq!(
+            rt.providers[0].disabled.as_deref(),
+            Some("OPENAI_API_KEY is not set")
+        );
+        assert!(rt.model_ids().is_empty());
+        for (provider, want) in [
+            (
+                r#"{"kind":"openai","cluster":"c","models":["m"],"disabled":"x","keys":[{"id":"k","value":"v"}]}"#,
+                "providers.p.keys: a disabled provider has no keys",
+            ),
+            (
+                r#"{"kind":"openai","cluster":"c","models":["m"],"disabled":""}"#,
+                "providers.p.disabled: must be 1-256 characters without control characters",
+            ),
+            (
+                r#"{"kind":"openai","cluster":"c","models":["m"],"disabled":"a\nb"}"#,
+                "providers.p.disabled: must be 1-256 characters without control characters",
+            ),
+            (
+                r#"{"kind":"openai","cluster":"c","models":["m"]}"#,
+                "providers.p.keys: at least one key is required",
+            ),
+        ] {
+            assert_eq!(
+                compile(provider).unwrap_err().to_string(),
+                format!("invalid tollgate plugin configuration: {want}")
+            );
+        }
+    }
+}

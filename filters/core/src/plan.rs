@@ -352,7 +352,7 @@ fn serving_target<'r>(
 ) -> Result<(Resolved, Target<'r>), ApiError> {
     match target(rt, &resolved, model, facts, parsed, cooling) {
         Ok(t) => Ok((resolved, t)),
-        Err(e) if e.code.as_deref() == Some("no_provider_key_available") => rt
+        Err(e) if fallback_on(&e) => rt
             .fallbacks(model)
             .iter()
             .find_map(|r| {
@@ -365,6 +365,15 @@ fn serving_target<'r>(
         Err(e) => Err(e),
     }
 }
+
+/// A first target's error that lets an alias's fallbacks serve: every key
+/// cooling, or a provider left out of the config (no key).
+fn fallback_on(e: &ApiError) -> bool {
+    matches!(e.code.as_deref(), Some(NO_KEY_AVAILABLE | NOT_CONFIGURED))
+}
+
+const NO_KEY_AVAILABLE: &str = "no_provider_key_available";
+const NOT_CONFIGURED: &str = "provider_not_configured";
 
 /// The request header changes for target `t` and its `key`, in order: the
 /// client's headers that do not travel removed, then the route, the
@@ -515,6 +524,17 @@ fn target<'r>(
     let provider = rt
         .provider(resolved.provider)
         .ok_or_else(|| ApiError::model_not_found(model))?;
+    if let Some(why) = &provider.disabled {
+        return Err(ApiError::new(
+            502,
+            SERVER,
+            NOT_CONFIGURED,
+            format!(
+                "Provider '{}' is not configured on this gateway: {why}",
+                provider.name
+            ),
+        ));
+    }
     let model_cfg = provider
         .models
         .get(&resolved.model)
@@ -775,7 +795,7 @@ pub fn choose_key(
             ..ApiError::new(
                 503,
                 SERVER,
-                "no_provider_key_available",
+                NO_KEY_AVAILABLE,
                 format!(
                     "Every key of provider '{}' is cooling down after provider errors; retry later",
                     provider.name
@@ -1058,6 +1078,42 @@ mod tests {
         // Only aliases fall back.
         let direct = br#"{"model":"anthropic/claude","messages":[{"role":"user","content":"hi"}]}"#;
         assert!(plan(&rt, &facts(direct, "*"), &|id| u64::from(id == "a1")).is_err());
+    }
+
+    #[test]
+    fn a_disabled_provider_names_why_and_its_alias_falls_back() {
+        let rt = Runtime::from_json(
+            br#"{"providers":{
+              "anthropic":{"kind":"anthropic","cluster":"anthropic","models":["claude"],
+                "disabled":"ANTHROPIC_API_KEY is not set"},
+              "openai":{"kind":"openai","cluster":"openai","models":["gpt-4o"],
+                "keys":[{"id":"o1","value":"sk-1"}]}},
+              "aliases":{"smart":["anthropic/claude","openai/gpt-4o"]}}"#,
+            &|_| None,
+        )
+        .unwrap();
+        let body = br#"{"model":"anthropic/claude","messages":[{"role":"user","content":"hi"}]}"#;
+        for front in [Front::OpenAi, Front::Messages] {
+            let e = plan(
+                &rt,
+                &RequestFacts {
+                    front,
+                    ..facts(body, "*")
+                },
+                &|_| 0,
+            )
+            .unwrap_err();
+            assert_eq!((e.status, e.code.as_deref()), (502, Some(NOT_CONFIGURED)));
+            assert_eq!(
+                e.message,
+                "Provider 'anthropic' is not configured on this gateway: ANTHROPIC_API_KEY is not set"
+            );
+        }
+        let smart = br#"{"model":"smart","messages":[{"role":"user","content":"hi"}]}"#;
+        let p = plan(&rt, &facts(smart, "*"), &|_| 0).unwrap();
+        assert_eq!(p.route.canonical, "openai/gpt-4o");
+        let ids: Vec<String> = rt.model_ids().into_iter().map(|(id, _)| id).collect();
+        assert_eq!(ids, ["openai/gpt-4o", "smart"]);
     }
 
     #[test]
