@@ -343,6 +343,7 @@ impl<S: Store> Authorizer<S> {
                 rate_headers,
                 reserved,
                 reserved_at,
+                cache_breakpoints: key.cache_breakpoints,
             }
         };
         let planned = plan(&policy, key, model, Take::Check { reserve });

@@ -67,6 +67,9 @@ struct RawTenant {
     time_zone: Option<String>,
     #[serde(default)]
     budgets: Option<crate::budget::RawBudgets>,
+    /// Add prompt-cache breakpoints to Anthropic requests that carry none.
+    #[serde(default)]
+    cache_breakpoints: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -83,6 +86,9 @@ struct RawKey {
     model_limits: BTreeMap<String, Limits>,
     #[serde(default)]
     budgets: Option<crate::budget::RawBudgets>,
+    /// Overrides the tenant's `cache_breakpoints`.
+    #[serde(default)]
+    cache_breakpoints: Option<bool>,
 }
 
 fn default_models() -> Vec<String> {
@@ -160,6 +166,8 @@ pub struct Tenant {
     /// Tokens reserved at Check time for a request's answer (the prompt's
     /// estimate comes on top), settled by the usage report.
     pub reserve_completion_tokens: u64,
+    /// Prompt-cache breakpoints for Anthropic requests without any.
+    pub cache_breakpoints: bool,
 }
 
 /// Default of `reserve_completion_tokens`.
@@ -175,6 +183,8 @@ pub struct Key {
     pub models_header: String,
     pub limits: Vec<Limit>,
     pub model_limits: HashMap<String, Vec<Limit>>,
+    /// The key's own `cache_breakpoints`, else its tenant's.
+    pub cache_breakpoints: bool,
 }
 
 impl Key {
@@ -273,6 +283,7 @@ fn compile_tenants(raw: &RawPolicy) -> Result<HashMap<String, Tenant>, PolicyErr
                 model_limits,
                 redis_failure: t.redis_failure.unwrap_or(default_failure),
                 reserve_completion_tokens: t.reserve_completion_tokens.unwrap_or(default_reserve),
+                cache_breakpoints: t.cache_breakpoints.unwrap_or(false),
             },
         );
     }
@@ -371,6 +382,9 @@ impl Policy {
                 models: k.models.clone(),
                 limits: compile_limits(&k.limits),
                 model_limits,
+                cache_breakpoints: k.cache_breakpoints.unwrap_or_else(|| {
+                    tenants.get(&k.tenant).is_some_and(|t| t.cache_breakpoints)
+                }),
             });
         }
         let money = compile_money(&raw)?;

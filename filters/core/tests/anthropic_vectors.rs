@@ -14,6 +14,7 @@ fn translate(model: &str, body: Value) -> Result<Value, (u16, Option<String>, Op
         model: &r.model,
         model_cfg: &p.models[&r.model],
         endpoint: Endpoint::Chat,
+        cache_breakpoints: false,
     };
     match for_kind(p.kind()).request(&ctx, &body) {
         Ok(up) => {
@@ -505,6 +506,7 @@ fn embeddings_refused_for_anthropic() {
         model: &r.model,
         model_cfg: &p.models[&r.model],
         endpoint: Endpoint::Embeddings,
+        cache_breakpoints: false,
     };
     let e = for_kind(p.kind())
         .request(&ctx, &json!({"model": "smart", "input": "x"}))

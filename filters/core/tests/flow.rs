@@ -1318,6 +1318,7 @@ fn a_large_translated_body_is_written_in_slices() {
             random: 0,
             tenant: "",
             session_header: None,
+            cache_breakpoints: false,
         };
         let rt = common::runtime();
         let expected = plan(&rt, &facts, &|_| 0).unwrap().upstream_body(&body);

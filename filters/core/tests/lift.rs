@@ -31,6 +31,7 @@ fn planned_at(body: &[u8], endpoint: Endpoint) -> Result<Vec<u8>, ApiError> {
         random: 0,
         tenant: "",
         session_header: None,
+        cache_breakpoints: false,
     };
     plan(&rt, &facts, &|_| 0).map(|p| p.upstream_body(body))
 }

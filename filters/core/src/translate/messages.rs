@@ -35,8 +35,9 @@ use super::messages_parts::{anthropic_usage, message_id, stop_reason, tool_input
 use super::messages_stream::{AnthropicUsageStream, MessagesStream};
 use super::openai_anthropic::{parse_usage, OpenAiAnthropic};
 use super::{
-    add_web_search, for_kind, lower_output_limit, stream_flag, upstream_error, Endpoint, Front,
-    RequestCtx, ResponseCtx, StreamTranslator, Translated, Translator, UpstreamRequest, Usage,
+    add_cache_breakpoints, add_web_search, for_kind, lower_output_limit, stream_flag,
+    upstream_error, Endpoint, Front, RequestCtx, ResponseCtx, StreamTranslator, Translated,
+    Translator, UpstreamRequest, Usage,
 };
 use crate::config::{Key, Kind, Provider};
 use crate::error::{echo, ApiError, SERVER};
@@ -114,11 +115,12 @@ impl Translator for AnthropicPassthrough {
         let stream = !self.count && stream_flag(body)?;
         // Untouched (an empty body tells the planner to send the client's
         // bytes) unless the client named the model another way
-        // (`provider/model`, an alias).
-        let bytes = if body.get("model").and_then(Value::as_str) == Some(ctx.model) {
+        // (`provider/model`, an alias), or breakpoints are added.
+        let mut b = body.clone();
+        let marked = ctx.cache_breakpoints && !self.count && add_cache_breakpoints(&mut b);
+        let bytes = if !marked && body.get("model").and_then(Value::as_str) == Some(ctx.model) {
             Vec::new()
         } else {
-            let mut b = body.clone();
             if let Some(o) = b.as_object_mut() {
                 o.insert("model".into(), Value::String(ctx.model.to_string()));
             }
@@ -136,6 +138,10 @@ impl Translator for AnthropicPassthrough {
         ctx: &RequestCtx<'_>,
         top: &TopLevel<'_>,
     ) -> Option<Result<(UpstreamRequest, usize), ApiError>> {
+        if ctx.cache_breakpoints && !self.count && !top.body().contains("\"cache_control\"") {
+            // Breakpoints to add: the body is built ([`Translator::request`]).
+            return None;
+        }
         let stream = if self.count {
             Ok(false)
         } else {

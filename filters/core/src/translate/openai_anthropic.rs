@@ -26,9 +26,9 @@ use super::chat_ir::{self, Accept, Chat, Part, Role, ToolChoice};
 use super::chunk::{arguments_delta, BlockTools, ChunkWriter};
 use super::read::{self, Unreadable};
 use super::{
-    feed_sse, finish_sse, include_usage_flag, upstream_error, write_json, Completion, Endpoint,
-    RequestCtx, ResponseCtx, SseEvents, StreamTranslator, Translated, Translator, UpstreamRequest,
-    Usage,
+    add_cache_breakpoints, feed_sse, finish_sse, include_usage_flag, upstream_error, write_json,
+    Completion, Endpoint, RequestCtx, ResponseCtx, SseEvents, StreamTranslator, Translated,
+    Translator, UpstreamRequest, Usage,
 };
 use crate::codec::sse::{Event, SseParser};
 use crate::config::{Api, Key, Kind, Provider, DEFAULT_ANTHROPIC_VERSION};
@@ -158,7 +158,11 @@ fn translate_request(ctx: &RequestCtx<'_>, mut chat: Chat) -> Result<Value, ApiE
     if chat.stream {
         out.insert("stream".into(), Value::Bool(true));
     }
-    Ok(Value::Object(out))
+    let mut out = Value::Object(out);
+    if ctx.cache_breakpoints {
+        add_cache_breakpoints(&mut out);
+    }
+    Ok(out)
 }
 
 impl Translator for OpenAiAnthropic {
