@@ -21,18 +21,20 @@ fn markers(v: &Value) -> usize {
 /// The body sent upstream for `body` on `path`, with or without the opt-in.
 fn upstream(path: &str, body: &Value, opt_in: bool) -> (Value, Vec<u8>) {
     let bytes = serde_json::to_vec(body).unwrap();
-    let mut h = FakeHost::default();
-    h.req_headers = vec![
-        (":method".into(), "POST".into()),
-        (":path".into(), path.into()),
-        ("x-tollgate-tenant".into(), "demo".into()),
-        ("x-tollgate-models".into(), "*".into()),
-        (
-            "x-tollgate-cache-breakpoints".into(),
-            if opt_in { "1" } else { "0" }.into(),
-        ),
-        ("content-length".into(), bytes.len().to_string()),
-    ];
+    let mut h = FakeHost {
+        req_headers: vec![
+            (":method".into(), "POST".into()),
+            (":path".into(), path.into()),
+            ("x-tollgate-tenant".into(), "demo".into()),
+            ("x-tollgate-models".into(), "*".into()),
+            (
+                "x-tollgate-cache-breakpoints".into(),
+                if opt_in { "1" } else { "0" }.into(),
+            ),
+            ("content-length".into(), bytes.len().to_string()),
+        ],
+        ..FakeHost::default()
+    };
     h.req_body = bytes;
     let mut f = Flow::new(Arc::new(common::runtime()));
     assert_eq!(f.on_request_headers(&mut h, false), Action::Pause);
