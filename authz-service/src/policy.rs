@@ -382,9 +382,9 @@ impl Policy {
                 models: k.models.clone(),
                 limits: compile_limits(&k.limits),
                 model_limits,
-                cache_breakpoints: k.cache_breakpoints.unwrap_or_else(|| {
-                    tenants.get(&k.tenant).is_some_and(|t| t.cache_breakpoints)
-                }),
+                cache_breakpoints: k
+                    .cache_breakpoints
+                    .unwrap_or_else(|| tenants.get(&k.tenant).is_some_and(|t| t.cache_breakpoints)),
             });
         }
         let money = compile_money(&raw)?;
