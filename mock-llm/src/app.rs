@@ -4,10 +4,9 @@
 //! graph is one-way: `app`/`server` → `providers` → `core`.
 
 use crate::core::config::{Behavior, Config, KeyBehavior, Kind, MAX_DELAY_MS};
-use crate::core::ctx::{
-    Ctx, Drawn, ErrKind, Fault, KeyFaultsRt, KeyRt, Overrides, ProviderRt, Reply,
-};
+use crate::core::ctx::{Ctx, Drawn, ErrKind, Fault, KeyFaultsRt, KeyRt, Overrides, ProviderRt};
 use crate::core::http::{json_escape, percent_decode, plain_json};
+use crate::core::reply::Reply;
 use crate::core::rng::Rng;
 use crate::core::stats::{Recent, Stats};
 use crate::providers::openai_responses::{self, Flavor};
@@ -18,7 +17,7 @@ use hyper::Method;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-pub use crate::core::ctx::MAX_RESPONSE_BYTES;
+pub use crate::core::config::MAX_RESPONSE_BYTES;
 
 /// Native endpoints.
 #[derive(Debug, Clone, PartialEq, Eq)]

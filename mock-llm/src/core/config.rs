@@ -191,6 +191,9 @@ impl KeyFaults {
 /// Longest delay any knob may ask for, ms.
 pub const MAX_DELAY_MS: u64 = 600_000;
 
+/// Largest generated answer, bytes (`x-mock-response-bytes` is capped here).
+pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum KeyBehavior {
@@ -368,11 +371,8 @@ impl Behavior {
         if self.latency.mean_ms < 0.0 || self.latency.sd_ms < 0.0 {
             return Err("latency mean_ms and sd_ms must be >= 0".to_string());
         }
-        if self.response_bytes > crate::core::ctx::MAX_RESPONSE_BYTES {
-            return Err(format!(
-                "response_bytes must be <= {}",
-                crate::core::ctx::MAX_RESPONSE_BYTES
-            ));
+        if self.response_bytes > MAX_RESPONSE_BYTES {
+            return Err(format!("response_bytes must be <= {}", MAX_RESPONSE_BYTES));
         }
         if self.stream_chunk_chars == 0 {
             return Err("stream_chunk_chars must be > 0".to_string());

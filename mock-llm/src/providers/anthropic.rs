@@ -12,9 +12,10 @@
 //! next message. Errors: `{"type":"error","error":{"type","message"},
 //! "request_id"}` with the documented status per error type.
 
-use crate::core::ctx::{unknown_key_id, AuthFail, Ctx, ErrKind, KeyRt, Reply};
+use crate::core::ctx::{unknown_key_id, AuthFail, Ctx, ErrKind, KeyRt};
 use crate::core::http::json_response;
 use crate::core::plan::{plan, GenInput, Output};
+use crate::core::reply::Reply;
 use crate::core::script::Script;
 use crate::core::{http, render, text};
 use serde_json::{json, Value};

@@ -13,8 +13,9 @@
 //! Errors: JSON `{"message"}` with the `x-amzn-ErrorType` header, which is
 //! how AWS SDKs recognise the exception.
 
-use crate::core::ctx::{unknown_key_id, AuthFail, Ctx, ErrKind, KeyRt, Reply};
+use crate::core::ctx::{unknown_key_id, AuthFail, Ctx, ErrKind, KeyRt};
 use crate::core::plan::{plan, GenInput, Output};
+use crate::core::reply::Reply;
 use crate::core::script::{self, Script};
 use crate::core::{http, render};
 mod eventstream;

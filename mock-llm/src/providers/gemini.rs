@@ -8,9 +8,10 @@
 //! function call turn with the same names. Errors: `{"error":{"code",
 //! "message","status"}}`.
 
-use crate::core::ctx::{unknown_key_id, AuthFail, Ctx, ErrKind, KeyRt, Reply};
+use crate::core::ctx::{unknown_key_id, AuthFail, Ctx, ErrKind, KeyRt};
 use crate::core::http::json_response;
 use crate::core::plan::{plan, GenInput, Output};
+use crate::core::reply::Reply;
 use crate::core::script::{self, Script};
 use crate::core::{http, render};
 use bytes::Bytes;

@@ -8,9 +8,10 @@
 //! `tool_choice` only with `tools`. Azure: `api-key` header, `api-version`
 //! query parameter required, deployments instead of models.
 
-use crate::core::ctx::{unknown_key_id, AuthFail, Ctx, ErrKind, KeyRt, Reply};
+use crate::core::ctx::{unknown_key_id, AuthFail, Ctx, ErrKind, KeyRt};
 use crate::core::http::json_response;
 use crate::core::plan::{plan, GenInput, Output};
+use crate::core::reply::Reply;
 use crate::core::script::Script;
 use crate::core::{http, render};
 use base64::Engine;

@@ -7,8 +7,9 @@
 
 use super::openai::{azure_err, invalid, is_embedding_model, model_not_found, parse_error};
 use crate::core::body;
-use crate::core::ctx::{Ctx, Reply};
+use crate::core::ctx::Ctx;
 use crate::core::plan::{plan, GenInput, Output};
+use crate::core::reply::Reply;
 use crate::core::script::Script;
 use crate::core::{http, text};
 use bytes::Bytes;
