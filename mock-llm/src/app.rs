@@ -3,8 +3,10 @@
 //! read, so tests call [`App::handle`] directly without a socket. The module
 //! graph is one-way: `app`/`server` → `providers` → `core`.
 
-use crate::core::config::{Behavior, Config, KeyBehavior, Kind, MAX_DELAY_MS};
-use crate::core::ctx::{Ctx, Drawn, ErrKind, Fault, KeyFaultsRt, KeyRt, Overrides, ProviderRt};
+use crate::core::config::{Behavior, Config, KeyBehavior, Kind, ModelEntry, MAX_DELAY_MS};
+use crate::core::ctx::{
+    Ctx, Drawn, ErrKind, Fault, KeyFaultsRt, KeyRt, ModelRt, Overrides, ProviderRt,
+};
 use crate::core::http::{json_escape, percent_decode, plain_json};
 use crate::core::reply::Reply;
 use crate::core::rng::Rng;
@@ -171,9 +173,24 @@ impl App {
                             .map(|f| KeyFaultsRt::new(f, cfg.seed ^ name_seed(&k.name))),
                     })
                     .collect(),
-                models: p.models.clone(),
+                models: p
+                    .models
+                    .iter()
+                    .map(|m| {
+                        let own = match m {
+                            ModelEntry::Id(_) => None,
+                            ModelEntry::Full(f) => Some(f),
+                        };
+                        ModelRt {
+                            id: m.id().to_string(),
+                            max_output_tokens: own
+                                .and_then(|f| f.max_output_tokens)
+                                .or(p.max_output_tokens),
+                            thinking: own.and_then(|f| f.thinking).unwrap_or(p.thinking),
+                        }
+                    })
+                    .collect(),
                 region: p.region.clone().unwrap_or_default(),
-                max_output_tokens: p.max_output_tokens,
                 behavior: p.behavior.clone().unwrap_or_else(|| cfg.behavior.clone()),
             })
             .collect();

@@ -76,18 +76,56 @@ pub struct Provider {
     pub path_prefix: String,
     /// Accepted credentials.
     pub keys: Vec<KeyConfig>,
-    /// Known model ids (Azure: deployment names).
-    pub models: Vec<String>,
-    /// Largest output token limit a request may ask for (OpenAI
-    /// `max_tokens`/`max_completion_tokens`, Anthropic `max_tokens`).
+    /// Known models (Azure: deployment names): an id, or an id with its
+    /// own output limit and whether it thinks.
+    pub models: Vec<ModelEntry>,
+    /// Largest output token limit a request may ask for, for models that
+    /// do not set their own (OpenAI `max_tokens`/`max_completion_tokens`,
+    /// Responses `max_output_tokens`, Anthropic `max_tokens`, Gemini
+    /// `maxOutputTokens`, Bedrock `maxTokens`).
     #[serde(default)]
     pub max_output_tokens: Option<u64>,
+    /// Whether this provider's models take a thinking configuration, for
+    /// models that do not say (default false).
+    #[serde(default)]
+    pub thinking: bool,
     /// Bedrock only: the SigV4 region that signatures must be scoped to.
     #[serde(default)]
     pub region: Option<String>,
     /// Overrides of the global behaviour for this provider.
     #[serde(default)]
     pub behavior: Option<Behavior>,
+}
+
+/// A known model: its id alone, or with its own limits.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum ModelEntry {
+    Id(String),
+    Full(ModelConfig),
+}
+
+/// A model with its own limits.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    pub id: String,
+    /// Largest output limit a request may ask for this model.
+    #[serde(default)]
+    pub max_output_tokens: Option<u64>,
+    /// The model takes a thinking configuration (Anthropic `thinking`,
+    /// Gemini `thinkingConfig`, Bedrock's `thinking` model field).
+    #[serde(default)]
+    pub thinking: Option<bool>,
+}
+
+impl ModelEntry {
+    pub fn id(&self) -> &str {
+        match self {
+            ModelEntry::Id(id) => id,
+            ModelEntry::Full(m) => &m.id,
+        }
+    }
 }
 
 /// One accepted credential.

@@ -77,15 +77,33 @@ pub struct ProviderRt {
     pub kind: Kind,
     pub prefix: String,
     pub keys: Vec<KeyRt>,
-    pub models: Vec<String>,
+    pub models: Vec<ModelRt>,
     pub region: String,
-    pub max_output_tokens: Option<u64>,
     pub behavior: Behavior,
+}
+
+/// A known model, compiled: its output limit (its own, else the
+/// provider's) and whether it thinks.
+pub struct ModelRt {
+    pub id: String,
+    pub max_output_tokens: Option<u64>,
+    pub thinking: bool,
 }
 
 impl ProviderRt {
     pub fn has_model(&self, m: &str) -> bool {
-        self.models.iter().any(|x| x == m)
+        self.model(m).is_some()
+    }
+    pub fn model(&self, m: &str) -> Option<&ModelRt> {
+        self.models.iter().find(|x| x.id == m)
+    }
+    /// Largest output limit a request for this model may ask.
+    pub fn output_limit(&self, m: &str) -> Option<u64> {
+        self.model(m).and_then(|x| x.max_output_tokens)
+    }
+    /// The model takes a thinking configuration.
+    pub fn thinks(&self, m: &str) -> bool {
+        self.model(m).is_some_and(|x| x.thinking)
     }
     pub fn key_by_secret(&self, s: &str) -> Option<&KeyRt> {
         self.keys.iter().find(|k| k.secret == s)

@@ -292,7 +292,7 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
     {
         return (bad(ctx, &format!("{k}: Extra inputs are not permitted")), m);
     }
-    if let Some(limit) = ctx.provider.max_output_tokens {
+    if let Some(limit) = ctx.provider.output_limit(&model) {
         if max_tokens > limit {
             return (
                 bad(ctx, &format!("max_tokens: {max_tokens} > {limit}, which is the maximum allowed number of output tokens for {model}")),

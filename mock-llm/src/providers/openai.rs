@@ -429,7 +429,7 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
             None | Some(Value::Null) => {}
             Some(v) => match v.as_u64() {
                 Some(n) if n >= 1 => {
-                    if let Some(limit) = ctx.provider.max_output_tokens {
+                    if let Some(limit) = ctx.provider.output_limit(&model) {
                         if n > limit {
                             return (
                                 invalid(&format!("{p} is too large: {n}. This model supports at most {limit} completion tokens, whereas you provided {n}."), Some(p), Some("invalid_value")),
@@ -827,7 +827,7 @@ pub fn models(ctx: &Ctx<'_>) -> Outcome {
         .provider
         .models
         .iter()
-        .map(|m| json!({"id": m, "object": "model", "created": 1_700_000_000u64, "owned_by": "mock-llm"}))
+        .map(|m| json!({"id": m.id, "object": "model", "created": 1_700_000_000u64, "owned_by": "mock-llm"}))
         .collect();
     let v = json!({"object": "list", "data": data});
     (json_response(200, v.to_string(), &[]), None)

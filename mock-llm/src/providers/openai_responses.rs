@@ -595,7 +595,7 @@ fn check<'a>(ctx: &Ctx<'_>, req: &'a Value, flavor: Flavor) -> Result<Checked<'a
                 return Err(fail(bad(&format!("Invalid 'max_output_tokens': integer below minimum value. Expected a value >= {MIN_OUTPUT_TOKENS}, but got {n} instead."), "max_output_tokens", "integer_below_min_value")))
             }
             Some(n) => {
-                if let Some(limit) = ctx.provider.max_output_tokens {
+                if let Some(limit) = ctx.provider.output_limit(&model) {
                     if n > limit {
                         return Err(fail(bad(&format!("max_output_tokens is too large: {n}. This model supports at most {limit} output tokens, whereas you provided {n}."), "max_output_tokens", "invalid_value")));
                     }
