@@ -121,17 +121,21 @@ async fn gemini_rules() {
     );
     let hot = r#"{"contents":[{"parts":[{"text":"x"}]}],"generationConfig":{"temperature":2.5}}"#;
     assert_eq!(call(&app, "POST", GEN, &[GK], hot).await.status, 400);
+    // A thinking model (gemini-2.5-flash); protobuf's JSON mapping takes
+    // an integer as a string.
+    let thinker = "/v1beta/models/gemini-2.5-flash:generateContent";
     for (tc, status) in [
         (r#"{"thinkingBudget":2048}"#, 200),
         (r#"{"thinkingBudget":-1,"includeThoughts":false}"#, 200),
         (r#"{"thinkingBudget":40000}"#, 400),
-        (r#"{"thinkingBudget":"2048"}"#, 400),
+        (r#"{"thinkingBudget":"2048"}"#, 200),
+        (r#"{"thinkingBudget":"many"}"#, 400),
         (r#"{"budget":2048}"#, 400),
     ] {
         let body = format!(
             r#"{{"contents":[{{"parts":[{{"text":"x"}}]}}],"generationConfig":{{"thinkingConfig":{tc}}}}}"#
         );
-        let r = call(&app, "POST", GEN, &[GK], &body).await;
+        let r = call(&app, "POST", thinker, &[GK], &body).await;
         assert_eq!(r.status, status, "{tc} -> {}", r.text());
     }
     // max output tokens: MAX_TOKENS finish.

@@ -15,5 +15,6 @@ pub mod render;
 pub mod reply;
 pub mod rng;
 pub mod script;
+pub mod shape;
 pub mod stats;
 pub mod text;
