@@ -3,7 +3,9 @@
 //! read, so tests call [`App::handle`] directly without a socket. The module
 //! graph is one-way: `app`/`server` → `providers` → `core`.
 
-use crate::core::config::{Behavior, Config, KeyBehavior, Kind, ModelEntry, MAX_DELAY_MS};
+use crate::core::config::{
+    Behavior, Config, KeyBehavior, Kind, Thinking, ThinkingMode, MAX_DELAY_MS,
+};
 use crate::core::ctx::{
     Ctx, Drawn, ErrKind, Fault, KeyFaultsRt, KeyRt, ModelRt, Overrides, ProviderRt,
 };
@@ -176,17 +178,20 @@ impl App {
                 models: p
                     .models
                     .iter()
-                    .map(|m| {
-                        let own = match m {
-                            ModelEntry::Id(_) => None,
-                            ModelEntry::Full(f) => Some(f),
-                        };
+                    .map(|id| {
+                        let own = p.model_settings.get(id);
+                        let thinking = own.and_then(|f| f.thinking);
                         ModelRt {
-                            id: m.id().to_string(),
+                            id: id.clone(),
                             max_output_tokens: own
                                 .and_then(|f| f.max_output_tokens)
                                 .or(p.max_output_tokens),
-                            thinking: own.and_then(|f| f.thinking).unwrap_or(p.thinking),
+                            thinking: match thinking {
+                                None => p.thinking,
+                                Some(Thinking::Flag(b)) => b,
+                                Some(Thinking::Mode(_)) => true,
+                            },
+                            adaptive_only: thinking == Some(Thinking::Mode(ThinkingMode::Adaptive)),
                         }
                     })
                     .collect(),

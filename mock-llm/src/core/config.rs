@@ -76,9 +76,11 @@ pub struct Provider {
     pub path_prefix: String,
     /// Accepted credentials.
     pub keys: Vec<KeyConfig>,
-    /// Known models (Azure: deployment names): an id, or an id with its
-    /// own output limit and whether it thinks.
-    pub models: Vec<ModelEntry>,
+    /// Known model ids (Azure: deployment names).
+    pub models: Vec<String>,
+    /// Per-model settings, by id (each id one of `models`).
+    #[serde(default)]
+    pub model_settings: BTreeMap<String, ModelConfig>,
     /// Largest output token limit a request may ask for, for models that
     /// do not set their own (OpenAI `max_tokens`/`max_completion_tokens`,
     /// Responses `max_output_tokens`, Anthropic `max_tokens`, Gemini
@@ -97,35 +99,33 @@ pub struct Provider {
     pub behavior: Option<Behavior>,
 }
 
-/// A known model: its id alone, or with its own limits.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-pub enum ModelEntry {
-    Id(String),
-    Full(ModelConfig),
-}
-
-/// A model with its own limits.
+/// A model's own settings.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
-    pub id: String,
     /// Largest output limit a request may ask for this model.
     #[serde(default)]
     pub max_output_tokens: Option<u64>,
     /// The model takes a thinking configuration (Anthropic `thinking`,
-    /// Gemini `thinkingConfig`, Bedrock's `thinking` model field).
+    /// Gemini `thinkingConfig`, Bedrock's `thinking` model field): `true`,
+    /// `false`, or `adaptive` (Anthropic: adaptive thinking only, a
+    /// `budget_tokens` configuration is refused).
     #[serde(default)]
-    pub thinking: Option<bool>,
+    pub thinking: Option<Thinking>,
 }
 
-impl ModelEntry {
-    pub fn id(&self) -> &str {
-        match self {
-            ModelEntry::Id(id) => id,
-            ModelEntry::Full(m) => &m.id,
-        }
-    }
+/// Whether a model thinks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum Thinking {
+    Flag(bool),
+    Mode(ThinkingMode),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ThinkingMode {
+    Adaptive,
 }
 
 /// One accepted credential.
@@ -378,6 +378,11 @@ impl Config {
                     f.validate()
                         .map_err(|e| format!("provider {name}: key {}: {e}", k.name))?;
                 }
+            }
+            if let Some(id) = p.model_settings.keys().find(|id| !p.models.contains(id)) {
+                return Err(format!(
+                    "provider {name}: model_settings names {id:?}, which is not one of its models"
+                ));
             }
             if p.kind == Kind::Bedrock && p.region.is_none() {
                 return Err(format!("provider {name}: bedrock needs region"));

@@ -88,6 +88,8 @@ pub struct ModelRt {
     pub id: String,
     pub max_output_tokens: Option<u64>,
     pub thinking: bool,
+    /// Thinks adaptively only (Anthropic's newest models).
+    pub adaptive_only: bool,
 }
 
 impl ProviderRt {
@@ -104,6 +106,10 @@ impl ProviderRt {
     /// The model takes a thinking configuration.
     pub fn thinks(&self, m: &str) -> bool {
         self.model(m).is_some_and(|x| x.thinking)
+    }
+    /// The model thinks adaptively only.
+    pub fn adaptive_only(&self, m: &str) -> bool {
+        self.model(m).is_some_and(|x| x.adaptive_only)
     }
     pub fn key_by_secret(&self, s: &str) -> Option<&KeyRt> {
         self.keys.iter().find(|k| k.secret == s)

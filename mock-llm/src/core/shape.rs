@@ -101,6 +101,9 @@ pub struct Msg {
     /// A union: exactly one member must be set (Smithy unions, protobuf
     /// oneofs that must be set).
     pub union: bool,
+    /// Members beyond `fields` are allowed (a type whose every member the
+    /// mock does not list).
+    pub open: bool,
 }
 
 impl Msg {
@@ -109,6 +112,7 @@ impl Msg {
             name,
             fields,
             union: false,
+            open: false,
         }
     }
     pub const fn union(name: &'static str, fields: &'static [Field]) -> Msg {
@@ -116,6 +120,16 @@ impl Msg {
             name,
             fields,
             union: true,
+            open: false,
+        }
+    }
+    /// A message that checks `fields` and lets other members pass.
+    pub const fn open(name: &'static str, fields: &'static [Field]) -> Msg {
+        Msg {
+            name,
+            fields,
+            union: false,
+            open: true,
         }
     }
 }
@@ -206,6 +220,8 @@ pub struct Tagged {
     /// The message of an object without the tag (Anthropic's custom tool,
     /// whose `type` is optional), if any.
     pub untagged: Option<(&'static str, &'static Msg)>,
+    /// Variants that exist only with one of these beta headers (by prefix).
+    pub betas: &'static [(&'static str, &'static [&'static str])],
 }
 
 /// Tables are compared by identity and shown by name.
@@ -314,9 +330,11 @@ pub struct Opts<'a> {
 }
 
 impl Opts<'_> {
-    fn enabled(&self, f: &Field) -> bool {
-        f.betas.is_empty()
-            || f.betas
+    /// A beta header starting with one of `wanted` was sent (or none is
+    /// wanted).
+    pub fn has_beta(&self, wanted: &[&str]) -> bool {
+        wanted.is_empty()
+            || wanted
                 .iter()
                 .any(|want| self.betas.iter().any(|b| b.starts_with(want)))
     }
@@ -521,9 +539,13 @@ impl Walk<'_, '_> {
         let mut set = 0;
         for (k, x) in o {
             let f = m.fields.iter().find(|f| {
-                (f.name == k || (!f.alias.is_empty() && f.alias == k)) && self.opts.enabled(f)
+                (f.name == k || (!f.alias.is_empty() && f.alias == k))
+                    && self.opts.has_beta(f.betas)
             });
             let Some(f) = f else {
+                if m.open {
+                    continue;
+                }
                 self.path.push(Seg::Unknown(k.clone()));
                 self.report(Problem::Unknown, x);
                 self.path.pop();
@@ -570,7 +592,12 @@ impl Walk<'_, '_> {
             Some(tag) => match t
                 .variants
                 .iter()
-                .find(|(n, _)| tag.as_str() == Some(*n))
+                .find(|(n, _)| {
+                    tag.as_str() == Some(*n)
+                        && t.betas
+                            .iter()
+                            .all(|(v, wanted)| v != n || self.opts.has_beta(wanted))
+                })
                 .copied()
             {
                 Some(x) => x,
@@ -752,6 +779,7 @@ mod tests {
             tag: "type",
             variants: &[("a", &A)],
             untagged: Some(("custom", &ONE)),
+            betas: &[],
         };
         static T: Ty = Ty::Tagged(&TAGS);
         assert!(probs(&T, json!({"type": "a", "a": "x"}), &Opts::default()).is_empty());

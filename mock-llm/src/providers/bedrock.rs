@@ -325,24 +325,6 @@ const ANTHROPIC_EXTRA: &[&str] = &[
     "output_config",
 ];
 
-/// Claude 4.5 and later take `temperature` or `top_p`, not both (AWS's
-/// Claude parameter page; the relayed error in notes/bedrock.md §2c).
-pub(crate) fn one_sampling_knob(model: &str) -> bool {
-    let Some(rest) = model.split("claude-").nth(1) else {
-        return false;
-    };
-    let mut it = rest
-        .split('-')
-        .skip_while(|t| !t.starts_with(|c: char| c.is_ascii_digit()));
-    let major: u32 = it.next().and_then(|t| t.parse().ok()).unwrap_or(0);
-    let minor: u32 = it
-        .next()
-        .filter(|t| t.len() <= 2)
-        .and_then(|t| t.parse().ok())
-        .unwrap_or(0);
-    (major, minor) >= (4, 5) && !rest.starts_with(|c: char| c.is_ascii_digit())
-}
-
 /// `additionalModelRequestFields`, as Bedrock passes them to the model:
 /// an object; for Anthropic models no field Converse already has, only the
 /// model fields Converse lacks, `thinking` (or `reasoning_config`) only on
@@ -545,7 +527,7 @@ pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
         return (validation(ctx, &e), m);
     }
     let inference = |k: &str| req.pointer(&format!("/inferenceConfig/{k}"));
-    if one_sampling_knob(&model)
+    if super::anthropic::one_sampling_knob(&model)
         && inference("temperature").is_some()
         && inference("topP").is_some()
     {
