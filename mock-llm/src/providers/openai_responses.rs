@@ -1,6 +1,8 @@
 //! OpenAI Responses API (`POST /v1/responses`), also served by Azure
 //! (`/openai/v1/responses`, `/openai/responses?api-version=…`). Requests are
-//! checked as strictly as Chat Completions; answers and stream events follow
+//! checked against the SDK's types (`shapes`: unknown parameters at the top
+//! level and inside items, tools, `reasoning` and `text`), then for what
+//! the API itself refuses (call pairing, limits); answers and stream events follow
 //! the official SDK's `types/responses` (field names, event order,
 //! `sequence_number`). Nothing is stored: `previous_response_id` is refused
 //! as an unknown response.
@@ -11,50 +13,14 @@ use crate::core::ctx::Ctx;
 use crate::core::plan::{plan, GenInput, Output};
 use crate::core::reply::Reply;
 use crate::core::script::Script;
+use crate::core::shape::{self, Expect, Opts, Problem, Seg};
 use crate::core::{http, text};
+mod shapes;
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 use std::sync::LazyLock;
 
 type Outcome = (Reply, Option<String>);
-
-/// Request fields of `responses.create`; anything else is an unknown
-/// parameter, as OpenAI answers.
-///
-/// `client_metadata` is not in the SDK's parameters, but OpenAI's Codex CLI
-/// sends it on every request and OpenAI accepts it.
-const FIELDS: &[&str] = &[
-    "background",
-    "client_metadata",
-    "context_management",
-    "conversation",
-    "include",
-    "input",
-    "instructions",
-    "max_output_tokens",
-    "max_tool_calls",
-    "metadata",
-    "model",
-    "parallel_tool_calls",
-    "previous_response_id",
-    "prompt",
-    "prompt_cache_key",
-    "prompt_cache_retention",
-    "reasoning",
-    "safety_identifier",
-    "service_tier",
-    "store",
-    "stream",
-    "stream_options",
-    "temperature",
-    "text",
-    "tool_choice",
-    "tools",
-    "top_logprobs",
-    "top_p",
-    "truncation",
-    "user",
-];
 
 /// Tool types of the SDK's `ToolParam` other than `function` (and
 /// `namespace`, whose functions are read): the mock accepts them and never
@@ -63,6 +29,7 @@ const HOSTED_TOOLS: &[&str] = &[
     "apply_patch",
     "code_interpreter",
     "computer",
+    "computer_use",
     "computer_use_preview",
     "custom",
     "file_search",
@@ -85,7 +52,7 @@ const CHOICE_TYPES: &[&str] = &["allowed_tools"];
 static NO_PARAMETERS: LazyLock<Value> =
     LazyLock::new(|| json!({"type": "object", "properties": {}}));
 
-const EFFORTS: &[&str] = &["none", "minimal", "low", "medium", "high", "xhigh"];
+const EFFORTS: &[&str] = &["none", "minimal", "low", "medium", "high", "xhigh", "max"];
 
 /// Smallest `max_output_tokens` the API accepts.
 const MIN_OUTPUT_TOKENS: u64 = 16;
@@ -293,23 +260,39 @@ fn check_input(input: &Value) -> Result<Input, Reply> {
                     }
                 }
             }
-            "reasoning" => {
-                if !it.get("summary").is_some_and(Value::is_array) {
-                    return Err(missing(&format!("{at}.summary")));
+            "custom_tool_call" => {
+                let id = it.get("call_id").and_then(Value::as_str).unwrap_or("");
+                open.push(id.to_string());
+                if let Some(a) = it.get("input").and_then(Value::as_str) {
+                    inp.prompt.push_str(a);
                 }
             }
-            other => {
-                return Err(bad_value(
-                    &format!("{at}.type"),
-                    other,
-                    &[
-                        "message",
-                        "function_call",
-                        "function_call_output",
-                        "reasoning",
-                    ],
-                ))
+            "custom_tool_call_output" => {
+                let id = it.get("call_id").and_then(Value::as_str).unwrap_or("");
+                let t = output_text(it.get("output"));
+                inp.prompt.push_str(&t);
+                inp.script.tool_result(t);
+                match open.iter().position(|c| c == id) {
+                    Some(p) => {
+                        open.remove(p);
+                    }
+                    None => {
+                        return Err(bad(
+                            &format!(
+                                "No tool call found for custom tool call output with call_id {id}."
+                            ),
+                            "input",
+                            "invalid_value",
+                        ))
+                    }
+                }
             }
+            "reasoning" if !it.get("summary").is_some_and(Value::is_array) => {
+                return Err(missing(&format!("{at}.summary")));
+            }
+            // Reasoning items, and the API's own items (hosted tool calls, compaction, …),
+            // passed back as it returned them.
+            _ => {}
         }
     }
     if let Some(id) = open.first() {
@@ -320,6 +303,18 @@ fn check_input(input: &Value) -> Result<Input, Reply> {
         ));
     }
     Ok(inp)
+}
+
+/// The text of a tool output: a string, or its parts' text.
+fn output_text(v: Option<&Value>) -> String {
+    match v {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect(),
+        _ => String::new(),
+    }
 }
 
 /// Declared function tools, those inside `namespace` tools included, and
@@ -504,6 +499,77 @@ fn opt_bool(req: &Value, p: &str) -> Result<Option<bool>, Reply> {
     }
 }
 
+/// The request checked against the SDK's types (`shapes`): its first
+/// violation in OpenAI's words (`Unknown parameter: 'input[3].foo'.`,
+/// `Missing required parameter: …`, `Invalid type for …`, `Invalid value:
+/// …`), `param` naming the path.
+fn shape_error(req: &Value) -> Option<Reply> {
+    let v = shape::check_msg(&shapes::CREATE, req, &Opts::default())
+        .into_iter()
+        .next()?;
+    let at = openai_path(&v.path);
+    Some(match &v.problem {
+        Problem::Unknown => bad(
+            &format!("Unknown parameter: '{at}'."),
+            &at,
+            "unknown_parameter",
+        ),
+        Problem::Missing => missing(&at),
+        Problem::Type(want) => wrong_type(&at, expected(want)),
+        Problem::Enum(e) => bad_value(&at, v.value.as_str().unwrap_or(""), e.values),
+        Problem::Tag(t) => {
+            let names: Vec<&str> = t.variants.iter().map(|(n, _)| *n).collect();
+            bad_value(
+                &format!("{at}.{}", t.tag),
+                v.value.as_str().unwrap_or(""),
+                &names,
+            )
+        }
+        other => bad(
+            &format!("Invalid value for '{at}' ({other:?})."),
+            &at,
+            "invalid_value",
+        ),
+    })
+}
+
+/// What a type wants, as OpenAI's errors say it.
+fn expected(want: &Expect) -> &'static str {
+    match want {
+        Expect::Str => "a string",
+        Expect::Bool => "a boolean",
+        Expect::Int => "an integer",
+        Expect::Num => "a number",
+        Expect::Enum(_) => "a string",
+        Expect::Object(_) => "an object",
+        Expect::List(_) => "an array",
+    }
+}
+
+/// A path as OpenAI writes it: `input[3].content[0].text`.
+fn openai_path(segs: &[Seg]) -> String {
+    let mut out = String::new();
+    for s in segs {
+        match s {
+            Seg::Field(n, _) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(n);
+            }
+            Seg::Unknown(k) | Seg::Entry(_, k) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(k);
+            }
+            Seg::Index(i) => out.push_str(&format!("[{i}]")),
+            Seg::Tag(_) => {}
+        }
+    }
+    out
+}
+
 /// Where a Responses request arrived.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flavor {
@@ -548,15 +614,8 @@ fn check<'a>(ctx: &Ctx<'_>, req: &'a Value, flavor: Flavor) -> Result<Checked<'a
             "model_not_supported",
         )));
     }
-    if let Some(k) = req
-        .as_object()
-        .and_then(|o| o.keys().find(|k| !FIELDS.contains(&k.as_str())))
-    {
-        return Err(fail(bad(
-            &format!("Unknown parameter: '{k}'."),
-            k,
-            "unknown_parameter",
-        )));
+    if let Some(r) = shape_error(req) {
+        return Err(fail(r));
     }
     if let Some(id) = req.get("previous_response_id").and_then(Value::as_str) {
         return Err(fail(bad(
