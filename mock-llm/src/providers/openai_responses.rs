@@ -7,13 +7,16 @@
 //! `sequence_number`). Nothing is stored: `previous_response_id` is refused
 //! as an unknown response.
 
-use super::openai::{azure_err, invalid, is_embedding_model, model_not_found, parse_error};
+use super::openai::{
+    azure_err, bad, bad_value, is_embedding_model, missing, model_not_found, parse_error,
+    violation_reply, wrong_type,
+};
 use crate::core::body;
 use crate::core::ctx::Ctx;
 use crate::core::plan::{plan, GenInput, Output};
 use crate::core::reply::Reply;
 use crate::core::script::Script;
-use crate::core::shape::{self, Expect, Opts, Problem, Seg};
+use crate::core::shape::{self, Opts};
 use crate::core::{http, text};
 mod shapes;
 use bytes::Bytes;
@@ -68,38 +71,6 @@ fn reasoning_tokens(effort: &str) -> u64 {
         "xhigh" => 128,
         _ => 0,
     }
-}
-
-fn bad(msg: &str, param: &str, code: &str) -> Reply {
-    invalid(msg, Some(param), Some(code))
-}
-
-fn missing(param: &str) -> Reply {
-    bad(
-        &format!("Missing required parameter: '{param}'."),
-        param,
-        "missing_required_parameter",
-    )
-}
-
-fn wrong_type(param: &str, want: &str) -> Reply {
-    bad(
-        &format!("Invalid type for '{param}': expected {want}."),
-        param,
-        "invalid_type",
-    )
-}
-
-fn bad_value(param: &str, v: &str, supported: &[&str]) -> Reply {
-    let list: Vec<String> = supported.iter().map(|s| format!("'{s}'")).collect();
-    bad(
-        &format!(
-            "Invalid value: '{v}'. Supported values are: {}.",
-            list.join(", ")
-        ),
-        param,
-        "invalid_value",
-    )
 }
 
 /// What the input items gave: the echoed text, all prompt text.
@@ -500,74 +471,12 @@ fn opt_bool(req: &Value, p: &str) -> Result<Option<bool>, Reply> {
 }
 
 /// The request checked against the SDK's types (`shapes`): its first
-/// violation in OpenAI's words (`Unknown parameter: 'input[3].foo'.`,
-/// `Missing required parameter: …`, `Invalid type for …`, `Invalid value:
-/// …`), `param` naming the path.
+/// violation in OpenAI's words, `param` naming the path.
 fn shape_error(req: &Value) -> Option<Reply> {
     let v = shape::check_msg(&shapes::CREATE, req, &Opts::default())
         .into_iter()
         .next()?;
-    let at = openai_path(&v.path);
-    Some(match &v.problem {
-        Problem::Unknown => bad(
-            &format!("Unknown parameter: '{at}'."),
-            &at,
-            "unknown_parameter",
-        ),
-        Problem::Missing => missing(&at),
-        Problem::Type(want) => wrong_type(&at, expected(want)),
-        Problem::Enum(e) => bad_value(&at, v.value.as_str().unwrap_or(""), e.values),
-        Problem::Tag(t) => {
-            let names: Vec<&str> = t.variants.iter().map(|(n, _)| *n).collect();
-            bad_value(
-                &format!("{at}.{}", t.tag),
-                v.value.as_str().unwrap_or(""),
-                &names,
-            )
-        }
-        other => bad(
-            &format!("Invalid value for '{at}' ({other:?})."),
-            &at,
-            "invalid_value",
-        ),
-    })
-}
-
-/// What a type wants, as OpenAI's errors say it.
-fn expected(want: &Expect) -> &'static str {
-    match want {
-        Expect::Str => "a string",
-        Expect::Bool => "a boolean",
-        Expect::Int => "an integer",
-        Expect::Num => "a number",
-        Expect::Enum(_) => "a string",
-        Expect::Object(_) => "an object",
-        Expect::List(_) => "an array",
-    }
-}
-
-/// A path as OpenAI writes it: `input[3].content[0].text`.
-fn openai_path(segs: &[Seg]) -> String {
-    let mut out = String::new();
-    for s in segs {
-        match s {
-            Seg::Field(n, _) => {
-                if !out.is_empty() {
-                    out.push('.');
-                }
-                out.push_str(n);
-            }
-            Seg::Unknown(k) | Seg::Entry(_, k) => {
-                if !out.is_empty() {
-                    out.push('.');
-                }
-                out.push_str(k);
-            }
-            Seg::Index(i) => out.push_str(&format!("[{i}]")),
-            Seg::Tag(_) => {}
-        }
-    }
-    out
+    Some(violation_reply(&v))
 }
 
 /// Where a Responses request arrived.
