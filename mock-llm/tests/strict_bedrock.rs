@@ -205,3 +205,76 @@ async fn each_rule_answers_as_bedrock_does() {
         assert!(msg.contains(r.error.1), "{}: {msg}", r.rule);
     }
 }
+
+const TITAN_PATH: &str = "/model/amazon.titan-embed-text-v2%3A0";
+
+/// InvokeModel bodies, checked as Bedrock's JSON-schema validator answers
+/// (notes/bedrock.md §3): (rule, model path, body, status, words).
+fn invoke_rows() -> Vec<(&'static str, &'static str, Value, u16, &'static str)> {
+    let claude = |extra: Value| {
+        let mut v = json!({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 100,
+            "messages": [{"role": "user", "content": "hi"}]});
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        v
+    };
+    vec![
+        ("Titan: an extraneous key", TITAN_PATH, json!({"inputText": "x", "textGenerationConfig": {}}), 400,
+            "Malformed input request: #: extraneous key [textGenerationConfig] is not permitted, please reformat your input and try again."),
+        ("Titan: inputText required", TITAN_PATH, json!({"dimensions": 256}), 400,
+            "Malformed input request: #: required key [inputText] not found, please reformat your input and try again."),
+        ("Titan: normalize is a boolean", TITAN_PATH, json!({"inputText": "x", "normalize": "yes"}), 400,
+            "#/normalize: expected type: Boolean, found: String"),
+        ("Titan: dimensions 256, 512 or 1024", TITAN_PATH, json!({"inputText": "x", "dimensions": 300}), 400,
+            "#/dimensions: 300 is not a valid enum value"),
+        ("Titan: embeddingTypes float or binary", TITAN_PATH, json!({"inputText": "x", "embeddingTypes": ["int8"]}), 400,
+            "#/embeddingTypes/0: int8 is not a valid enum value"),
+        ("Titan: every member", TITAN_PATH, json!({"inputText": "x", "dimensions": 256, "normalize": true, "embeddingTypes": ["float", "binary"]}), 200, ""),
+        ("Claude: model and stream are not body members", PATH, claude(json!({"model": "claude", "stream": true})), 400,
+            "Malformed input request: #: extraneous key [model] is not permitted#: extraneous key [stream] is not permitted, please reformat your input and try again."),
+        ("Claude: max_tokens required", PATH, json!({"anthropic_version": "bedrock-2023-05-31", "messages": [{"role": "user", "content": "hi"}]}), 400,
+            "#: required key [max_tokens] not found"),
+        ("Claude: anthropic_version", PATH, claude(json!({"anthropic_version": "2023-06-01"})), 400,
+            "#/anthropic_version: 2023-06-01 is not a valid enum value"),
+        ("Claude: nested keys", PATH, claude(json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "hi", "cache": true}]}]})), 400,
+            "#/messages/0/content/0: extraneous key [cache] is not permitted"),
+        ("Claude: Converse-shaped tools", PATH, claude(json!({"tools": [{"toolSpec": {"name": "f"}}]})), 400,
+            "#/tools/0: extraneous key [toolSpec] is not permitted"),
+        ("Claude: max_tokens above Claude 3 Haiku's limit", PATH, claude(json!({"max_tokens": 4097})), 400,
+            "exceeds the model limit of 4096"),
+        ("Claude: thinking on a model that does not think", PATH, claude(json!({"max_tokens": 4000, "thinking": {"type": "enabled", "budget_tokens": 1024}})), 400,
+            "#: extraneous key [thinking] is not permitted"),
+        ("Claude: context_management without its beta", SONNET_PATH, claude(json!({"context_management": {"edits": []}})), 400,
+            "#: extraneous key [context_management] is not permitted"),
+        ("Claude: context_management with its beta", SONNET_PATH,
+            claude(json!({"anthropic_beta": ["context-management-2025-06-27"], "context_management": {"edits": []}})), 200, ""),
+        ("Claude: a Messages API body", SONNET_PATH, claude(json!({"system": "s", "temperature": 0.5, "top_k": 5, "stop_sequences": ["END"],
+            "max_tokens": 4000, "thinking": {"type": "enabled", "budget_tokens": 1024},
+            "tools": [{"name": "f", "description": "d", "input_schema": {"type": "object"}}], "tool_choice": {"type": "auto"}})), 200, ""),
+    ]
+}
+
+#[tokio::test]
+async fn invoke_model_bodies_answer_as_bedrock_does() {
+    let app = app();
+    for (rule, model, body, status, says) in invoke_rows() {
+        let r = bedrock_on(&app, model, "invoke", &body.to_string(), SECRET).await;
+        assert_eq!(r.status, status, "{rule}: {}", r.text());
+        if status == 200 {
+            let v = r.json();
+            if model == TITAN_PATH {
+                assert!(v["embeddingsByType"]["binary"].is_array(), "{rule}: {v}");
+            } else {
+                assert_eq!(v["type"], "message", "{rule}: {v}");
+            }
+            continue;
+        }
+        assert!(r
+            .header("x-amzn-errortype")
+            .unwrap()
+            .starts_with("ValidationException"));
+        let msg = r.json()["message"].as_str().unwrap().to_string();
+        assert!(msg.contains(says), "{rule}: {msg}");
+    }
+}

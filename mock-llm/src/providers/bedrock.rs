@@ -1,6 +1,7 @@
 //! Bedrock runtime: Converse and ConverseStream (AWS event-stream framing),
-//! plus InvokeModel for Titan text embeddings, authenticated by a verified
-//! SigV4 signature (signing name `bedrock`).
+//! plus InvokeModel (`invoke_model`: Titan text embeddings and Anthropic's
+//! models), authenticated by a verified SigV4 signature (signing name
+//! `bedrock`).
 //!
 //! Rules follow Bedrock's own definitions: every request is checked against
 //! botocore's service model (`shapes`: closed structures, unions with
@@ -25,7 +26,9 @@ use crate::core::script::{self, Script};
 use crate::core::shape::{self, Expect, Msg, Opts, Problem, Seg, Violation};
 use crate::core::{http, render};
 mod eventstream;
+mod invoke_model;
 mod shapes;
+pub use invoke_model::invoke;
 pub mod sigv4;
 
 use bytes::Bytes;
@@ -751,60 +754,6 @@ pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
                     .as_bytes(),
             ),
         ),
-        m,
-    )
-}
-
-/// InvokeModel, for Amazon Titan text embedding models only
-/// (`{"inputText", "dimensions"?, "normalize"?}` -> `{"embedding",
-/// "inputTextTokenCount"}`).
-pub async fn invoke(ctx: &Ctx<'_>, model: String) -> Outcome {
-    let m = Some(model.clone());
-    if !ctx.provider.has_model(&model) {
-        return (
-            validation(ctx, "The provided model identifier is invalid."),
-            m,
-        );
-    }
-    if !model.starts_with("amazon.titan-embed") {
-        return (validation(ctx, "mock-llm: InvokeModel is only mocked for amazon.titan-embed-* models; use Converse."), m);
-    }
-    let req: Value = match serde_json::from_slice(ctx.body) {
-        Ok(v @ Value::Object(_)) => v,
-        _ => {
-            return (
-                validation(
-                    ctx,
-                    "Malformed input request, please reformat your input and try again.",
-                ),
-                m,
-            )
-        }
-    };
-    if let Some(k) = req.as_object().and_then(|o| {
-        o.keys().find(|k| {
-            !["inputText", "dimensions", "normalize", "embeddingTypes"].contains(&k.as_str())
-        })
-    }) {
-        return (validation(ctx, &format!("Malformed input request: extraneous key [{k}] is not permitted, please reformat your input and try again.")), m);
-    }
-    let Some(text) = req.get("inputText").and_then(Value::as_str) else {
-        return (validation(ctx, "Malformed input request: required key [inputText] not found, please reformat your input and try again."), m);
-    };
-    let dims = match req.get("dimensions") {
-        None => 1024,
-        Some(v) => match v.as_u64() {
-            Some(n @ (256 | 512 | 1024)) => n as usize,
-            _ => return (validation(ctx, "Malformed input request: dimensions must be one of 256, 512, 1024, please reformat your input and try again."), m),
-        },
-    };
-    let v = json!({
-        "embedding": crate::core::text::embedding(text, dims),
-        "inputTextTokenCount": crate::core::text::count_tokens(text),
-    });
-    (
-        ctx.json_ok(&v, &[("x-amzn-requestid", ctx.request_id.clone())])
-            .await,
         m,
     )
 }

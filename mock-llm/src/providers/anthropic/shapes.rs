@@ -697,3 +697,46 @@ pub static CREATE: Msg = Msg::new(
 
 /// `POST /v1/messages/count_tokens`.
 pub static COUNT: Msg = Msg::new("MessageCountTokensParams", common_fields!());
+
+static BEDROCK_VERSION: Enum = e("anthropic_version", &["bedrock-2023-05-31"]);
+
+/// The body of Bedrock's InvokeModel for Anthropic's models (AWS's
+/// "Anthropic Claude Messages API" parameter page, notes/bedrock.md §3):
+/// the Messages API's members without `model` and `stream` (the URL and
+/// the operation say those), plus `anthropic_version` and `anthropic_beta`
+/// (the beta header's values, in the body).
+pub static BEDROCK_INVOKE: Msg = Msg::new(
+    "InvokeModelBody",
+    &[
+        req("anthropic_version", Ty::Enum(&BEDROCK_VERSION)),
+        field("anthropic_beta", list(&STR)),
+        req(
+            "max_tokens",
+            Ty::Int(Bounds {
+                min: Some(1.0),
+                max: None,
+            }),
+        ),
+        req("messages", list(&Ty::Msg(&MESSAGE))),
+        field("system", Ty::OneOf(&[STR, list(&Ty::Msg(&SYSTEM_TEXT))])),
+        field("temperature", Ty::Num(UNIT)),
+        field("top_p", Ty::Num(UNIT)),
+        field(
+            "top_k",
+            Ty::Int(Bounds {
+                min: Some(0.0),
+                max: None,
+            }),
+        ),
+        field("tools", list(&Ty::Tagged(&TOOLS))),
+        field("tool_choice", Ty::Tagged(&TOOL_CHOICE)),
+        field("stop_sequences", list(&STR)),
+        field("thinking", Ty::Tagged(&THINKING_CONFIG)),
+        field("output_config", Ty::Msg(&OUTPUT_CONFIG)),
+        beta(
+            "context_management",
+            Ty::Msg(&CONTEXT_MANAGEMENT),
+            &["context-management-"],
+        ),
+    ],
+);
