@@ -121,10 +121,15 @@ static USER: Msg = Msg::new(
         field("name", STR),
     ],
 );
+/// An assistant message: the SDK's param, plus `annotations`, which the
+/// response's `ChatCompletionMessage` carries: clients append the answer's
+/// message to the next request whole (the SDK's own function-calling
+/// pattern), so the API takes it back.
 static ASSISTANT: Msg = Msg::new(
     "assistant",
     &[
         req("role", STR),
+        field("annotations", list(&Ty::Object)),
         field("audio", Ty::Msg(&AUDIO_REF)),
         field("content", Ty::OneOf(&ASSISTANT_CONTENT)),
         field("function_call", Ty::Msg(&FUNCTION)),
