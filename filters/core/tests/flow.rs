@@ -458,7 +458,8 @@ fn local_replies() {
         (
             "POST",
             "/v1/chat/completions",
-            br#"{"model":"smart","messages":[{"role":"user","content":"x"}],"n":3}"#.to_vec(),
+            br#"{"model":"smart","messages":[{"role":"user","content":"x"}],"frobnicate":3}"#
+                .to_vec(),
             400,
             "unsupported_parameter",
         ),

@@ -182,7 +182,7 @@ impl Translator for OpenAiAnthropic {
                 )
             });
         }
-        let chat = chat_ir::parse(
+        let mut chat = chat_ir::parse(
             body,
             &Accept {
                 provider: PROVIDER,
@@ -190,7 +190,14 @@ impl Translator for OpenAiAnthropic {
             },
         )?;
         let include_usage = include_usage_flag(body)?;
+        let lowered = chat.lower_to(ctx.model_cfg.max_output_tokens);
+        if chat.temperature.is_some() && chat.top_p.is_some() {
+            // Claude 4.5 and later take one of the two.
+            chat.top_p = None;
+            chat.drop("top_p");
+        }
         let (stream, json_mode) = (chat.stream, chat.json.is_some());
+        let dropped = chat.dropped.clone();
         let out = translate_request(ctx, chat)?;
         let mut bytes = Vec::new();
         write_json(&mut bytes, &out);
@@ -200,9 +207,8 @@ impl Translator for OpenAiAnthropic {
             stream,
             include_usage,
             json_mode,
-            prompt_estimate: 0,
-            embed_base64: false,
-            fan_out: Vec::new(),
+            dropped,
+            lowered,
             ..UpstreamRequest::default()
         })
     }
