@@ -41,6 +41,8 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
+pub mod admin;
+pub mod admin_client;
 pub mod anthropic;
 pub mod authz;
 pub mod backend;
@@ -50,6 +52,8 @@ pub mod decision;
 pub mod defaults;
 pub mod http;
 pub mod keygen;
+pub mod keystore;
+pub mod keysync;
 pub mod lease;
 pub mod metrics;
 pub mod plan;
@@ -59,6 +63,7 @@ pub mod reload;
 pub mod rolling;
 pub mod server;
 pub mod service;
+pub mod sources;
 pub mod spend;
 pub mod storage;
 pub mod usage;
