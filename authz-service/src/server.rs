@@ -2,6 +2,7 @@
 //! the admin API's key sync, serve until shut down. Used by the binary and by the integration tests (which bind
 //! `127.0.0.1:0`).
 
+use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -192,15 +193,11 @@ async fn listen(
         );
     }
     let app = crate::http::router(authz.clone(), cfg.usage_token.clone());
-    let http_rx = rx.clone();
-    tasks.push(tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(wait_shutdown(http_rx))
-            .await
-        {
-            tracing::error!(error = %e, "HTTP server failed");
-        }
-    }));
+    let http = axum::serve(listener, app).with_graceful_shutdown(wait_shutdown(rx.clone()));
+    tasks.push(tokio::spawn(logged(
+        http.into_future(),
+        "HTTP server failed",
+    )));
     Ok((grpc_addr, http_addr))
 }
 
@@ -244,15 +241,11 @@ async fn admin(
         openapi: crate::admin::openapi_json()?,
     });
     let app = crate::admin::router(state);
-    let admin_rx = rx.clone();
-    tasks.push(tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(wait_shutdown(admin_rx))
-            .await
-        {
-            tracing::error!(error = %e, "admin API server failed");
-        }
-    }));
+    let serving = axum::serve(listener, app).with_graceful_shutdown(wait_shutdown(rx.clone()));
+    tasks.push(tokio::spawn(logged(
+        serving.into_future(),
+        "admin API server failed",
+    )));
     if !addr.ip().is_loopback() {
         tracing::warn!(%addr, "the admin API listens beyond loopback: only its token guards it");
     }

@@ -12,14 +12,12 @@ use crate::budget::RawBudgets;
 use crate::decision::{clip, ECHO_MAX_CHARS};
 use crate::policy::{valid_policy_name, KeyFields, Limits};
 
-/// `POST /admin/keys`.
+/// What a key grants and its expiry: the body of a create (beside its
+/// `tenant` and `id`), and the whole a patch applies to.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct CreateKey {
-    pub tenant: String,
-    /// Generated when absent.
-    #[serde(default)]
-    pub id: Option<String>,
+pub struct Editable {
+    /// Absent: any model (`*`).
     #[serde(default)]
     pub models: Option<Vec<String>>,
     #[serde(default)]
@@ -33,7 +31,12 @@ pub struct CreateKey {
     pub expires_at: Option<String>,
 }
 
-impl CreateKey {
+impl Editable {
+    /// From a JSON object's fields; `Err` is the 400.
+    pub fn from_value(v: serde_json::Value) -> Result<Editable, ApiError> {
+        serde_json::from_value(v).map_err(|e| invalid_body(&e))
+    }
+
     pub fn fields(&self) -> KeyFields {
         KeyFields {
             models: self
@@ -47,19 +50,34 @@ impl CreateKey {
     }
 }
 
-/// What an update may change, as a whole after the patch is applied.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Editable {
-    pub models: Vec<String>,
-    #[serde(default)]
-    pub limits: Limits,
-    #[serde(default)]
-    pub model_limits: BTreeMap<String, Limits>,
-    #[serde(default)]
-    pub budgets: Option<RawBudgets>,
-    #[serde(default)]
-    pub expires_at: Option<String>,
+/// `POST /admin/keys`: a tenant, an id (generated when absent) and the
+/// fields of [`Editable`].
+#[derive(Debug)]
+pub struct CreateKey {
+    pub tenant: String,
+    pub id: Option<String>,
+    pub grants: Editable,
+}
+
+impl CreateKey {
+    pub fn parse(body: &[u8]) -> Result<CreateKey, ApiError> {
+        let v: serde_json::Value = parse(body)?;
+        let serde_json::Value::Object(mut fields) = v else {
+            return Err(ApiError::invalid("body", "The body must be a JSON object."));
+        };
+        let mut text = |name: &str, required: bool| match fields.remove(name) {
+            Some(serde_json::Value::String(s)) => Ok(Some(s)),
+            None | Some(serde_json::Value::Null) if !required => Ok(None),
+            _ => Err(ApiError::invalid(name, format!("{name} must be a string."))),
+        };
+        let tenant = text("tenant", true)?.unwrap_or_default();
+        let id = text("id", false)?;
+        Ok(CreateKey {
+            tenant,
+            id,
+            grants: Editable::from_value(serde_json::Value::Object(fields))?,
+        })
+    }
 }
 
 /// `POST /admin/keys/{id}/rotate` (the body may be empty).
@@ -84,19 +102,23 @@ impl Rotate {
     }
 }
 
+/// The 400 of a body serde could not read (its message cut short: it can
+/// quote the input).
+fn invalid_body(e: &serde_json::Error) -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::BAD_REQUEST,
+        "invalid_body",
+        format!(
+            "Invalid request body: {}",
+            clip(&e.to_string(), 3 * ECHO_MAX_CHARS)
+        ),
+    )
+}
+
 /// A JSON body as `T`; `Err` is the 400 (serde's message cut short: it
 /// can quote the input).
 pub fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(body).map_err(|e| {
-        ApiError::new(
-            axum::http::StatusCode::BAD_REQUEST,
-            "invalid_body",
-            format!(
-                "Invalid request body: {}",
-                clip(&e.to_string(), 3 * ECHO_MAX_CHARS)
-            ),
-        )
-    })
+    serde_json::from_slice(body).map_err(|e| invalid_body(&e))
 }
 
 /// RFC 7396: `patch` applied to `target` (objects merge, `null` removes,

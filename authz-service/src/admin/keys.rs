@@ -271,11 +271,23 @@ fn check_fields(id: &str, f: &KeyFields) -> Result<(), ApiError> {
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_key", format!("{e}.")))
 }
 
+/// The 409 of a create whose id is taken, and `why`.
+fn taken(id: &str, why: &str) -> ApiError {
+    ApiError {
+        param: Some("id".into()),
+        ..ApiError::new(
+            StatusCode::CONFLICT,
+            "key_exists",
+            format!("Key id {id} is taken: {why}."),
+        )
+    }
+}
+
 pub async fn create<K: KeyStore, S: Store>(
     state: &AdminState<K, S>,
     body: &[u8],
 ) -> Result<Response, ApiError> {
-    let req: CreateKey = parse(body)?;
+    let req = CreateKey::parse(body)?;
     name("tenant", &req.tenant)?;
     let id = match &req.id {
         Some(id) => id.clone(),
@@ -307,16 +319,9 @@ pub async fn create<K: KeyStore, S: Store>(
         } else {
             "the policy file defines a key with it"
         };
-        return Err(ApiError {
-            param: Some("id".into()),
-            ..ApiError::new(
-                StatusCode::CONFLICT,
-                "key_exists",
-                format!("Key id {id} is taken: {why}."),
-            )
-        });
+        return Err(taken(&id, why));
     }
-    let fields = req.fields();
+    let fields = req.grants.fields();
     check_fields(&id, &fields)?;
     let now = state.authz.now_ms();
     let secret = crate::keygen::new_key();
@@ -326,7 +331,7 @@ pub async fn create<K: KeyStore, S: Store>(
         sha256: hash_key(&secret),
         previous: Vec::new(),
         fields,
-        expires_at_ms: expiry(req.expires_at.as_deref(), now)?,
+        expires_at_ms: expiry(req.grants.expires_at.as_deref(), now)?,
         revoked_at_ms: None,
         created_at_ms: now,
         updated_at_ms: now,
@@ -334,20 +339,12 @@ pub async fn create<K: KeyStore, S: Store>(
     match state.sync.store().put(&id, None, &record.to_json()).await {
         Ok(_) => {}
         Err(KeyStoreError::Conflict) => {
-            return Err(ApiError {
-                param: Some("id".into()),
-                ..ApiError::new(
-                    StatusCode::CONFLICT,
-                    "key_exists",
-                    format!("Key id {id} is taken: a key made through the admin API has it."),
-                )
-            })
+            return Err(taken(&id, "a key made through the admin API has it"))
         }
         Err(e) => return Err(unavailable(&e)),
     }
     let _ = state.sync.poll().await;
-    let policy = state.authz.policy();
-    let key = with_usage(state, &policy, record_view(&record, &policy, now)).await;
+    let key = shown(state, &record).await;
     ok(StatusCode::CREATED, &WithSecret { key, secret })
 }
 
@@ -458,22 +455,8 @@ pub async fn update<K: KeyStore, S: Store>(
             "expires_at": r.expires_at_ms.map(rfc3339),
         });
         merge_patch(&mut doc, &patch);
-        let e: Editable = serde_json::from_value(doc).map_err(|e| {
-            ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_body",
-                format!(
-                    "Invalid key after the patch: {}",
-                    crate::decision::clip(&e.to_string(), 3 * crate::decision::ECHO_MAX_CHARS)
-                ),
-            )
-        })?;
-        let f = KeyFields {
-            models: e.models,
-            limits: e.limits,
-            model_limits: e.model_limits,
-            budgets: e.budgets,
-        };
+        let e = Editable::from_value(doc)?;
+        let f = e.fields();
         check_fields(id, &f)?;
         // An unchanged expiry may be in the past already: keep it.
         let unchanged = e.expires_at.is_some() && e.expires_at == r.expires_at_ms.map(rfc3339);
@@ -487,14 +470,19 @@ pub async fn update<K: KeyStore, S: Store>(
     respond(state, &record).await
 }
 
+/// A key as written, with its usage.
+async fn shown<K: KeyStore, S: Store>(state: &AdminState<K, S>, record: &Record) -> KeyView {
+    let policy = state.authz.policy();
+    let view = record_view(record, &policy, state.authz.now_ms());
+    with_usage(state, &policy, view).await
+}
+
 /// The answer of a change: the key as written, with its usage.
 async fn respond<K: KeyStore, S: Store>(
     state: &AdminState<K, S>,
     record: &Record,
 ) -> Result<Response, ApiError> {
-    let policy = state.authz.policy();
-    let view = record_view(record, &policy, state.authz.now_ms());
-    ok(StatusCode::OK, &with_usage(state, &policy, view).await)
+    ok(StatusCode::OK, &shown(state, record).await)
 }
 
 pub async fn revoke<K: KeyStore, S: Store>(
@@ -525,19 +513,18 @@ pub async fn rotate<K: KeyStore, S: Store>(
     let hash = hash_key(&secret);
     let record = change(state, id, |r, now| {
         not_revoked(r)?;
+        // Secrets whose grace is over are forgotten now (401
+        // invalid_api_key); the one replaced is kept even with no grace,
+        // so its clients hear it was rotated (401 key_expired).
         r.previous.retain(|p| p.valid_until_ms > now);
-        if grace_ms > 0 {
-            r.previous.push(Previous {
-                sha256: r.sha256.clone(),
-                valid_until_ms: now + grace_ms,
-            });
-        }
+        r.previous.push(Previous {
+            sha256: r.sha256.clone(),
+            valid_until_ms: now + grace_ms,
+        });
         r.sha256 = hash.clone();
         Ok(())
     })
     .await?;
-    let policy = state.authz.policy();
-    let view = record_view(&record, &policy, state.authz.now_ms());
-    let key = with_usage(state, &policy, view).await;
+    let key = shown(state, &record).await;
     ok(StatusCode::OK, &WithSecret { key, secret })
 }

@@ -178,7 +178,7 @@ fn answer<K: KeyStore, S: Store>(
 }
 
 /// The body, or the 400/413 that says why it could not be read.
-fn body(b: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+fn body(b: Body) -> Result<Bytes, ApiError> {
     b.map_err(|e| {
         let status = e.status();
         if status == StatusCode::PAYLOAD_TOO_LARGE {
@@ -198,12 +198,12 @@ fn body(b: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
 }
 
 /// The key id of a path (one that cannot be decoded names no key: 404).
-fn path_id(p: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
+fn path_id(p: Id) -> Result<String, ApiError> {
     p.map(|Path(id)| id)
         .map_err(|_| ApiError::new(StatusCode::NOT_FOUND, "key_not_found", "No such key."))
 }
 
-async fn openapi<K: KeyStore, S: Store>(State(state): State<Arc<AdminState<K, S>>>) -> Response {
+async fn openapi<K: KeyStore, S: Store>(State(state): St<K, S>) -> Response {
     let r = Ok((
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/json")],
@@ -213,82 +213,81 @@ async fn openapi<K: KeyStore, S: Store>(State(state): State<Arc<AdminState<K, S>
     answer(&state, "openapi", r)
 }
 
+/// Run `op` if the admin token is right, and count the answer under
+/// `route`.
+async fn guarded<
+    K: KeyStore,
+    S: Store,
+    F: std::future::Future<Output = Result<Response, ApiError>>,
+>(
+    state: &AdminState<K, S>,
+    route: &'static str,
+    headers: &HeaderMap,
+    op: impl FnOnce() -> F,
+) -> Response {
+    let r = match authorize(state, headers) {
+        Ok(()) => op().await,
+        Err(e) => Err(e),
+    };
+    answer(state, route, r)
+}
+
+type St<K, S> = State<Arc<AdminState<K, S>>>;
+type Id = Result<Path<String>, PathRejection>;
+type Body = Result<Bytes, BytesRejection>;
+
 async fn list<K: KeyStore, S: Store>(
-    State(state): State<Arc<AdminState<K, S>>>,
-    headers: HeaderMap,
-    RawQuery(query): RawQuery,
+    State(st): St<K, S>,
+    h: HeaderMap,
+    RawQuery(q): RawQuery,
 ) -> Response {
-    let r = async {
-        authorize(&state, &headers)?;
-        keys::list(&state, query.as_deref().unwrap_or("")).await
-    };
-    let r = r.await;
-    answer(&state, "list", r)
+    guarded(&st, "list", &h, || {
+        keys::list(&st, q.as_deref().unwrap_or(""))
+    })
+    .await
 }
 
-async fn create<K: KeyStore, S: Store>(
-    State(state): State<Arc<AdminState<K, S>>>,
-    headers: HeaderMap,
-    b: Result<Bytes, BytesRejection>,
-) -> Response {
-    let r = async {
-        authorize(&state, &headers)?;
-        keys::create(&state, &body(b)?).await
-    };
-    let r = r.await;
-    answer(&state, "create", r)
+async fn create<K: KeyStore, S: Store>(State(st): St<K, S>, h: HeaderMap, b: Body) -> Response {
+    guarded(&st, "create", &h, || async {
+        keys::create(&st, &body(b)?).await
+    })
+    .await
 }
 
-async fn read<K: KeyStore, S: Store>(
-    State(state): State<Arc<AdminState<K, S>>>,
-    headers: HeaderMap,
-    id: Result<Path<String>, PathRejection>,
-) -> Response {
-    let r = async {
-        authorize(&state, &headers)?;
-        keys::get(&state, &path_id(id)?).await
-    };
-    let r = r.await;
-    answer(&state, "get", r)
+async fn read<K: KeyStore, S: Store>(State(st): St<K, S>, h: HeaderMap, id: Id) -> Response {
+    guarded(&st, "get", &h, || async {
+        keys::get(&st, &path_id(id)?).await
+    })
+    .await
 }
 
 async fn update<K: KeyStore, S: Store>(
-    State(state): State<Arc<AdminState<K, S>>>,
-    headers: HeaderMap,
-    id: Result<Path<String>, PathRejection>,
-    b: Result<Bytes, BytesRejection>,
+    State(st): St<K, S>,
+    h: HeaderMap,
+    id: Id,
+    b: Body,
 ) -> Response {
-    let r = async {
-        authorize(&state, &headers)?;
-        keys::update(&state, &path_id(id)?, &body(b)?).await
-    };
-    let r = r.await;
-    answer(&state, "update", r)
+    guarded(&st, "update", &h, || async {
+        keys::update(&st, &path_id(id)?, &body(b)?).await
+    })
+    .await
 }
 
-async fn revoke<K: KeyStore, S: Store>(
-    State(state): State<Arc<AdminState<K, S>>>,
-    headers: HeaderMap,
-    id: Result<Path<String>, PathRejection>,
-) -> Response {
-    let r = async {
-        authorize(&state, &headers)?;
-        keys::revoke(&state, &path_id(id)?).await
-    };
-    let r = r.await;
-    answer(&state, "revoke", r)
+async fn revoke<K: KeyStore, S: Store>(State(st): St<K, S>, h: HeaderMap, id: Id) -> Response {
+    guarded(&st, "revoke", &h, || async {
+        keys::revoke(&st, &path_id(id)?).await
+    })
+    .await
 }
 
 async fn rotate<K: KeyStore, S: Store>(
-    State(state): State<Arc<AdminState<K, S>>>,
-    headers: HeaderMap,
-    id: Result<Path<String>, PathRejection>,
-    b: Result<Bytes, BytesRejection>,
+    State(st): St<K, S>,
+    h: HeaderMap,
+    id: Id,
+    b: Body,
 ) -> Response {
-    let r = async {
-        authorize(&state, &headers)?;
-        keys::rotate(&state, &path_id(id)?, &body(b)?).await
-    };
-    let r = r.await;
-    answer(&state, "rotate", r)
+    guarded(&st, "rotate", &h, || async {
+        keys::rotate(&st, &path_id(id)?, &body(b)?).await
+    })
+    .await
 }
