@@ -544,7 +544,7 @@ async fn fuzzed_bad_input_gets_clear_errors() {
                        "budgets": {"usd_per_day": 2, "rolling": [{"window": "24h", "usd": 1}]},
                        "expires_at": "2099-01-01T00:00:00Z"});
     let mut seen = std::collections::BTreeMap::new();
-    const N: usize = 600;
+    const N: usize = 2000;
     for i in 0..N {
         let (method, path) = [
             ("POST", "/admin/keys"),
