@@ -467,41 +467,14 @@ mod tests {
             k.apply(&marks(&msgs[..3], &text, false), 0),
             CacheUse::default()
         );
-        // Turn 1 writes its prefix at the breakpoint.
-        let t1 = marks(&msgs[..3], &text, true);
-        assert_eq!(
-            k.apply(&t1, 0),
-            CacheUse {
-                read: 0,
-                write: 1500
-            }
-        );
-        // Turn 2 (two blocks more): reads turn 1, writes the rest.
-        let t2 = marks(&msgs[..5], &text, true);
-        assert_eq!(
-            k.apply(&t2, 10),
-            CacheUse {
-                read: 1500,
-                write: 1000
-            }
-        );
-        // The same again: all read, nothing written.
-        assert_eq!(
-            k.apply(&t2, 20),
-            CacheUse {
-                read: 2500,
-                write: 0
-            }
-        );
-        // 25 blocks later the last entry is beyond the 20-block lookback.
-        let far = marks(&msgs[..30], &text, true);
-        assert_eq!(
-            k.apply(&far, 30),
-            CacheUse {
-                read: 0,
-                write: 15000
-            }
-        );
+        // (turns, then read, written): turn 1 writes its prefix at the
+        // breakpoint; turn 2 (two blocks more) reads turn 1 and writes the
+        // rest; the same again reads all; 25 blocks later the last entry is
+        // beyond the 20-block lookback.
+        for (turns, read, write) in [(3, 0, 1500), (5, 1500, 1000), (5, 2500, 0), (30, 0, 15000)] {
+            let m = marks(&msgs[..turns], &text, true);
+            assert_eq!(k.apply(&m, 10), CacheUse { read, write }, "{turns} turns");
+        }
     }
 
     #[test]

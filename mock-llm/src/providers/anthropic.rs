@@ -630,13 +630,7 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
     let id = format!("msg_{}", ctx.request_id);
     // Input beyond the cache's reads and writes.
     let input = p.prompt_tokens.saturating_sub(used.read + used.write);
-    let stop = if p.is_tool() {
-        "tool_use"
-    } else if p.truncated {
-        "max_tokens"
-    } else {
-        "end_turn"
-    };
+    let stop = p.stop_reason();
     let hdrs = [("request-id", format!("req_{}", ctx.request_id))];
     if !stream {
         let content = match &p.output {

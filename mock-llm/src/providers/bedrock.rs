@@ -739,13 +739,7 @@ pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
         Ok(p) => p,
         Err(e) => return (validation(ctx, &e), m),
     };
-    let stop = if p.is_tool() {
-        "tool_use"
-    } else if p.truncated {
-        "max_tokens"
-    } else {
-        "end_turn"
-    };
+    let stop = p.stop_reason();
     // With cache points, inputTokens leaves out what was read from or
     // written to the cache; totalTokens counts all.
     let u = used.unwrap_or_default();
