@@ -55,6 +55,25 @@ pub struct GenInput<'a> {
     pub script: Script,
 }
 
+/// How many web searches the answer runs: `x-mock-web-searches` when the
+/// request declares a tool whose type starts with `tool_type` (the
+/// provider's web search tool), else none: without the tool the model
+/// cannot search.
+pub fn web_searches(ctx: &Ctx<'_>, req: &Value, tool_type: &str) -> u64 {
+    let declared = req
+        .get("tools")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.get("type").and_then(Value::as_str))
+        .any(|t| t.starts_with(tool_type));
+    if declared {
+        ctx.ov.web_searches
+    } else {
+        0
+    }
+}
+
 /// Build the deterministic answer, in this order: a call of the tool named
 /// by `x-mock-tool-call`; the scripted agent's next call, or its final
 /// text (when the request declares tools; a request without tools, such as

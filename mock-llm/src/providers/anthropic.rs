@@ -281,16 +281,8 @@ fn thinking_error(
 /// `server_tool_use` and its `web_search_tool_result` each), when the
 /// request declares Anthropic's web search tool.
 fn web_searches(ctx: &Ctx<'_>, req: &Value) -> Vec<Value> {
-    let declared = req
-        .get("tools")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|t| t.get("type").and_then(Value::as_str))
-        .any(|t| t.starts_with("web_search_"));
-    let n = if declared { ctx.ov.web_searches } else { 0 };
     let mut out = Vec::new();
-    for i in 0..n {
+    for i in 0..crate::core::plan::web_searches(ctx, req, "web_search_") {
         let id = format!("srvtoolu_{}{i}", ctx.request_id);
         out.push(
             json!({"type": "server_tool_use", "id": id, "name": "web_search",

@@ -681,15 +681,7 @@ pub async fn create(ctx: &Ctx<'_>, flavor: Flavor) -> Outcome {
 /// for, when the request declares a web search tool (without one the model
 /// cannot search).
 fn web_search_calls(ctx: &Ctx<'_>, req: &Value) -> Vec<Value> {
-    let declared = req
-        .get("tools")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|t| t.get("type").and_then(Value::as_str))
-        .any(|t| t.starts_with("web_search"));
-    let n = if declared { ctx.ov.web_searches } else { 0 };
-    (0..n)
+    (0..crate::core::plan::web_searches(ctx, req, "web_search"))
         .map(|i| {
             json!({
                 "id": format!("ws_{}{i}", ctx.request_id), "type": "web_search_call",
