@@ -34,6 +34,16 @@ impl Plan {
     pub fn is_tool(&self) -> bool {
         matches!(self.output, Output::Tool { .. })
     }
+    /// Why the answer stopped, as Anthropic and Bedrock name it.
+    pub fn stop_reason(&self) -> &'static str {
+        if self.is_tool() {
+            "tool_use"
+        } else if self.truncated {
+            "max_tokens"
+        } else {
+            "end_turn"
+        }
+    }
 }
 
 /// Inputs of a generation, extracted by each provider module.

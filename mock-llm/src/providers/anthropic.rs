@@ -574,13 +574,7 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
         Err(e) => return (bad(ctx, &e), m),
     };
     let id = format!("msg_{}", ctx.request_id);
-    let stop = if p.is_tool() {
-        "tool_use"
-    } else if p.truncated {
-        "max_tokens"
-    } else {
-        "end_turn"
-    };
+    let stop = p.stop_reason();
     let hdrs = [("request-id", format!("req_{}", ctx.request_id))];
     let searches = web_searches(ctx, &req);
     let searched = json!({"web_search_requests": searches.len() / 2});
