@@ -51,6 +51,7 @@ pub mod defaults;
 pub mod http;
 pub mod keygen;
 pub mod lease;
+pub mod mcp_rules;
 pub mod metrics;
 pub mod plan;
 pub mod policy;

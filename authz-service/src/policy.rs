@@ -70,6 +70,9 @@ struct RawTenant {
     /// Add prompt-cache breakpoints to Anthropic requests that carry none.
     #[serde(default)]
     cache_breakpoints: Option<bool>,
+    /// MCP servers and tools of every key of the tenant (`crate::mcp_rules`).
+    #[serde(default)]
+    mcp: Option<crate::mcp_rules::RawMcp>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -89,6 +92,9 @@ struct RawKey {
     /// Overrides the tenant's `cache_breakpoints`.
     #[serde(default)]
     cache_breakpoints: Option<bool>,
+    /// The MCP servers and tools this key may use (`crate::mcp_rules`).
+    #[serde(default)]
+    mcp: Option<crate::mcp_rules::RawMcp>,
 }
 
 fn default_models() -> Vec<String> {
@@ -108,6 +114,9 @@ struct RawPolicy {
     /// Price overrides and additions (see `crate::prices`).
     #[serde(default)]
     prices: BTreeMap<String, crate::prices::RawPrice>,
+    /// US dollars per MCP tool call (`crate::mcp_rules`).
+    #[serde(default)]
+    mcp_prices: BTreeMap<String, crate::prices::Decimal>,
 }
 
 /// What a limit counts.
@@ -168,6 +177,8 @@ pub struct Tenant {
     pub reserve_completion_tokens: u64,
     /// Prompt-cache breakpoints for Anthropic requests without any.
     pub cache_breakpoints: bool,
+    /// Its `mcp:` (`None`: no restriction or limit of its own).
+    pub mcp: Option<crate::mcp_rules::McpRules>,
 }
 
 /// Default of `reserve_completion_tokens`.
@@ -185,6 +196,8 @@ pub struct Key {
     pub model_limits: HashMap<String, Vec<Limit>>,
     /// The key's own `cache_breakpoints`, else its tenant's.
     pub cache_breakpoints: bool,
+    /// Its `mcp:`; without one, no MCP server.
+    pub mcp: crate::mcp_rules::McpRules,
 }
 
 impl Key {
@@ -204,6 +217,8 @@ pub struct Policy {
     tenants: HashMap<String, Tenant>,
     /// Prices, time zones and money budgets (`crate::budget`).
     pub money: crate::budget::Money,
+    /// Prices of MCP tool calls.
+    pub mcp_prices: crate::mcp_rules::McpPrices,
 }
 
 /// A policy that failed to load; `Display` is the exact, user-facing message.
@@ -284,6 +299,12 @@ fn compile_tenants(raw: &RawPolicy) -> Result<HashMap<String, Tenant>, PolicyErr
                 redis_failure: t.redis_failure.unwrap_or(default_failure),
                 reserve_completion_tokens: t.reserve_completion_tokens.unwrap_or(default_reserve),
                 cache_breakpoints: t.cache_breakpoints.unwrap_or(false),
+                mcp: t
+                    .mcp
+                    .as_ref()
+                    .map(|m| crate::mcp_rules::compile(&owner, m))
+                    .transpose()
+                    .map_err(PolicyError)?,
             },
         );
     }
@@ -385,15 +406,24 @@ impl Policy {
                 cache_breakpoints: k
                     .cache_breakpoints
                     .unwrap_or_else(|| tenants.get(&k.tenant).is_some_and(|t| t.cache_breakpoints)),
+                mcp: match &k.mcp {
+                    Some(m) => crate::mcp_rules::compile(&owner, m).map_err(PolicyError)?,
+                    None => crate::mcp_rules::McpRules {
+                        tools: Some(Vec::new()),
+                        limits: Vec::new(),
+                    },
+                },
             });
         }
         let money = compile_money(&raw)?;
+        let mcp_prices = crate::mcp_rules::McpPrices::compile(&raw.mcp_prices).map_err(PolicyError)?;
         Ok(Policy {
             by_hash,
             by_id,
             keys,
             tenants,
             money,
+            mcp_prices,
         })
     }
 
