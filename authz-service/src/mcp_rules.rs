@@ -225,7 +225,10 @@ mod tests {
             .limits_for("demo", "a")
             .map(|l| (l.name.as_str(), l.period))
             .collect();
-        assert_eq!(names, [("*", "minute"), ("demo", "day"), ("demo/a", "minute")]);
+        assert_eq!(
+            names,
+            [("*", "minute"), ("demo", "day"), ("demo/a", "minute")]
+        );
         assert_eq!(r.limits_for("demo", "b").count(), 2);
     }
 

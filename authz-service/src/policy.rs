@@ -416,7 +416,8 @@ impl Policy {
             });
         }
         let money = compile_money(&raw)?;
-        let mcp_prices = crate::mcp_rules::McpPrices::compile(&raw.mcp_prices).map_err(PolicyError)?;
+        let mcp_prices =
+            crate::mcp_rules::McpPrices::compile(&raw.mcp_prices).map_err(PolicyError)?;
         Ok(Policy {
             by_hash,
             by_id,

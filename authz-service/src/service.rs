@@ -207,7 +207,9 @@ impl<S: Store> Authorization for AuthzService<S> {
     ) -> Result<tonic::Response<CheckResponse>, tonic::Status> {
         let input = check_input(request.get_ref());
         if let Some(call) = mcp::call_of(request.get_ref()) {
-            return mcp::check(&self.inner, &input, &call).await.map(tonic::Response::new);
+            return mcp::check(&self.inner, &input, &call)
+                .await
+                .map(tonic::Response::new);
         }
         let mut decision = self.inner.check(&input).await;
         if is_messages_request(request.get_ref()) {

@@ -34,6 +34,25 @@ pub const METADATA_NAMESPACE: &str = "envoy.filters.http.mcp";
 /// client cannot forge it.
 pub const TOOLS_HEADER: &str = "x-tollgate-mcp-tools";
 
+/// authz-service → filter: the request's JSON-RPC method (empty without
+/// one), as Envoy's MCP filter read it; `other` when it is not a plain
+/// header value.
+pub const METHOD_HEADER: &str = "x-tollgate-mcp-method";
+
+/// authz-service → filter: the tool of a `tools/call` (empty otherwise);
+/// `other` when it is not a plain header value.
+pub const TOOL_HEADER: &str = "x-tollgate-mcp-tool";
+
+/// A value for [`METHOD_HEADER`] or [`TOOL_HEADER`]: itself when it is at
+/// most 128 bytes of visible ASCII, else `other`.
+pub fn header_safe(v: &str) -> &str {
+    if v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()) {
+        v
+    } else {
+        "other"
+    }
+}
+
 /// The server of an MCP route's path (`/mcp/<server>`, `/mcp/<server>/…`,
 /// any query string), when it is a valid name.
 pub fn server_of(path: &str) -> Option<&str> {
@@ -77,11 +96,9 @@ pub fn tools_allowed(header: &str, server: &str, tool: &str) -> bool {
 
 /// The groups of a [`TOOLS_HEADER`] value, each an iterator of its patterns.
 fn groups(header: &str) -> impl Iterator<Item = impl Iterator<Item = &str>> {
-    header.split(';').map(|g| {
-        g.split(',')
-            .map(str::trim)
-            .filter(|p| !p.is_empty())
-    })
+    header
+        .split(';')
+        .map(|g| g.split(',').map(str::trim).filter(|p| !p.is_empty()))
 }
 
 /// JSON-RPC error codes the gateway answers with: JSON-RPC's own, and for
@@ -133,7 +150,8 @@ pub fn error_body(
         },
     };
     serde_json::to_vec(&body).unwrap_or_else(|_| {
-        br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"internal error"}}"#.to_vec()
+        br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"internal error"}}"#
+            .to_vec()
     })
 }
 

@@ -13,7 +13,7 @@
 use std::time::Instant;
 
 use serde_json::Value;
-use tollgate_wire::mcp::TOOLS_HEADER;
+use tollgate_wire::mcp::{header_safe, METHOD_HEADER, TOOLS_HEADER, TOOL_HEADER};
 
 use super::{Authorizer, CheckInput, Planned};
 use crate::decision::{echo, error_body, Decision};
@@ -49,6 +49,13 @@ impl McpCall {
 pub struct McpAllowed {
     /// [`TOOLS_HEADER`]: the key's and its tenant's tool patterns.
     pub tools_header: String,
+    /// [`METHOD_HEADER`], [`TOOL_HEADER`]: the call's method and tool.
+    pub method: String,
+    pub tool: String,
+    /// The key's tenant and id once it is known (refused calls too: the
+    /// access log names who tried).
+    pub tenant: Option<String>,
+    pub key_id: Option<String>,
 }
 
 /// The name of an MCP limit from its bucket's key (`…:kx:<key id>:<name>`
@@ -125,6 +132,13 @@ impl<S: Store> Authorizer<S> {
             Ok((key, _)) => {
                 let allowed = McpAllowed {
                     tools_header: tools_header(&policy, key),
+                    method: header_safe(call.method.as_deref().unwrap_or("")).to_string(),
+                    tool: match call.tool() {
+                        Some(Ok(t)) => header_safe(t).to_string(),
+                        _ => String::new(),
+                    },
+                    tenant: Some(key.tenant.clone()),
+                    key_id: Some(key.id.clone()),
                 };
                 (self.decide_mcp(&policy, key, call).await, allowed)
             }
@@ -175,7 +189,8 @@ impl<S: Store> Authorizer<S> {
             }
             Some(Ok(tool)) => tool,
         };
-        if !key.mcp.allows_tool(server, tool) || tenant.is_some_and(|t| !t.allows_tool(server, tool))
+        if !key.mcp.allows_tool(server, tool)
+            || tenant.is_some_and(|t| !t.allows_tool(server, tool))
         {
             self.backend.record("denied", "mcp_tool_not_allowed");
             let msg = format!(
@@ -195,7 +210,10 @@ impl<S: Store> Authorizer<S> {
         } else {
             None
         };
-        let budget_headers = money.as_ref().map(|m| m.headers.clone()).unwrap_or_default();
+        let budget_headers = money
+            .as_ref()
+            .map(|m| m.headers.clone())
+            .unwrap_or_default();
         let planned = plan_calls(policy, key, server, tool);
         let d = if planned.is_empty() {
             self.backend.record("allowed", "mcp");
@@ -215,9 +233,22 @@ impl<S: Store> Authorizer<S> {
     }
 }
 
-/// The header the filter gets with an allowed MCP Check.
-pub fn allowed_headers(allowed: &McpAllowed) -> [(&'static str, String); 1] {
-    [(TOOLS_HEADER, allowed.tools_header.clone())]
+/// The headers the filter gets with an allowed MCP Check: always all
+/// three, `-` for none (Envoy would drop an empty value and leave a
+/// client's copy), so a client cannot forge one.
+pub fn allowed_headers(allowed: &McpAllowed) -> [(&'static str, String); 3] {
+    let value = |v: &str| {
+        if v.is_empty() {
+            "-".to_string()
+        } else {
+            v.to_string()
+        }
+    };
+    [
+        (TOOLS_HEADER, value(&allowed.tools_header)),
+        (METHOD_HEADER, value(&allowed.method)),
+        (TOOL_HEADER, value(&allowed.tool)),
+    ]
 }
 
 #[cfg(test)]
@@ -300,10 +331,16 @@ keys:
         let (d, _) = a
             .check_mcp(&k, &call("tools/call", Some(json!("delete_repo"))))
             .await;
-        let Decision::Deny { status: 403, body, .. } = &d else {
+        let Decision::Deny {
+            status: 403, body, ..
+        } = &d
+        else {
             panic!("{d:?}")
         };
-        assert!(body.contains("may not call tool \\\"delete_repo\\\" of MCP server \\\"demo\\\""), "{body}");
+        assert!(
+            body.contains("may not call tool \\\"delete_repo\\\" of MCP server \\\"demo\\\""),
+            "{body}"
+        );
         assert_eq!(
             status(&a.check_mcp(&k, &call("tools/call", Some(json!(5)))).await.0),
             400
@@ -312,7 +349,10 @@ keys:
         let search = call("tools/call", Some(json!("search_docs")));
         assert_eq!(status(&a.check_mcp(&k, &search).await.0), 200);
         let (d, _) = a.check_mcp(&k, &search).await;
-        let Decision::Deny { status: 429, body, .. } = &d else {
+        let Decision::Deny {
+            status: 429, body, ..
+        } = &d
+        else {
             panic!("{d:?}")
         };
         assert!(
@@ -325,14 +365,21 @@ keys:
         assert_eq!(status(&a.check_mcp(&k, &weather).await.0), 200);
         assert_eq!(status(&a.check_mcp(&k, &weather).await.0), 200);
         let (d, _) = a.check_mcp(&k, &weather).await;
-        let Decision::Deny { status: 429, body, .. } = &d else {
+        let Decision::Deny {
+            status: 429, body, ..
+        } = &d
+        else {
             panic!("{d:?}")
         };
         assert!(body.contains("budget_exceeded"), "{body}");
         // A key without `mcp`: no server.
-        let (d, _) = a.check_mcp(&input("tg-plain"), &call("initialize", None)).await;
+        let (d, _) = a
+            .check_mcp(&input("tg-plain"), &call("initialize", None))
+            .await;
         assert_eq!(status(&d), 403);
-        let (d, _) = a.check_mcp(&input("tg-nope"), &call("initialize", None)).await;
+        let (d, _) = a
+            .check_mcp(&input("tg-nope"), &call("initialize", None))
+            .await;
         assert_eq!(status(&d), 401);
     }
 }

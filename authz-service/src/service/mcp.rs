@@ -16,10 +16,10 @@ use envoy_types::pb::google::protobuf::{value::Kind, ListValue, Struct, Value as
 use serde_json::{json, Value};
 use tollgate_wire::mcp::{code, error_body, server_of, METADATA_NAMESPACE};
 
+use super::{header, to_response};
 use crate::authz::mcp::{allowed_headers, McpCall};
 use crate::authz::{Authorizer, CheckInput};
 use crate::decision::Decision;
-use super::{header, to_response};
 use crate::storage::Store;
 
 /// The MCP request a Check is about, when its path is an MCP route.
@@ -93,12 +93,12 @@ pub async fn check<S: Store>(
     let (decision, allowed) = authz.check_mcp(input, call).await;
     let mut md: HashMap<String, PbValue> = HashMap::new();
     md.insert("mcp_server".into(), string(&call.server));
+    if let (Some(t), Some(k)) = (&allowed.tenant, &allowed.key_id) {
+        md.insert("tenant".into(), string(t));
+        md.insert("key_id".into(), string(k));
+    }
     let (label, mut response) = match decision {
         Decision::Allow { .. } => {
-            if let Decision::Allow { tenant, key_id, .. } = &decision {
-                md.insert("tenant".into(), string(tenant));
-                md.insert("key_id".into(), string(key_id));
-            }
             let mut r = to_response(decision)?;
             if let Some(HttpResponse::OkResponse(ok)) = r.http_response.as_mut() {
                 for (k, v) in allowed_headers(&allowed) {
@@ -207,7 +207,11 @@ mod tests {
         assert_eq!(c.method.as_deref(), Some("tools/call"));
         assert_eq!(c.id, Some(json!(7)));
         assert_eq!(c.tool(), Some(Ok("get_weather")));
-        let c = call_of(&request("/mcp/demo", json!({"method": "tools/call", "id": "a", "params": {"name": 5}}))).unwrap();
+        let c = call_of(&request(
+            "/mcp/demo",
+            json!({"method": "tools/call", "id": "a", "params": {"name": 5}}),
+        ))
+        .unwrap();
         assert_eq!(c.id, Some(json!("a")));
         assert_eq!(c.tool(), Some(Err(())));
         assert!(call_of(&request("/v1/chat/completions", json!({}))).is_none());
