@@ -379,3 +379,81 @@ def test_every_call_is_in_the_access_log_and_the_metrics(mcp):
     text = stack.log_path("envoy").read_text() + prom
     for secret in (TOKEN, MCP_KEY, MONEY_KEY):
         assert secret not in text
+
+
+# ---- Claude Code with the gateway as its HTTP MCP server -----------------
+# The real CLI (scripts/agent_clis.py), its model requests through the same
+# gateway to mock-llm, whose scripted-agent directive makes the model call
+# the MCP tool (Claude Code names it mcp__<server name>__<tool>).
+
+@pytest.fixture(scope="module")
+def claude():
+    import agent_clis
+    try:
+        return agent_clis.binary("claude")
+    except agent_clis.Unavailable as err:
+        pytest.skip(str(err))
+
+
+def claude_with_gateway_mcp(stack, key: str, tmp_path: Path, prompt: str, *tools: str):
+    from agent_clis import claude_env, run_claude
+    config = {"mcpServers": {"tollgate": {"type": "http", "url": url(stack),
+                                          "headers": {"Authorization": f"Bearer {key}"}}}}
+    work = tmp_path / "work"
+    work.mkdir()
+    env = claude_env(stack.base_url.removesuffix("/v1"), key, tmp_path / "home")
+    return run_claude(env, work, prompt, "--mcp-config", json.dumps(config), "--strict-mcp-config",
+                      "--allowedTools", ",".join(f"mcp__tollgate__{t}" for t in tools))
+
+
+def model_requests(stack, marker: str) -> list[dict]:
+    with urllib.request.urlopen(f"{stack.mock_url}/_mock/stats", timeout=5) as r:
+        return [q for q in json.load(r)["recent"] if marker in json.dumps(q["body"])]
+
+
+def declared_tools(request: dict) -> set[str]:
+    return {t.get("name") for t in request["body"].get("tools", [])}
+
+
+def test_claude_code_completes_a_prompt_with_an_allowed_mcp_tool(mcp, claude, tmp_path):
+    from agent_clis import directive, output
+    stack, replicas = mcp
+    before = calls(replicas, "get_weather")
+    marker = f"task-{time.monotonic_ns()}"
+    prompt = f"What is the weather in Lima? ({marker}) " + directive(("mcp__tollgate__get_weather", {"city": "Lima"}))
+    run = claude_with_gateway_mcp(stack, "tg-demo-key", tmp_path, prompt, "get_weather")
+    assert run.returncode == 0, output(run)
+    assert "mock agent result:" in run.stdout and "Sunny in Lima" in run.stdout, output(run)
+    assert calls(replicas, "get_weather") == before + 1
+    # The model was offered the key's tools only: the gateway's filtered list.
+    offered = declared_tools(model_requests(stack, marker)[0])
+    assert {"mcp__tollgate__get_weather", "mcp__tollgate__search_docs"} <= offered
+    assert "mcp__tollgate__delete_repo" not in offered
+
+
+def test_claude_code_cannot_use_a_forbidden_mcp_tool(mcp, claude, tmp_path):
+    from agent_clis import directive, output
+    stack, replicas = mcp
+    marker = f"task-{time.monotonic_ns()}"
+    prompt = f"Delete the repo. ({marker}) " + directive(("mcp__tollgate__delete_repo", {"name": "prod"}))
+    run = claude_with_gateway_mcp(stack, "tg-demo-key", tmp_path, prompt, "get_weather", "delete_repo")
+    # The gateway's tools/list never offered it, so the model cannot name it
+    # (mock-llm refuses a call of an undeclared tool, as the real APIs do).
+    assert "deleted prod" not in run.stdout, output(run)
+    asked = model_requests(stack, marker)
+    assert asked and all("mcp__tollgate__delete_repo" not in declared_tools(q) for q in asked), output(run)
+    assert calls(replicas, "delete_repo") == 0
+
+
+def test_claude_code_gets_the_limit_in_mcps_error_shape(mcp, claude, tmp_path):
+    from agent_clis import directive, output
+    stack, replicas = mcp
+    marker = f"task-{time.monotonic_ns()}"
+    # tg-test-mcp: search_docs 3 calls a minute; five calls pass it.
+    steps = [("mcp__tollgate__search_docs", {"query": f"q{i}"}) for i in range(5)]
+    run = claude_with_gateway_mcp(stack, MCP_KEY, tmp_path, f"Search. ({marker}) " + directive(*steps),
+                                  "search_docs")
+    assert run.returncode == 0, output(run)
+    # The last tool result, quoted by the model's final answer, is the
+    # gateway's JSON-RPC error as Claude Code shows it.
+    assert "Rate limit reached for key mcp-key, MCP calls of demo/search_docs" in run.stdout, output(run)
