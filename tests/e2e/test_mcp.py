@@ -19,6 +19,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -30,7 +31,10 @@ from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
 from plugin_config import envoy_variant
+from test_observability import spans
 from stack import ROOT, Stack, free_ports
 
 MCP_KEY = "tg-test-mcp"          # demo/get_weather, demo/search_docs; search_docs 3 a minute
@@ -69,8 +73,12 @@ def mcp(request, tmp_path_factory):
             {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": replicas["b"]}}}})
 
     config = envoy_variant(run_dir / "envoy-mcp.yaml", envoy=second_replica)
+    received: list[dict] = []
+    otlp = otlp_server(received)
     stack = Stack(run_dir=run_dir, ports=ports, envoy_config=config, envoy_concurrency=1,
-                  authz_args=("--redis-timeout-ms", "100"))
+                  authz_args=("--redis-timeout-ms", "100"),
+                  otlp_endpoint=f"http://127.0.0.1:{otlp.server_address[1]}")
+    stack.spans = received
     failed_before = request.session.testsfailed
     procs = []
     try:
@@ -85,6 +93,8 @@ def mcp(request, tmp_path_factory):
         yield stack, replicas
     finally:
         stack.stop()
+        otlp.shutdown()
+        otlp.server_close()
         for p in procs:
             p.terminate()
             p.wait(5)
@@ -92,6 +102,33 @@ def mcp(request, tmp_path_factory):
             stack.dump_logs()
             for name in replicas:
                 print(f"===== mcp-{name}.log =====\n{(run_dir / f'mcp-{name}.log').read_text()[-3000:]}")
+
+
+def otlp_server(received: list) -> ThreadingHTTPServer:
+    """An OTLP/HTTP receiver on loopback collecting spans (decoded by
+    test_observability's reader)."""
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            if self.headers.get("transfer-encoding", "").lower() == "chunked":
+                body = b""
+                while size := int(self.rfile.readline().split(b";")[0], 16):
+                    body += self.rfile.read(size)
+                    self.rfile.readline()
+                self.rfile.readline()
+            else:
+                body = self.rfile.read(int(self.headers.get("content-length", 0)))
+            if self.path == "/v1/traces":
+                received.extend(spans(body))
+            self.send_response(200)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
 
 
 def url(stack: Stack, server: str = "demo") -> str:
@@ -379,6 +416,24 @@ def test_every_call_is_in_the_access_log_and_the_metrics(mcp):
     text = stack.log_path("envoy").read_text() + prom
     for secret in (TOKEN, MCP_KEY, MONEY_KEY):
         assert secret not in text
+
+
+def test_a_tool_calls_span_carries_mcp_attributes(mcp):
+    stack, replicas = mcp
+    run(stack, MCP_KEY, "legacy", lambda c: c.call_tool("get_weather", {"city": "Kyiv"}))
+    deadline = time.monotonic() + 20
+    while True:
+        mine = [s["attributes"] for s in stack.spans if s["attributes"].get("gen_ai.tool.name") == "get_weather"
+                and s["attributes"].get("tollgate.tenant") == "test-mcp"]
+        if mine or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert mine, stack.spans[-3:]
+    a = mine[-1]
+    assert a["mcp.method.name"] == "tools/call" and a["gen_ai.operation.name"] == "execute_tool"
+    assert a["tollgate.key_id"] == "mcp-key" and a["tollgate.mcp.server"] == "demo"
+    assert a.get("tollgate.mcp.outcome") == "ok", a
+    assert a["jsonrpc.request.id"] and a["mcp.session.id"] and a["mcp.protocol.version"]
 
 
 # ---- Claude Code with the gateway as its HTTP MCP server -----------------

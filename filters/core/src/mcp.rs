@@ -168,6 +168,10 @@ impl Exchange {
         if !self.tool.is_empty() {
             h.set_property(property::TOOL, self.tool.as_bytes());
         }
+        if self.method == "tools/call" {
+            // gen_ai.operation.name of OpenTelemetry's MCP conventions.
+            h.set_property(crate::metrics::property::OPERATION, b"execute_tool");
+        }
         Action::Continue
     }
 
@@ -177,11 +181,13 @@ impl Exchange {
             .and_then(|s| s.parse().ok())
             .unwrap_or(0);
         if !(200..300).contains(&status) {
-            self.outcome = Some(if h.response_from_upstream() {
+            let o = if h.response_from_upstream() {
                 format!("http_{status}")
             } else {
                 "gateway_error".into()
-            });
+            };
+            h.set_property(property::OUTCOME, o.as_bytes());
+            self.outcome = Some(o);
             return Action::Continue;
         }
         let ctype = h.response_header("content-type").unwrap_or_default();
@@ -199,6 +205,7 @@ impl Exchange {
         };
         if self.method != "tools/call" {
             self.outcome = Some("ok".into());
+            h.set_property(property::OUTCOME, b"ok");
         }
         match self.read {
             Read::ListJson => Action::Pause,
@@ -212,6 +219,15 @@ impl Exchange {
         size: usize,
         end_of_stream: bool,
     ) -> Action {
+        let known = self.outcome.is_some();
+        let action = self.read_body(h, size, end_of_stream);
+        if let (false, Some(o)) = (known, &self.outcome) {
+            h.set_property(property::OUTCOME, o.as_bytes());
+        }
+        action
+    }
+
+    fn read_body(&mut self, h: &mut dyn Host, size: usize, end_of_stream: bool) -> Action {
         match &mut self.read {
             Read::None => Action::Continue,
             Read::ListJson => {
@@ -274,7 +290,8 @@ impl Exchange {
     }
 
     /// The call counted by outcome, and its duration (tool calls); the
-    /// outcome as filter state (every MCP request).
+    /// outcome as filter state (every MCP request; also set as soon as it
+    /// is known, before Envoy ends the request's span).
     pub fn on_log(&mut self, h: &mut dyn Host) {
         if self.logged {
             return;
@@ -489,6 +506,11 @@ mod tests {
         h.resp_body = body.to_vec();
         x.on_response_body(&mut h, body.len(), true);
         assert_eq!(h.resp_body, body, "a tool call's answer passes untouched");
+        // Known before the stream ends (Envoy reads span tags then).
+        assert_eq!(
+            h.properties.get(property::OUTCOME).map(Vec::as_slice),
+            Some(&b"tool_error"[..])
+        );
         x.on_log(&mut h);
         assert_eq!(
             h.properties.get(property::OUTCOME).map(Vec::as_slice),
