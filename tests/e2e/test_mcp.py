@@ -13,6 +13,7 @@ and "credential injected" are read from the server itself.
 from __future__ import annotations
 
 import asyncio
+import copy
 import base64
 import json
 import re
@@ -67,10 +68,33 @@ def mcp(request, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("mcp")
     ports = free_ports()
     replicas = {"a": ports["TG_MCP_DEMO_PORT"], "b": free_port()}
+    aggregate_port = free_port()
+
     def second_replica(doc):
-        cluster = next(c for c in doc["static_resources"]["clusters"] if c["name"] == "mcp_demo")
+        """Replica b in mcp_demo, and the aggregate endpoint (/mcp): Envoy's
+        MCP router on a loopback listener, with the two replicas as two
+        servers, `demo` and `docs`, one cluster each (its calls to a server
+        keep no stickiness: docs/architecture.md, "MCP servers")."""
+        resources = doc["static_resources"]
+        clusters = resources["clusters"]
+        cluster = next(c for c in clusters if c["name"] == "mcp_demo")
+        for name, port in (("mcp_demo_one", replicas["a"]), ("mcp_docs_one", replicas["b"])):
+            one = copy.deepcopy(cluster)
+            one["name"] = one["load_assignment"]["cluster_name"] = name
+            one["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"][
+                "socket_address"]["port_value"] = port
+            clusters.append(one)
         cluster["load_assignment"]["endpoints"][0]["lb_endpoints"].append(
             {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": replicas["b"]}}}})
+        clusters.append(aggregate_cluster(aggregate_port))
+        resources["listeners"].append(aggregate_listener(aggregate_port))
+        gateway = resources["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+        routes = gateway["route_config"]["virtual_hosts"][0]["routes"]
+        demo = next(r for r in routes if r.get("name") == "mcp_demo")
+        routes.insert(0, {"name": "mcp_aggregate", "match": {"path": "/mcp"},
+                          "route": {"cluster": "mcp_aggregate", "timeout": "0s"},
+                          "typed_per_filter_config": {
+                              "envoy.filters.http.mcp": demo["typed_per_filter_config"]["envoy.filters.http.mcp"]}})
 
     config = envoy_variant(run_dir / "envoy-mcp.yaml", envoy=second_replica)
     received: list[dict] = []
@@ -102,6 +126,42 @@ def mcp(request, tmp_path_factory):
             stack.dump_logs()
             for name in replicas:
                 print(f"===== mcp-{name}.log =====\n{(run_dir / f'mcp-{name}.log').read_text()[-3000:]}")
+
+
+def aggregate_cluster(port: int) -> dict:
+    return {"name": "mcp_aggregate", "type": "STATIC", "connect_timeout": "1s",
+            "load_assignment": {"cluster_name": "mcp_aggregate", "endpoints": [{"lb_endpoints": [
+                {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": port}}}}]}]}}
+
+
+def aggregate_listener(port: int) -> dict:
+    """Every MCP server behind one endpoint: the gateway's /mcp route sends
+    here, after ext_authz and the Wasm filter; Envoy's MCP router answers
+    initialize and tools/list from every server (tools named
+    <server>__<tool>), sends each call to its server, and binds its
+    sessions (no store: the session id holds the servers' ids) to the key
+    id authz-service set. README, "MCP servers behind the gate", shows the
+    same config."""
+    servers = [{"name": name, "mcp_cluster": {"cluster": cluster, "path": "/mcp"},
+                "header_forwarding": {"forward_all": True,
+                                      "disallowed_headers": {"patterns": [{"prefix": "x-tollgate-"}]}}}
+               for name, cluster in (("demo", "mcp_demo_one"), ("docs", "mcp_docs_one"))]
+    return {"name": "mcp_aggregate", "address": {"socket_address": {"address": "127.0.0.1", "port_value": port}},
+            "filter_chains": [{"filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3."
+                         "HttpConnectionManager",
+                "stat_prefix": "mcp_aggregate",
+                "route_config": {"virtual_hosts": [{"name": "mcp", "domains": ["*"], "routes": [
+                    {"match": {"prefix": "/"}, "route": {"cluster": "mcp_demo_one", "timeout": "0s"}}]}]},
+                "http_filters": [
+                    {"name": "envoy.filters.http.mcp", "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.filters.http.mcp.v3.Mcp",
+                        "traffic_mode": "REJECT_NO_MCP"}},
+                    {"name": "envoy.filters.http.mcp_router", "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.filters.http.mcp_router.v3.McpRouter",
+                        "servers": servers,
+                        "session_identity": {"identity": {"header": {"name": "x-tollgate-key-id"}},
+                                             "validation": {"mode": "ENFORCE"}}}}]}}]}]}
 
 
 def otlp_server(received: list) -> ThreadingHTTPServer:
@@ -512,3 +572,63 @@ def test_claude_code_gets_the_limit_in_mcps_error_shape(mcp, claude, tmp_path):
     # The last tool result, quoted by the model's final answer, is the
     # gateway's JSON-RPC error as Claude Code shows it.
     assert "Rate limit reached for key mcp-key, MCP calls of demo/search_docs" in run.stdout, output(run)
+
+
+# ---- Every MCP server behind one endpoint (/mcp, Envoy's MCP router) -----
+
+def aggregate_url(stack) -> str:
+    return f"http://127.0.0.1:{stack.ports['TG_GATEWAY_PORT']}/mcp"
+
+
+def test_the_aggregate_endpoint_prefixes_filters_and_routes_tools(mcp):
+    stack, replicas = mcp
+    before = calls(replicas, "get_weather")
+
+    async def work(c):
+        listed = sorted(t.name for t in (await c.list_tools()).tools)
+        ok = await c.call_tool("demo__get_weather", {"city": "Quito"})
+        with pytest.raises(MCPError) as err:
+            await c.call_tool("demo__delete_repo", {"name": "prod"})
+        return listed, ok, err.value
+
+    async def session(key):
+        http = httpx2.AsyncClient(headers={"authorization": f"Bearer {key}"}, timeout=20)
+        async with Client(streamable_http_client(aggregate_url(stack), http_client=http), mode="auto") as c:
+            return await work(c)
+
+    listed, ok, err = asyncio.run(session(MCP_KEY))
+    # Both servers' tools, prefixed; the key's two of demo only.
+    assert listed == ["demo__get_weather", "demo__search_docs"]
+    assert not ok.is_error and "Sunny in Quito" in ok.content[0].text
+    assert err.error.code == -31001 and 'may not call tool "delete_repo" of MCP server "demo"' in err.error.message
+    assert calls(replicas, "get_weather") == before + 1
+    assert calls(replicas, "delete_repo") == 0
+
+
+def test_an_aggregate_session_belongs_to_the_key_that_made_it(mcp):
+    stack, replicas = mcp
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}})
+    req = urllib.request.Request(aggregate_url(stack), data=body.encode(), method="POST", headers={
+        "content-type": "application/json", "accept": ACCEPT, "authorization": f"Bearer {MCP_KEY}"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        sid = r.headers["mcp-session-id"]
+        r.read()
+    # No session store: the id holds the servers' own session ids and the
+    # key id it was made for.
+    decoded = base64.b64decode(sid).decode()
+    assert "demo:" in decoded and "docs:" in decoded and base64.b64encode(b"mcp-key").decode() in decoded
+    listing = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+    status, _, _ = post_to(aggregate_url(stack), listing, {"authorization": "Bearer tg-demo-key",
+                                                           "mcp-session-id": sid})
+    assert status == 403
+
+
+def post_to(target: str, body: str, headers: dict):
+    req = urllib.request.Request(target, data=body.encode(), method="POST", headers={
+        "content-type": "application/json", "accept": ACCEPT, **headers})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()

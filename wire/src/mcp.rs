@@ -23,6 +23,31 @@ use crate::{model_matches, valid_name};
 /// config ([`valid_name`]).
 pub const PATH_PREFIX: &str = "/mcp/";
 
+/// Every MCP server behind one endpoint: tools are named
+/// `<server>`[`SEPARATOR`]`<tool>` there.
+pub const AGGREGATE_PATH: &str = "/mcp";
+
+/// Between a server's name and its tool's on [`AGGREGATE_PATH`] (Envoy's
+/// MCP router's).
+pub const SEPARATOR: &str = "__";
+
+/// Is `path` (any query string) the aggregate endpoint?
+pub fn is_aggregate(path: &str) -> bool {
+    path.split('?').next() == Some(AGGREGATE_PATH)
+}
+
+/// Is `path` one of the MCP routes (a server's or the aggregate)?
+pub fn is_mcp_path(path: &str) -> bool {
+    path.starts_with(PATH_PREFIX) || is_aggregate(path)
+}
+
+/// `<server>__<tool>` of the aggregate endpoint as (server, tool), when
+/// the server part is a valid name and the tool part is not empty.
+pub fn split_prefixed(name: &str) -> Option<(&str, &str)> {
+    let (server, tool) = name.split_once(SEPARATOR)?;
+    (valid_name(server) && !tool.is_empty()).then_some((server, tool))
+}
+
 /// The dynamic metadata namespace Envoy's MCP filter writes (`method`,
 /// `id`, `params.name`) and ext_authz forwards to authz-service.
 pub const METADATA_NAMESPACE: &str = "envoy.filters.http.mcp";
@@ -208,6 +233,21 @@ mod tests {
         ] {
             assert_eq!(server_matches(p, s), want, "{p} on {s}");
         }
+    }
+
+    #[test]
+    fn the_aggregate_endpoint() {
+        assert!(is_aggregate("/mcp") && is_aggregate("/mcp?x=1"));
+        assert!(!is_aggregate("/mcp/demo") && !is_aggregate("/mcpx"));
+        assert!(is_mcp_path("/mcp") && is_mcp_path("/mcp/demo") && !is_mcp_path("/v1/models"));
+        assert_eq!(
+            split_prefixed("demo__get_weather"),
+            Some(("demo", "get_weather"))
+        );
+        assert_eq!(split_prefixed("demo__a__b"), Some(("demo", "a__b")));
+        assert_eq!(split_prefixed("get_weather"), None);
+        assert_eq!(split_prefixed("__x"), None);
+        assert_eq!(split_prefixed("demo__"), None);
     }
 
     #[test]

@@ -24,7 +24,8 @@ use crate::storage::{bucket_key, BucketOp, Store};
 /// What Envoy's MCP filter read of the request (and the route's server).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct McpCall {
-    /// `<server>` of `/mcp/<server>`.
+    /// `<server>` of `/mcp/<server>`; empty on the aggregate endpoint
+    /// (`/mcp`), whose tool names carry their server (`demo__get_weather`).
     pub server: String,
     /// The JSON-RPC method (`None`: no JSON-RPC body, e.g. a session's
     /// GET stream or DELETE).
@@ -41,6 +42,15 @@ impl McpCall {
     pub fn tool(&self) -> Option<Result<&str, ()>> {
         (self.method.as_deref() == Some("tools/call"))
             .then(|| self.name.as_ref().and_then(Value::as_str).ok_or(()))
+    }
+
+    /// The server as logged: `*` for the aggregate endpoint.
+    pub fn server_label(&self) -> &str {
+        if self.server.is_empty() {
+            "*"
+        } else {
+            &self.server
+        }
     }
 }
 
@@ -152,7 +162,7 @@ impl<S: Store> Authorizer<S> {
     }
 
     async fn decide_mcp(&self, policy: &Policy, key: &Key, call: &McpCall) -> Decision {
-        let server = call.server.as_str();
+        let mut server = call.server.as_str();
         let tenant = policy.tenant(&key.tenant).and_then(|t| t.mcp.as_ref());
         let allow = |rate_headers| Decision::Allow {
             tenant: key.tenant.clone(),
@@ -163,7 +173,19 @@ impl<S: Store> Authorizer<S> {
             reserved_at: None,
             cache_breakpoints: false,
         };
+        let aggregate = server.is_empty();
         let tool = match call.tool() {
+            None if aggregate => {
+                // Any other message of the aggregate endpoint: the key may
+                // use some server.
+                if key.mcp.tools.as_ref().is_none_or(|t| !t.is_empty()) {
+                    self.backend.record("allowed", "mcp");
+                    return allow(Vec::new());
+                }
+                self.backend.record("denied", "mcp_server_not_allowed");
+                let msg = format!("The virtual key {} may not use MCP servers.", key.id);
+                return deny(403, "permission_error", "server_not_allowed", &msg);
+            }
             None => {
                 // Any other message: the key may use something of the server.
                 if key.mcp.allows_server(server) && tenant.is_none_or(|t| t.allows_server(server)) {
@@ -187,6 +209,21 @@ impl<S: Store> Authorizer<S> {
                     "tools/call needs params.name, the tool's name as a string.",
                 );
             }
+            Some(Ok(tool)) if aggregate => match tollgate_wire::mcp::split_prefixed(tool) {
+                Some((s, t)) => {
+                    server = s;
+                    t
+                }
+                None => {
+                    self.backend.record("denied", "mcp_tool_not_allowed");
+                    let msg = format!(
+                        "The virtual key {} may not call tool {}: tools here are named <server>__<tool>.",
+                        key.id,
+                        echo(tool)
+                    );
+                    return deny(403, "permission_error", "tool_not_allowed", &msg);
+                }
+            },
             Some(Ok(tool)) => tool,
         };
         if !key.mcp.allows_tool(server, tool)

@@ -14,7 +14,7 @@ use envoy_types::pb::envoy::service::auth::v3::check_response::HttpResponse;
 use envoy_types::pb::envoy::service::auth::v3::{CheckRequest, CheckResponse};
 use envoy_types::pb::google::protobuf::{value::Kind, ListValue, Struct, Value as PbValue};
 use serde_json::{json, Value};
-use tollgate_wire::mcp::{code, error_body, server_of, METADATA_NAMESPACE};
+use tollgate_wire::mcp::{code, error_body, is_aggregate, server_of, METADATA_NAMESPACE};
 
 use super::{header, to_response};
 use crate::authz::mcp::{allowed_headers, McpCall};
@@ -26,7 +26,12 @@ use crate::storage::Store;
 pub fn call_of(req: &CheckRequest) -> Option<McpCall> {
     let attrs = req.attributes.as_ref()?;
     let path = &attrs.request.as_ref()?.http.as_ref()?.path;
-    let server = server_of(path)?.to_string();
+    // The aggregate endpoint has no server of its own: its tools name theirs.
+    let server = match server_of(path) {
+        Some(s) => s.to_string(),
+        None if is_aggregate(path) => String::new(),
+        None => return None,
+    };
     let md = attrs
         .metadata_context
         .as_ref()
@@ -92,7 +97,7 @@ pub async fn check<S: Store>(
 ) -> Result<CheckResponse, tonic::Status> {
     let (decision, allowed) = authz.check_mcp(input, call).await;
     let mut md: HashMap<String, PbValue> = HashMap::new();
-    md.insert("mcp_server".into(), string(&call.server));
+    md.insert("mcp_server".into(), string(call.server_label()));
     if let (Some(t), Some(k)) = (&allowed.tenant, &allowed.key_id) {
         md.insert("tenant".into(), string(t));
         md.insert("key_id".into(), string(k));

@@ -20,7 +20,10 @@ use std::rc::Rc;
 
 use serde_json::Value;
 use tollgate_wire::header::{CACHE_BREAKPOINTS, KEY_ID, MODELS, RESERVED, TENANT};
-use tollgate_wire::mcp::{server_of, tools_allowed, METHOD_HEADER, TOOLS_HEADER, TOOL_HEADER};
+use tollgate_wire::mcp::{
+    is_aggregate, server_of, split_prefixed, tools_allowed, METHOD_HEADER, TOOLS_HEADER,
+    TOOL_HEADER,
+};
 
 use crate::codec::sse::{Event, SseParser};
 use crate::host::{Action, Host, MetricKind};
@@ -39,10 +42,9 @@ pub mod property {
 /// tool list: past it the answer passes untouched (`outcome` unknown).
 pub const MAX_READ: usize = 4 * 1024 * 1024;
 
-/// Is this request one of the MCP routes'?
-pub fn is_mcp_path(path: &str) -> bool {
-    path.starts_with(tollgate_wire::mcp::PATH_PREFIX)
-}
+/// Is this request one of the MCP routes' (a server's, or every server's
+/// behind `/mcp`)?
+pub use tollgate_wire::mcp::is_mcp_path;
 
 /// One worker's MCP metric ids, by name.
 #[derive(Debug, Default)]
@@ -94,6 +96,8 @@ pub struct Exchange {
     method: String,
     tool: String,
     tools: String,
+    /// The aggregate endpoint (`/mcp`): tools are `<server>__<tool>`.
+    aggregate: bool,
     started_ms: u64,
     read: Read,
     outcome: Option<String>,
@@ -122,6 +126,7 @@ impl Exchange {
             method: String::new(),
             tool: String::new(),
             tools: String::new(),
+            aggregate: false,
             started_ms: 0,
             read: Read::None,
             outcome: None,
@@ -138,18 +143,29 @@ impl Exchange {
                 .map(|(_, v)| if v == "-" { String::new() } else { v.clone() })
         };
         self.started_ms = h.now_ms();
-        self.server = get(":path")
-            .as_deref()
-            .and_then(server_of)
-            .unwrap_or(OTHER)
-            .to_string();
+        let path = get(":path").unwrap_or_default();
+        self.aggregate = is_aggregate(&path);
         self.tenant = get(TENANT);
         self.key_id = get(KEY_ID);
         self.tools = get(TOOLS_HEADER).unwrap_or_default();
         self.method = get(METHOD_HEADER).unwrap_or_default();
         self.tool = get(TOOL_HEADER).unwrap_or_default();
+        self.server = if self.aggregate {
+            // Its tools name their server: `demo__get_weather`.
+            match split_prefixed(&self.tool) {
+                Some((s, t)) => {
+                    let (s, t) = (s.to_string(), t.to_string());
+                    self.tool = t;
+                    s
+                }
+                None => "*".to_string(),
+            }
+        } else {
+            server_of(&path).unwrap_or(OTHER).to_string()
+        };
         for name in GATEWAY_HEADERS {
-            if get(name).is_some() {
+            // The aggregate's MCP router binds its sessions to the key id.
+            if get(name).is_some() && !(self.aggregate && name == KEY_ID) {
                 h.set_request_header(name, None);
             }
         }
@@ -239,7 +255,12 @@ impl Exchange {
                     return Action::Pause;
                 }
                 let body = h.response_body(size).unwrap_or_default();
-                if let Some(out) = filter_list(&body, &self.tools, &self.server) {
+                let server = if self.aggregate {
+                    ""
+                } else {
+                    self.server.as_str()
+                };
+                if let Some(out) = filter_list(&body, &self.tools, server) {
                     h.set_response_body(size, &out);
                 }
                 Action::Continue
@@ -247,7 +268,12 @@ impl Exchange {
             Read::ListSse(parser) => {
                 let chunk = h.response_body(size).unwrap_or_default();
                 let mut out = Vec::with_capacity(chunk.len());
-                let (tools, server) = (&self.tools, &self.server);
+                let server = if self.aggregate {
+                    ""
+                } else {
+                    self.server.as_str()
+                };
+                let tools = &self.tools;
                 let mut emit = |e: Event| write_event(&mut out, &e, tools, server);
                 let ok = parser.feed(&chunk, &mut emit).is_ok()
                     && (!end_of_stream || parser.finish(&mut emit).is_ok());
@@ -343,16 +369,17 @@ pub fn outcome_of(message: &[u8]) -> Option<&'static str> {
 }
 
 /// A `tools/list` response with only the tools `tools` (the
-/// [`TOOLS_HEADER`] value) allows on `server`; `None` when it is not one
-/// (left as it is).
+/// [`TOOLS_HEADER`] value) allows on `server` (empty: the aggregate
+/// endpoint, whose tools are `<server>__<tool>`); `None` when it is not
+/// one (left as it is).
 pub fn filter_list(message: &[u8], tools: &str, server: &str) -> Option<Vec<u8>> {
     let mut v: Value = serde_json::from_slice(message).ok()?;
     let list = v.get_mut("result")?.get_mut("tools")?.as_array_mut()?;
-    list.retain(|t| {
-        t.get("name")
-            .and_then(Value::as_str)
-            .is_some_and(|name| tools_allowed(tools, server, name))
-    });
+    let allowed = |name: &str| match server {
+        "" => split_prefixed(name).is_some_and(|(s, t)| tools_allowed(tools, s, t)),
+        _ => tools_allowed(tools, server, name),
+    };
+    list.retain(|t| t.get("name").and_then(Value::as_str).is_some_and(allowed));
     serde_json::to_vec(&v).ok()
 }
 
@@ -473,6 +500,15 @@ mod tests {
             );
             assert!(text.contains("notifications/message"), "split {split}");
         }
+    }
+
+    #[test]
+    fn the_aggregate_list_is_filtered_by_server_and_tool() {
+        let list = r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"demo__get_weather"},{"name":"demo__delete_repo"},{"name":"docs__search"},{"name":"plain"}]}}"#;
+        let out = filter_list(list.as_bytes(), "demo/get_*,docs/*;demo/*", "").unwrap();
+        assert_eq!(names(&out), ["demo__get_weather"]);
+        let out = filter_list(list.as_bytes(), "demo/get_*,docs/*", "").unwrap();
+        assert_eq!(names(&out), ["demo__get_weather", "docs__search"]);
     }
 
     #[test]
