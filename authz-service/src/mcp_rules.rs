@@ -25,7 +25,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tollgate_wire::mcp::{server_matches, tool_matches};
 use tollgate_wire::{valid_model, valid_name};
 
@@ -33,24 +33,24 @@ use crate::bucket::BucketSpec;
 use crate::prices::{Decimal, NANO_PER_USD};
 
 /// `mcp:` of a key or tenant as written.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawMcp {
     /// `server/tool` patterns; absent on a key: no MCP server; absent on a
     /// tenant: no restriction beyond the keys' own.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<Vec<String>>,
     /// `*`, `<server>` or `<server>/<tool>` → calls per minute / day.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub limits: BTreeMap<String, RawCallLimits>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawCallLimits {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calls_per_minute: Option<u64>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calls_per_day: Option<u64>,
 }
 
