@@ -227,9 +227,7 @@ impl<S: Store> Spend<'_, S> {
         take: i64,
     ) -> Result<Option<MoneyTaken>, Decision> {
         let money = &policy.money;
-        if !money.applies(&key.id, &key.tenant) {
-            return Ok(None);
-        }
+        // No budget of the key or its tenant: nothing planned.
         let now_ms = self.money.now_ms();
         let planned = money.plan(&key.id, &key.tenant, model, now_ms, &self.money.windows);
         if planned.is_empty() {

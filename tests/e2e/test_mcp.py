@@ -20,7 +20,6 @@ import re
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -32,10 +31,8 @@ from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 from plugin_config import envoy_variant
-from test_observability import spans
+from test_observability import otlp_server
 from stack import ROOT, Stack, free_ports
 
 MCP_KEY = "tg-test-mcp"          # demo/get_weather, demo/search_docs; search_docs 3 a minute
@@ -164,33 +161,6 @@ def aggregate_listener(port: int) -> dict:
                                              "validation": {"mode": "ENFORCE"}}}}]}}]}]}
 
 
-def otlp_server(received: list) -> ThreadingHTTPServer:
-    """An OTLP/HTTP receiver on loopback collecting spans (decoded by
-    test_observability's reader)."""
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):
-            if self.headers.get("transfer-encoding", "").lower() == "chunked":
-                body = b""
-                while size := int(self.rfile.readline().split(b";")[0], 16):
-                    body += self.rfile.read(size)
-                    self.rfile.readline()
-                self.rfile.readline()
-            else:
-                body = self.rfile.read(int(self.headers.get("content-length", 0)))
-            if self.path == "/v1/traces":
-                received.extend(spans(body))
-            self.send_response(200)
-            self.send_header("content-length", "0")
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
 def url(stack: Stack, server: str = "demo") -> str:
     return f"http://127.0.0.1:{stack.ports['TG_GATEWAY_PORT']}/mcp/{server}"
 
@@ -228,6 +198,18 @@ def post(stack, body: bytes | str, headers: dict | None = None, server: str = "d
         return status, hs, json.loads(raw)
     except ValueError:
         return status, hs, raw.decode(errors="replace")
+
+
+def initialize(target: str, key: str) -> str:
+    """A raw initialize (the 2025-11-25 handshake): the session id the
+    client is given."""
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}})
+    req = urllib.request.Request(target, data=body.encode(), method="POST", headers={
+        "content-type": "application/json", "accept": ACCEPT, "authorization": f"Bearer {key}"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        r.read()
+        return r.headers["mcp-session-id"]
 
 
 def tool_call(name: str, id_=41, args=None) -> str:
@@ -387,13 +369,7 @@ def test_a_session_stays_on_the_replica_that_created_it(mcp):
 
 def test_the_client_sees_a_gateway_session_id_the_server_never_gets(mcp):
     stack, replicas = mcp
-    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}})
-    req = urllib.request.Request(url(stack), data=body.encode(), method="POST", headers={
-        "content-type": "application/json", "accept": ACCEPT, "authorization": f"Bearer {MCP_KEY}"})
-    with urllib.request.urlopen(req, timeout=10) as r:
-        client_sid = r.headers["mcp-session-id"]
-        r.read()
+    client_sid = initialize(url(stack), MCP_KEY)
     server_sids = {name: stats(p)["sessions"] for name, p in replicas.items()}
     # The envelope (Envoy's stateful_session): base64 of the replica's
     # address, then `;UV:` and base64 of the server's own id.
@@ -607,13 +583,7 @@ def test_the_aggregate_endpoint_prefixes_filters_and_routes_tools(mcp):
 
 def test_an_aggregate_session_belongs_to_the_key_that_made_it(mcp):
     stack, replicas = mcp
-    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}})
-    req = urllib.request.Request(aggregate_url(stack), data=body.encode(), method="POST", headers={
-        "content-type": "application/json", "accept": ACCEPT, "authorization": f"Bearer {MCP_KEY}"})
-    with urllib.request.urlopen(req, timeout=10) as r:
-        sid = r.headers["mcp-session-id"]
-        r.read()
+    sid = initialize(aggregate_url(stack), MCP_KEY)
     # No session store: the id holds the servers' own session ids and the
     # key id it was made for.
     decoded = base64.b64decode(sid).decode()
