@@ -41,6 +41,10 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_KEY = "tg-demo-key"
 COMPONENTS = ("redis", "mock", "authz", "envoy")
+# Ports of config/ports.env that the stack connects to but never listens
+# on: the demo MCP server (tests/mcp_server.py) runs there, started by
+# whoever wants it, before the stack or after.
+UPSTREAM_PORTS = ("TG_MCP_DEMO_PORT",)
 PROVIDER_MODES = ("mock", "real")
 # Envoy hot restart (make run / make up, for `make rotate-keys`): the old
 # Envoy drains its connections over DRAIN_SECONDS (HTTP/1.1 answers get
@@ -470,7 +474,7 @@ class Stack:
         self.run_dir.chmod(0o700)  # logs and rendered configs: the owner's only
         for name in self.components:
             self.log_path(name).unlink(missing_ok=True)
-        busy = [f"{k}={v}" for k, v in self.ports.items() if port_in_use(v)]
+        busy = [f"{k}={v}" for k, v in self.ports.items() if k not in UPSTREAM_PORTS and port_in_use(v)]
         if busy:
             raise RuntimeError(f"ports already in use: {', '.join(busy)} "
                                "(a detached Tollgate? `make down` stops it)")
