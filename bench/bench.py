@@ -92,8 +92,10 @@ def _hcm(cfg: dict) -> dict:
 
 
 def _route(cfg: dict) -> dict:
-    """The one route every request takes (envoy.yaml's providers route)."""
-    return _hcm(cfg)["route_config"]["virtual_hosts"][0]["routes"][0]
+    """The route every model request takes (envoy.yaml's providers route,
+    after the MCP routes)."""
+    return next(r for r in _hcm(cfg)["route_config"]["virtual_hosts"][0]["routes"]
+                if "cluster_header" in r.get("route", {}))
 
 
 def without_filters(cfg: dict, *names: str) -> dict:

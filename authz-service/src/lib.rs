@@ -59,6 +59,7 @@ pub mod keygen;
 pub mod keystore;
 pub mod keysync;
 pub mod lease;
+pub mod mcp_rules;
 pub mod metrics;
 pub mod plan;
 pub mod policy;

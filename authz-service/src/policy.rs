@@ -92,6 +92,9 @@ struct RawTenant {
     /// Add prompt-cache breakpoints to Anthropic requests that carry none.
     #[serde(default)]
     cache_breakpoints: Option<bool>,
+    /// MCP servers and tools of every key of the tenant (`crate::mcp_rules`).
+    #[serde(default)]
+    mcp: Option<crate::mcp_rules::RawMcp>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -111,6 +114,9 @@ struct RawKey {
     /// Overrides the tenant's `cache_breakpoints`.
     #[serde(default)]
     cache_breakpoints: Option<bool>,
+    /// The MCP servers and tools this key may use (`crate::mcp_rules`).
+    #[serde(default)]
+    mcp: Option<crate::mcp_rules::RawMcp>,
 }
 
 fn default_models() -> Vec<String> {
@@ -125,6 +131,7 @@ impl RawKey {
             model_limits: self.model_limits.clone(),
             budgets: self.budgets.clone(),
             cache_breakpoints: self.cache_breakpoints,
+            mcp: self.mcp.clone(),
         }
     }
 }
@@ -145,6 +152,10 @@ pub struct KeyFields {
     /// Overrides the tenant's `cache_breakpoints`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_breakpoints: Option<bool>,
+    /// The MCP servers and tools the key may use (`crate::mcp_rules`);
+    /// without it, none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<crate::mcp_rules::RawMcp>,
 }
 
 impl Default for KeyFields {
@@ -155,6 +166,7 @@ impl Default for KeyFields {
             model_limits: BTreeMap::new(),
             budgets: None,
             cache_breakpoints: None,
+            mcp: None,
         }
     }
 }
@@ -189,6 +201,9 @@ struct RawPolicy {
     /// Price overrides and additions (see `crate::prices`).
     #[serde(default)]
     prices: BTreeMap<String, crate::prices::RawPrice>,
+    /// US dollars per MCP tool call (`crate::mcp_rules`).
+    #[serde(default)]
+    mcp_prices: BTreeMap<String, crate::prices::Decimal>,
 }
 
 /// What a limit counts.
@@ -249,6 +264,8 @@ pub struct Tenant {
     pub reserve_completion_tokens: u64,
     /// Prompt-cache breakpoints for Anthropic requests without any.
     pub cache_breakpoints: bool,
+    /// Its `mcp:` (`None`: no restriction or limit of its own).
+    pub mcp: Option<crate::mcp_rules::McpRules>,
 }
 
 /// Default of `reserve_completion_tokens`.
@@ -272,6 +289,8 @@ pub struct Key {
     pub expires_at_ms: Option<i64>,
     /// Unix ms at which the key was revoked: refused since.
     pub revoked_at_ms: Option<i64>,
+    /// Its `mcp:`; without one, no MCP server.
+    pub mcp: crate::mcp_rules::McpRules,
 }
 
 /// A presented secret found by its hash: the key, and until when this
@@ -300,6 +319,8 @@ pub struct Policy {
     tenants: HashMap<String, Tenant>,
     /// Prices, time zones and money budgets (`crate::budget`).
     pub money: crate::budget::Money,
+    /// Prices of MCP tool calls.
+    pub mcp_prices: crate::mcp_rules::McpPrices,
 }
 
 /// A policy that failed to load; `Display` is the exact, user-facing message.
@@ -380,6 +401,12 @@ fn compile_tenants(raw: &RawPolicy) -> Result<HashMap<String, Tenant>, PolicyErr
                 redis_failure: t.redis_failure.unwrap_or(default_failure),
                 reserve_completion_tokens: t.reserve_completion_tokens.unwrap_or(default_reserve),
                 cache_breakpoints: t.cache_breakpoints.unwrap_or(false),
+                mcp: t
+                    .mcp
+                    .as_ref()
+                    .map(|m| crate::mcp_rules::compile(&owner, m))
+                    .transpose()
+                    .map_err(PolicyError)?,
             },
         );
     }
@@ -414,6 +441,13 @@ fn compile_key(owner: &str, id: &str, tenant: &str, f: &KeyFields) -> Result<Key
     }
     check_limits(owner, "limits", &f.limits)?;
     let model_limits = check_model_limits(owner, &f.model_limits)?;
+    let mcp = match &f.mcp {
+        Some(m) => crate::mcp_rules::compile(owner, m).map_err(PolicyError)?,
+        None => crate::mcp_rules::McpRules {
+            tools: Some(Vec::new()),
+            limits: Vec::new(),
+        },
+    };
     Ok(Key {
         id: id.to_string(),
         tenant: tenant.to_string(),
@@ -425,6 +459,7 @@ fn compile_key(owner: &str, id: &str, tenant: &str, f: &KeyFields) -> Result<Key
         from_api: false,
         expires_at_ms: None,
         revoked_at_ms: None,
+        mcp,
     })
 }
 
@@ -598,12 +633,15 @@ impl Policy {
             }
         }
         let money = compile_money(&raw, &added)?;
+        let mcp_prices =
+            crate::mcp_rules::McpPrices::compile(&raw.mcp_prices).map_err(PolicyError)?;
         let policy = Policy {
             by_hash,
             by_id,
             keys,
             tenants,
             money,
+            mcp_prices,
         };
         Ok((policy, left_out))
     }

@@ -26,6 +26,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod mcp;
+
 /// Request headers set by authz-service for the filter (and, for
 /// [`MODEL`](header::MODEL), by clients), and those the filter sets itself.
 /// authz-service removes any client-sent copy of the ones it owns.
@@ -90,6 +92,9 @@ pub struct UsageReport {
     /// `prompt_tokens`), priced as cache writes.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cache_write_tokens: u64,
+    /// Web searches the provider ran for the answer, priced per search.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub web_searches: u64,
     /// Tokens authz-service reserved at Check time (`x-tollgate-reserved`),
     /// settled against the usage; absent in reports that settle nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -303,6 +308,7 @@ mod tests {
             completion_tokens: 4,
             cached_tokens: 0,
             cache_write_tokens: 0,
+            web_searches: 0,
             reserved: None,
             reserved_at: None,
         };

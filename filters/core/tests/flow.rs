@@ -126,6 +126,7 @@ fn a_full_batch_is_posted_by_the_answer_that_fills_it() {
             completion_tokens: 1,
             cached_tokens: 0,
             cache_write_tokens: 0,
+            web_searches: 0,
             reserved: None,
             reserved_at: None,
         });
