@@ -25,14 +25,14 @@
 //! the bottom up; authz-service/README.md, "Source layout", lists them.
 //!
 //! 1. [`bucket`], [`rolling`], [`prices`], [`decision`], [`metrics`],
-//!    [`defaults`], [`usage_token`]: math, answers and settings that use
-//!    no other module
+//!    [`defaults`], [`usage_token`], [`learned`]: math, answers and
+//!    settings that use no other module
 //! 2. [`storage`] (buckets and spend counters, in memory or in Redis),
 //!    [`anthropic`]
 //! 3. [`budget`] (the money part of a policy), [`lease`]
 //! 4. [`policy`]
 //! 5. [`plan`] (the buckets of a request), [`backend`] (the store as the
-//!    decisions reach it), [`keygen`]
+//!    decisions reach it), [`keygen`], [`slots`] (concurrency slots)
 //! 6. [`spend`] (money budgets reserved and settled)
 //! 7. [`usage`] (usage reports settled, debits queued)
 //! 8. [`authz`] (the Check decision and the [`authz::Authorizer`])
@@ -50,6 +50,7 @@ pub mod decision;
 pub mod defaults;
 pub mod http;
 pub mod keygen;
+pub mod learned;
 pub mod lease;
 pub mod metrics;
 pub mod plan;
@@ -59,6 +60,7 @@ pub mod reload;
 pub mod rolling;
 pub mod server;
 pub mod service;
+pub mod slots;
 pub mod spend;
 pub mod storage;
 pub mod usage;

@@ -64,7 +64,7 @@ struct Serve {
     /// Also serve ext_authz Check on this Unix domain socket (replaced at start).
     #[arg(long, value_name = "PATH")]
     grpc_uds: Option<PathBuf>,
-    /// GET /healthz, GET /metrics, POST /v1/usage.
+    /// GET /healthz, GET /metrics, POST /v1/usage, /v1/reserve, /v1/slots/renew.
     #[arg(long, value_name = "ADDR", default_value_t = defaults::HTTP_LISTEN)]
     http_listen: SocketAddr,
     /// redis://host:port, redis+cluster://h1:p1,h2:p2, or memory:// (per-process buckets).
@@ -88,6 +88,18 @@ struct Serve {
     /// POST /v1/usage refuses reports without it. Without this flag any caller may report.
     #[arg(long, value_name = "FILE")]
     usage_token_file: Option<PathBuf>,
+    /// How long a concurrency slot (max_concurrent_requests) lives after it
+    /// was taken or last renewed: a dead gateway's slots are free after it.
+    #[arg(long, value_name = "MS", default_value_t = defaults::SLOT_TTL_MS,
+          value_parser = slot_ttl)]
+    slot_ttl_ms: u64,
+}
+
+fn slot_ttl(s: &str) -> Result<u64, String> {
+    s.parse::<u64>()
+        .ok()
+        .filter(|n| *n >= defaults::SLOT_TTL_MIN_MS)
+        .ok_or_else(|| format!("need at least {} (ms)", defaults::SLOT_TTL_MIN_MS))
 }
 
 fn name(s: &str) -> Result<String, String> {
@@ -211,6 +223,7 @@ fn serve(s: Serve) -> ExitCode {
     cfg.redis_busy_timeout = Duration::from_millis(s.redis_busy_timeout_ms);
     cfg.redis_max_in_flight = s.redis_max_in_flight;
     cfg.reload_interval = Duration::from_millis(s.reload_interval_ms.max(50));
+    cfg.slot_ttl = Duration::from_millis(s.slot_ttl_ms);
     if let Some(path) = &s.usage_token_file {
         match UsageToken::from_file(path) {
             Ok(t) => cfg.usage_token = Some(t),

@@ -42,6 +42,13 @@ pub struct Metrics {
     /// `tollgate_authz_denials_total{tenant, limit, period, scope}`: 429s by
     /// the limit that refused them; every label value comes from the policy.
     pub denials: IntCounterVec,
+    /// `tollgate_authz_top_ups_total{result}`: reservations the filter
+    /// asked to top up (`added`, `covered`, `refused`, `error`).
+    pub top_ups: IntCounterVec,
+    /// `tollgate_authz_slots_total{op}`: concurrency slots `acquired`,
+    /// `refused`, `released`, `renewed`, `expired` (gone when their release
+    /// or renewal came).
+    pub slots: IntCounterVec,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -150,6 +157,22 @@ impl Metrics {
             &["tenant", "limit", "period", "scope"],
         )?;
         registry.register(Box::new(denials.clone()))?;
+        let top_ups = IntCounterVec::new(
+            Opts::new(
+                "tollgate_authz_top_ups_total",
+                "Reservations topped up for a request's own output limit, by result",
+            ),
+            &["result"],
+        )?;
+        registry.register(Box::new(top_ups.clone()))?;
+        let slots = IntCounterVec::new(
+            Opts::new(
+                "tollgate_authz_slots_total",
+                "Concurrency slots by operation",
+            ),
+            &["op"],
+        )?;
+        registry.register(Box::new(slots.clone()))?;
         registry.register(Box::new(checks.clone()))?;
         registry.register(Box::new(redis_calls.clone()))?;
         registry.register(Box::new(usage_queued.clone()))?;
@@ -181,6 +204,8 @@ impl Metrics {
             spend_usd,
             budget_soft_cap,
             denials,
+            top_ups,
+            slots,
         })
     }
 

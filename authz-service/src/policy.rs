@@ -38,7 +38,12 @@ pub struct Limits {
     pub tokens_per_minute: Option<u64>,
     pub requests_per_day: Option<u64>,
     pub tokens_per_day: Option<u64>,
+    /// Requests in flight at once (a key's or a tenant's, never a model's).
+    pub max_concurrent_requests: Option<u64>,
 }
+
+/// Largest `max_concurrent_requests`.
+pub const MAX_CONCURRENT_REQUESTS: u64 = 1_000_000;
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -160,6 +165,8 @@ pub struct Tenant {
     /// Tokens reserved at Check time for a request's answer (the prompt's
     /// estimate comes on top), settled by the usage report.
     pub reserve_completion_tokens: u64,
+    /// Requests of all its keys in flight at once (`limits.max_concurrent_requests`).
+    pub max_concurrent: Option<u64>,
 }
 
 /// Default of `reserve_completion_tokens`.
@@ -175,6 +182,8 @@ pub struct Key {
     pub models_header: String,
     pub limits: Vec<Limit>,
     pub model_limits: HashMap<String, Vec<Limit>>,
+    /// Requests of this key in flight at once (`limits.max_concurrent_requests`).
+    pub max_concurrent: Option<u64>,
 }
 
 impl Key {
@@ -223,7 +232,15 @@ fn check_limits(owner: &str, field: &str, l: &Limits) -> Result<(), PolicyError>
             return err(format!("{owner}: {field}.{name} must be greater than 0"));
         }
     }
-    Ok(())
+    match l.max_concurrent_requests {
+        Some(0) => err(format!(
+            "{owner}: {field}.max_concurrent_requests must be greater than 0"
+        )),
+        Some(n) if n > MAX_CONCURRENT_REQUESTS => err(format!(
+            "{owner}: {field}.max_concurrent_requests must be at most {MAX_CONCURRENT_REQUESTS}"
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn check_model_limits(
@@ -238,6 +255,11 @@ fn check_model_limits(
             ));
         }
         check_limits(owner, &format!("model_limits.{model:?}"), limits)?;
+        if limits.max_concurrent_requests.is_some() {
+            return err(format!(
+                "{owner}: model_limits.{model:?}.max_concurrent_requests: concurrency caps are per key and per tenant, not per model"
+            ));
+        }
         out.insert(model.clone(), compile_limits(limits));
     }
     Ok(out)
@@ -273,6 +295,7 @@ fn compile_tenants(raw: &RawPolicy) -> Result<HashMap<String, Tenant>, PolicyErr
                 model_limits,
                 redis_failure: t.redis_failure.unwrap_or(default_failure),
                 reserve_completion_tokens: t.reserve_completion_tokens.unwrap_or(default_reserve),
+                max_concurrent: t.limits.max_concurrent_requests,
             },
         );
     }
@@ -371,6 +394,7 @@ impl Policy {
                 models: k.models.clone(),
                 limits: compile_limits(&k.limits),
                 model_limits,
+                max_concurrent: k.limits.max_concurrent_requests,
             });
         }
         let money = compile_money(&raw)?;

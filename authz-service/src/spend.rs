@@ -424,6 +424,9 @@ impl<S: Store> Spend<'_, S> {
             rate_headers: Vec::new(),
             reserved: 0,
             reserved_at: None,
+            output: None,
+            settle_now: false,
+            slot: None,
         }) {
             Decision::Allow { .. } => Ok(None),
             d => Err(d),

@@ -70,7 +70,7 @@ fn report(
         cached_tokens: cached,
         cache_write_tokens: 0,
         reserved,
-        reserved_at: None,
+        ..UsageReport::default()
     }
 }
 
