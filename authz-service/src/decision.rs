@@ -35,6 +35,9 @@ pub enum Decision {
         /// The concurrency slot the request holds (None: no
         /// `max_concurrent_requests` applies, or the store failed open).
         slot: Option<Slot>,
+        /// The key's policy asks for prompt-cache breakpoints on Anthropic
+        /// requests that carry none (`x-tollgate-cache-breakpoints: 1`).
+        cache_breakpoints: bool,
     },
     Deny {
         status: u16,

@@ -49,6 +49,12 @@ pub struct Metrics {
     /// `refused`, `released`, `renewed`, `expired` (gone when their release
     /// or renewal came).
     pub slots: IntCounterVec,
+    /// `tollgate_authz_key_syncs_total{result}`: polls of the admin API's
+    /// keys that applied a change (`applied`) or failed (`failed`).
+    pub key_syncs: IntCounterVec,
+    /// `tollgate_authz_admin_requests_total{route, status}`: admin API
+    /// calls (route names, never a key id or secret).
+    pub admin_requests: IntCounterVec,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -173,6 +179,22 @@ impl Metrics {
             &["op"],
         )?;
         registry.register(Box::new(slots.clone()))?;
+        let key_syncs = IntCounterVec::new(
+            Opts::new(
+                "tollgate_authz_key_syncs_total",
+                "Polls of the admin API's keys that applied a change or failed",
+            ),
+            &["result"],
+        )?;
+        let admin_requests = IntCounterVec::new(
+            Opts::new(
+                "tollgate_authz_admin_requests_total",
+                "Admin API requests by route and status",
+            ),
+            &["route", "status"],
+        )?;
+        registry.register(Box::new(key_syncs.clone()))?;
+        registry.register(Box::new(admin_requests.clone()))?;
         registry.register(Box::new(checks.clone()))?;
         registry.register(Box::new(redis_calls.clone()))?;
         registry.register(Box::new(usage_queued.clone()))?;
@@ -206,6 +228,8 @@ impl Metrics {
             denials,
             top_ups,
             slots,
+            key_syncs,
+            admin_requests,
         })
     }
 

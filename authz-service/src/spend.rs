@@ -427,6 +427,7 @@ impl<S: Store> Spend<'_, S> {
             output: None,
             settle_now: false,
             slot: None,
+            cache_breakpoints: false,
         }) {
             Decision::Allow { .. } => Ok(None),
             d => Err(d),
