@@ -29,7 +29,9 @@ use crate::plan::{plan, Planned, Scope, Take};
 use crate::policy::{Credential, Key, Kind, Policy, Tenant};
 use crate::slots::Slots;
 use crate::spend::{MoneyState, MoneyTaken, Spend};
-use crate::storage::{BucketOp, Outcome, SlotMode, SlotOp, SlotOutcome, Store, StoreError};
+use crate::storage::{
+    tenant_slots, BucketOp, Outcome, SlotMode, SlotOp, SlotOutcome, Store, StoreError,
+};
 use crate::usage::{Recorded, Settle, UsageError, UsageQueue};
 
 /// The request headers a decision needs (names as Envoy sends them, lowercase).
@@ -620,7 +622,7 @@ impl<S: Store> Authorizer<S> {
         let tenant_set = op
             .sets
             .get(i)
-            .is_some_and(|(set, _)| set.ends_with(":cc:t"));
+            .is_some_and(|(set, _)| *set == tenant_slots(&key.tenant));
         let (scope, label) = if tenant_set {
             ("tenant", format!("tenant {}", key.tenant))
         } else {

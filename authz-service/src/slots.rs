@@ -29,7 +29,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::policy::{Key, Tenant};
-use crate::storage::{slot_key, SlotMode, SlotOp};
+use crate::storage::{key_slots, tenant_slots, SlotMode, SlotOp};
 
 /// How long a slot lives after it was taken or last renewed, by default
 /// (`--slot-ttl-ms`): a gateway that died gives its slots back within it.
@@ -79,10 +79,10 @@ impl Slots {
     pub fn acquire(&self, key: &Key, tenant: Option<&Tenant>) -> Option<SlotOp> {
         let mut sets = Vec::new();
         if let Some(cap) = key.max_concurrent {
-            sets.push((slot_key(&key.tenant, &format!("k:{}", key.id)), cap));
+            sets.push((key_slots(&key.tenant, &key.id), cap));
         }
         if let Some(cap) = tenant.and_then(|t| t.max_concurrent) {
-            sets.push((slot_key(&key.tenant, "t"), cap));
+            sets.push((tenant_slots(&key.tenant), cap));
         }
         (!sets.is_empty()).then(|| SlotOp {
             mode: SlotMode::Acquire,
@@ -97,10 +97,7 @@ impl Slots {
     pub fn held(&self, mode: SlotMode, tenant: &str, key_id: &str, slot: &str) -> SlotOp {
         SlotOp {
             mode,
-            sets: vec![
-                (slot_key(tenant, &format!("k:{key_id}")), 0),
-                (slot_key(tenant, "t"), 0),
-            ],
+            sets: vec![(key_slots(tenant, key_id), 0), (tenant_slots(tenant), 0)],
             slot: slot.to_string(),
             ttl_ms: self.ttl_ms,
         }

@@ -215,6 +215,15 @@ impl MemorySlots {
                 s.retain(|_, expires| *expires > now);
             }
         }
+        let held = |sets: &HashMap<String, HashMap<String, u64>>, key: &str| {
+            sets.get(key).map_or(0, |s| s.len() as u64)
+        };
+        if op.mode == SlotMode::Count {
+            return SlotOutcome {
+                denied: None,
+                counts: op.sets.iter().map(|(key, _)| held(&sets, key)).collect(),
+            };
+        }
         let expires = now.saturating_add(op.ttl_ms);
         if op.mode == SlotMode::Renew {
             for (key, _) in &op.sets {
@@ -229,9 +238,6 @@ impl MemorySlots {
                 counts,
             };
         }
-        let held = |sets: &HashMap<String, HashMap<String, u64>>, key: &str| {
-            sets.get(key).map_or(0, |s| s.len() as u64)
-        };
         let denied = op
             .sets
             .iter()

@@ -48,6 +48,8 @@ pub enum SlotMode {
     Release,
     /// Push the slot's deadline to now + ttl where it is still held.
     Renew,
+    /// Count the slots each set holds (expired ones dropped).
+    Count,
 }
 
 impl SlotMode {
@@ -56,6 +58,7 @@ impl SlotMode {
             SlotMode::Acquire => "acquire",
             SlotMode::Release => "release",
             SlotMode::Renew => "renew",
+            SlotMode::Count => "count",
         }
     }
 }
@@ -65,7 +68,7 @@ impl SlotMode {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlotOp {
     pub mode: SlotMode,
-    /// Each set's storage key (see [`slot_key`]) and cap (most slots it may
+    /// Each set's storage key ([`key_slots`], [`tenant_slots`]) and cap (most slots it may
     /// hold; read by [`SlotMode::Acquire`] only).
     pub sets: Vec<(String, u64)>,
     pub slot: String,
@@ -78,15 +81,20 @@ pub struct SlotOp {
 pub struct SlotOutcome {
     /// Acquire: index (into the sets) of the first full set, if any.
     pub denied: Option<usize>,
-    /// Acquire: the slots each set holds after the call; release and
-    /// renew: 1 where the set held the slot, else 0.
+    /// Acquire and count: the slots each set holds after the call;
+    /// release and renew: 1 where the set held the slot, else 0.
     pub counts: Vec<u64>,
 }
 
-/// Storage key of a slot set: `scope` is `t` or `k:<key id>`. The tenant is
-/// the hash tag, as for buckets, so a request's sets share a slot.
-pub fn slot_key(tenant: &str, scope: &str) -> String {
-    format!("tg:{{{tenant}}}:cc:{scope}")
+/// Storage key of a key's slot set. The tenant is the hash tag, as for
+/// buckets, so a request's sets share a Redis Cluster slot.
+pub fn key_slots(tenant: &str, key_id: &str) -> String {
+    format!("tg:{{{tenant}}}:cc:k:{key_id}")
+}
+
+/// Storage key of a tenant's slot set.
+pub fn tenant_slots(tenant: &str) -> String {
+    format!("tg:{{{tenant}}}:cc:t")
 }
 
 /// A storage failure: the request's fate is decided by the failure policy.

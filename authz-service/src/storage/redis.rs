@@ -347,6 +347,7 @@ impl RedisStore {
             SlotMode::Acquire => "slot_acquire",
             SlotMode::Release => "slot_release",
             SlotMode::Renew => "slot_renew",
+            SlotMode::Count => "slot_count",
         };
         let value = self.call(cmd, name, SLOTS_LUA).await?;
         let ints = reply_ints(value, n + 1)?;

@@ -9,7 +9,7 @@
 --
 -- KEYS[i]     the slot set of scope i = 1..n: "tg:{<tenant>}:cc:k:<key id>"
 --             (the key's) or "tg:{<tenant>}:cc:t" (the tenant's)
--- ARGV[1]     mode: "acquire", "release" or "renew"
+-- ARGV[1]     mode: "acquire", "release", "renew" or "count"
 -- ARGV[2]     slot id (ASCII letters and digits)
 -- ARGV[3]     ttl in ms (acquire, renew): the slot expires that long after
 --             it was taken or last renewed
@@ -21,6 +21,7 @@
 -- release: the slot is removed from every set.
 -- renew:   expired members are removed; the slot's score becomes now + ttl
 --   in each set that still holds it (an expired slot is not added back).
+-- count:   expired members are removed; nothing else is written.
 -- Every write makes the set live at least ttl + 1 s more (never less), so
 -- a set outlives its newest slot and an idle one disappears.
 --
@@ -28,8 +29,8 @@
 --
 -- Returns n + 1 integers:
 --   [1]    acquire: 0 if taken, else i of the first full set; otherwise 0
---   [i+1]  acquire: members of set i after the call; release and renew:
---          1 if set i held the slot, else 0
+--   [i+1]  acquire and count: members of set i after the call; release
+--          and renew: 1 if set i held the slot, else 0
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -58,6 +59,13 @@ local function keep(key)
   if redis.call('PTTL', key) < ttl + 1000 then
     redis.call('PEXPIRE', key, ttl + 1000)
   end
+end
+
+if mode == 'count' then
+  for i = 1, n do
+    out[i + 1] = counts[i]
+  end
+  return out
 end
 
 if mode == 'renew' then
