@@ -17,11 +17,12 @@
 //! limit needs more tokens than its Check reserved: the top-up
 //! ([`crate::usage::top_up`]); the request waits for it, paused.
 //!
-//! Every request that ext_authz admitted ends with a usage report
-//! ([`Flow::on_log`], which Envoy calls on every end): the usage of an
-//! answer, a refund of the reservation when the gateway answered itself
-//! before any provider call, and the release of the request's concurrency
-//! slot ([`crate::slots`]).
+//! Every request that ext_authz admitted ends with a usage report, sent
+//! when its answer ends (before Envoy passes the answer's last bytes on)
+//! or else from [`Flow::on_log`], which Envoy calls on every end: the
+//! usage of an answer, a refund of the reservation when the gateway
+//! answered itself before any provider call, and the release of the
+//! request's concurrency slot ([`crate::slots`]).
 //!
 //! Each [`Phase`] owns what is valid in it: the request's headers while its
 //! body is awaited, the route and the response state once routed.
@@ -981,10 +982,17 @@ impl Flow {
         end_of_stream: bool,
     ) -> Action {
         let action = self.response_body(h, body_size, end_of_stream);
-        if end_of_stream {
+        if end_of_stream && action == Action::Continue {
             // Before Envoy finishes the span (its tags are read then).
-            if let Phase::Routed(r) = &mut self.phase {
-                expose_usage(h, r);
+            let answered = match &mut self.phase {
+                Phase::Routed(r) => {
+                    expose_usage(h, r);
+                    r.fallback_call.is_none()
+                }
+                _ => false,
+            };
+            if answered {
+                self.settle(h);
             }
         }
         action
@@ -1079,7 +1087,7 @@ impl Flow {
     }
 
     /// Stream end (success or not, on every end): stats and the usage
-    /// report. Idempotent.
+    /// report, unless the answer's end sent it already. Idempotent.
     ///
     /// The report carries the answer's usage; for a request the gateway
     /// answered itself before any provider call (an error, a refused
@@ -1091,12 +1099,20 @@ impl Flow {
             return;
         }
         self.logged = true;
+        if let Phase::Routed(r) = &mut self.phase {
+            routed_stats(h, r);
+        }
+        self.settle(h);
+    }
+
+    /// The request's usage report (see [`Flow::on_log`]), once: at the end
+    /// of its answer, before Envoy passes the last bytes on to the client,
+    /// so that a sequential client's next Check finds the refund and the
+    /// released slot; else (the client left, the stream was cut, the
+    /// gateway answered itself) when the stream is logged. Nothing when
+    /// ext_authz did not admit the request here (no account headers).
+    fn settle(&mut self, h: &mut dyn Host) {
         let Some(account) = self.account.take() else {
-            // Not admitted by ext_authz here (or no account headers): the
-            // answer's stats only.
-            if let Phase::Routed(r) = &mut self.phase {
-                routed_stats(h, r);
-            }
             return;
         };
         let slot = account.slot.as_ref().map(|s| s.id.clone());
@@ -1104,10 +1120,7 @@ impl Flow {
             book.borrow_mut().release(id);
         }
         let mut report = match &mut self.phase {
-            Phase::Routed(r) => {
-                routed_stats(h, r);
-                r.usage.map(|u| answer_report(&account, r, u))
-            }
+            Phase::Routed(r) => r.usage.map(|u| answer_report(&account, r, u)),
             // The calls may have run: the reservation stays.
             Phase::FanOut { .. } | Phase::Idle => None,
             // Never forwarded: nothing was used.

@@ -352,3 +352,46 @@ fn every_end_releases_the_slot() {
     f.on_log(&mut h);
     assert!(h.posts.is_empty());
 }
+
+#[test]
+fn the_report_goes_when_the_answer_ends_before_the_stream_is_logged() {
+    // Whole answers and streams: posted in the last body callback (before
+    // Envoy passes the last bytes on), not again when the stream is logged.
+    let now = ("x-tollgate-reserved", "40;o=16;u=256;now");
+    let slot = ("x-tollgate-slot", "ef56;ttl=30000");
+    for stream in [false, true] {
+        let mut body = chat(Some(16));
+        body["stream"] = json!(stream);
+        body["stream_options"] = json!({"include_usage": true});
+        let mut h = host("/v1/chat/completions", &body, &[now, slot]);
+        let book = Rc::new(RefCell::new(SlotBook::default()));
+        let mut f = Flow::new(Arc::new(common::runtime())).with_slot_book(Rc::clone(&book));
+        assert_eq!(send(&mut f, &mut h), Action::Continue);
+        let (ctype, answer) = if stream {
+            (
+                "text/event-stream",
+                b"data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":2,\"total_tokens\":6}}\n\ndata: [DONE]\n\n".to_vec(),
+            )
+        } else {
+            ("application/json", ANSWER.to_vec())
+        };
+        h.resp_headers = vec![
+            (":status".into(), "200".into()),
+            ("content-type".into(), ctype.into()),
+        ];
+        f.on_response_headers(&mut h, false);
+        h.resp_body = answer;
+        let n = h.resp_body.len();
+        assert_eq!(f.on_response_body(&mut h, n, true), Action::Continue);
+        assert_eq!(h.posts.len(), 1, "stream {stream}");
+        assert!(book.borrow().is_empty(), "the slot is released");
+        let (_, report) = posted(&h, 0);
+        assert_eq!(
+            (&report["reserved"], &report["completion_tokens"], &report["slot"]),
+            (&json!(40), &json!(2), &json!("ef56")),
+            "stream {stream}"
+        );
+        f.on_log(&mut h);
+        assert_eq!(h.posts.len(), 1, "nothing more when logged");
+    }
+}
