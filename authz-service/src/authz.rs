@@ -167,6 +167,17 @@ const FAILED_OPEN: Admitted = Admitted {
     taken: false,
 };
 
+/// Which outcomes of the buckets count as a Check's decision
+/// (`tollgate_authz_decisions_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Counted {
+    Every,
+    /// A capped Check: its admission is counted once its slot decided it.
+    Refusals,
+    /// A top-up: no Check.
+    Nothing,
+}
+
 /// Why a top-up was not decided.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TopUpError {
@@ -529,20 +540,38 @@ impl<S: Store> Authorizer<S> {
             }
         };
         let planned = plan(&policy, key, model, Take::Check { reserve });
+        // With a cap, the decision is counted once the slot decided it.
+        let slot = self.slots.acquire(key, tenant);
+        let reason = if planned.is_empty() {
+            "no_limits"
+        } else {
+            "ok"
+        };
         let d = if planned.is_empty() {
-            self.backend.record("allowed", "no_limits");
+            if slot.is_none() {
+                self.backend.record("allowed", reason);
+            }
             allow(Vec::new(), FAILED_OPEN)
         } else {
-            self.take_buckets(&planned, reserve, &policy, key, model, true, allow)
+            let counted = match slot {
+                None => Counted::Every,
+                Some(_) => Counted::Refusals,
+            };
+            self.take_buckets(&planned, reserve, &policy, key, model, counted, allow)
                 .await
         };
-        let Decision::Allow { .. } = d else {
+        let (Decision::Allow { .. }, Some(op)) = (&d, slot) else {
             return d;
         };
-        match self.hold_slot(&policy, key, d).await {
+        let taken = taken.load(std::sync::atomic::Ordering::Relaxed);
+        if !planned.is_empty() && !taken {
+            // The buckets failed open (no decision): no slot either.
+            return d;
+        }
+        match self.hold_slot(&policy, key, op, d, reason).await {
             Ok(d) => d,
             Err(refused) => {
-                if taken.load(std::sync::atomic::Ordering::Relaxed) {
+                if taken {
                     self.give_back(&planned);
                 }
                 refused
@@ -550,24 +579,25 @@ impl<S: Store> Authorizer<S> {
         }
     }
 
-    /// Take a concurrency slot for an admitted request of `key` when a cap
-    /// applies (`allowed` then carries it); `Err`: the 429 at the cap, or
-    /// the failure policy's answer when the store failed.
+    /// Take the concurrency slot `op` for a request of `key` its buckets
+    /// admitted (`allowed` then carries it, and the decision is counted
+    /// with `reason`); `Err`: the 429 at the cap, or the failure policy's
+    /// answer when the store failed.
     async fn hold_slot(
         &self,
         policy: &Policy,
         key: &Key,
+        op: SlotOp,
         mut allowed: Decision,
+        reason: &str,
     ) -> Result<Decision, Decision> {
-        let Some(op) = self.slots.acquire(key, policy.tenant(&key.tenant)) else {
-            return Ok(allowed);
-        };
         let mut waited = false;
         loop {
             let call = self.backend.store.slots(&op);
             match self.backend.timed("slot_acquire", call).await {
                 Ok(SlotOutcome { denied: None, .. }) => {
                     self.count_slots("acquired");
+                    self.backend.record("allowed", reason);
                     if let Decision::Allow { slot, .. } = &mut allowed {
                         *slot = Some(Slot {
                             id: op.slot,
@@ -675,7 +705,6 @@ impl<S: Store> Authorizer<S> {
             Some(k) if k.tenant == t.tenant => k,
             _ => return Err(TopUpError::UnknownKey(t.key_id.clone(), t.tenant.clone())),
         };
-        self.learned.observe(&key.id, t.need, Instant::now());
         let tenant = policy.tenant(&key.tenant);
         let mut extra = t.need.saturating_sub(t.output);
         if let Some(smallest) = smallest_token_bucket(key, tenant) {
@@ -741,8 +770,16 @@ impl<S: Store> Authorizer<S> {
                 },
             )
         } else {
-            self.take_buckets(&planned, extra, &policy, key, model, false, allow)
-                .await
+            self.take_buckets(
+                &planned,
+                extra,
+                &policy,
+                key,
+                model,
+                Counted::Nothing,
+                allow,
+            )
+            .await
         };
         match d {
             Decision::Allow { reserved, .. } => {
@@ -750,6 +787,10 @@ impl<S: Store> Authorizer<S> {
                 // only one, and the report settles it.
                 let added = if money.is_some() { extra } else { reserved };
                 metric("added");
+                // The key's next Checks reserve this need at once (a
+                // refused one teaches nothing: it would lock the key's
+                // smaller requests out).
+                self.learned.observe(&key.id, t.need, Instant::now());
                 Ok(TopUpAnswer {
                     reserved: t.reserved.saturating_add(added),
                     refused: None,
@@ -768,8 +809,8 @@ impl<S: Store> Authorizer<S> {
     /// reserve) for `key` from this instance's leases, or, when they fall
     /// short, in one store call that refills them; `allow` builds the answer
     /// of an admitted request from its rate-limit headers, the tokens
-    /// reserved and whether to settle at once. `check`: count the outcome
-    /// as a Check decision (a top-up's is not one).
+    /// reserved and whether to settle at once; `counted`: which outcomes
+    /// count as a Check's decision.
     #[allow(clippy::too_many_arguments)]
     async fn take_buckets(
         &self,
@@ -778,12 +819,12 @@ impl<S: Store> Authorizer<S> {
         policy: &Policy,
         key: &Key,
         model: Option<&str>,
-        check: bool,
+        counted: Counted,
         allow: impl Fn(Vec<(&'static str, String)>, Admitted) -> Decision,
     ) -> Decision {
         let mut ops: Vec<BucketOp> = planned.iter().map(|p| p.op.clone()).collect();
         let admitted = |levels: &[f64]| {
-            if check {
+            if counted == Counted::Every {
                 self.backend.record("allowed", "ok");
             }
             let admitted = Admitted {
@@ -794,7 +835,7 @@ impl<S: Store> Authorizer<S> {
             allow(rate_headers(planned, levels), admitted)
         };
         let rate_limited = |i: usize, levels: &[f64]| {
-            if check {
+            if counted != Counted::Nothing {
                 let reason = match planned.get(i).map(|p| p.limit.kind) {
                     Some(Kind::Requests) => "rate_limited_requests",
                     _ => "rate_limited_tokens",

@@ -118,9 +118,15 @@ async fn the_answer_reservation_follows_what_the_key_declares() {
         reserved(&b.check(&input("tg-k", 100)).await),
         (281, Some(cover))
     );
-    // A top-up reports its need at once.
-    b.top_up(&top_up(281, 256, 16)).await.unwrap();
-    assert_eq!(reserved(&b.check(&input("tg-k", 100)).await).0, 41);
+    // An admitted top-up teaches its need at once...
+    let t = b.top_up(&top_up(281, 256, 300)).await.unwrap();
+    assert_eq!((t.reserved, t.refused), (325, None));
+    assert_eq!(reserved(&b.check(&input("tg-k", 100)).await).0, 325);
+    // ...a refused one nothing (it would lock the key's smaller requests
+    // out of what is left).
+    let t = b.top_up(&top_up(325, 300, 1900)).await.unwrap();
+    assert!(t.refused.is_some());
+    assert_eq!(reserved(&b.check(&input("tg-k", 100)).await).0, 325);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -403,6 +409,22 @@ async fn a_concurrency_cap_holds_across_two_instances_for_a_key_and_its_tenant()
             .sum::<f64>()
     };
     assert_eq!((denials("key"), denials("tenant")), (7.0, 2.0));
+    // Each Check counted once: admitted when its slot was taken.
+    let sum = |name: &str| {
+        [&a, &b]
+            .iter()
+            .map(|s| metric(&s.metrics().render(), name))
+            .sum::<f64>()
+    };
+    assert_eq!(
+        sum("tollgate_authz_decisions_total{reason=\"no_limits\",result=\"allowed\"}"),
+        6.0
+    );
+    assert_eq!(
+        sum("tollgate_authz_decisions_total{reason=\"concurrency_limited\",result=\"denied\"}"),
+        9.0
+    );
+    assert_eq!(sum("tollgate_authz_checks_total"), 15.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
