@@ -284,7 +284,12 @@ impl Flow {
         self
     }
 
+    /// Answers the client with `e`, before any provider call. The report
+    /// (the whole reservation refunded, the slot released) goes first, so
+    /// that the client's next Check finds them.
     fn reply(&mut self, h: &mut dyn Host, e: &ApiError) -> Action {
+        self.phase = Phase::Replied;
+        self.settle(h);
         let retry_after = e.retry_after.map(|s| s.to_string());
         let mut headers = vec![("content-type", "application/json")];
         if let Some(s) = &retry_after {
@@ -296,7 +301,6 @@ impl Flow {
             &format!("tollgate.rejected.{}", e.code.as_deref().unwrap_or("error")),
             1,
         );
-        self.phase = Phase::Replied;
         Action::Pause
     }
 
@@ -420,8 +424,9 @@ impl Flow {
             None => json!({"object": "list", "data": data}),
         };
         let bytes = serde_json::to_vec(&body).unwrap_or_default();
-        h.send_local_reply(200, &[("content-type", "application/json")], &bytes);
         self.phase = Phase::Replied;
+        self.settle(h);
+        h.send_local_reply(200, &[("content-type", "application/json")], &bytes);
         Action::Pause
     }
 
@@ -1107,10 +1112,11 @@ impl Flow {
 
     /// The request's usage report (see [`Flow::on_log`]), once: at the end
     /// of its answer, before Envoy passes the last bytes on to the client,
-    /// so that a sequential client's next Check finds the refund and the
-    /// released slot; else (the client left, the stream was cut, the
-    /// gateway answered itself) when the stream is logged. Nothing when
-    /// ext_authz did not admit the request here (no account headers).
+    /// or just before the gateway's own reply, so that a sequential
+    /// client's next Check finds the refund and the released slot; else
+    /// (the client left, the stream was cut) when the stream is logged.
+    /// Nothing when ext_authz did not admit the request here (no account
+    /// headers).
     fn settle(&mut self, h: &mut dyn Host) {
         let Some(account) = self.account.take() else {
             return;

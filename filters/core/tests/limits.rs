@@ -187,7 +187,10 @@ fn a_refused_top_up_answers_in_the_apis_shape_and_refunds() {
             assert_eq!(body["error"]["type"], "tokens");
         }
         assert!(body.to_string().contains("tokens per minute"), "{body}");
+        // Posted with the reply (the next Check finds the refund), once.
+        assert_eq!(h.posts.len(), 1);
         f.on_log(&mut h);
+        assert_eq!(h.posts.len(), 1);
         let (_, report) = posted(&h, 0);
         assert_eq!(
             report,
@@ -232,7 +235,9 @@ fn an_error_the_gateway_answers_refunds_the_reservation() {
     let mut f = Flow::new(Arc::new(common::runtime()));
     send(&mut f, &mut h);
     assert_eq!(h.local_reply.as_ref().map(|r| r.0), Some(404));
+    assert_eq!(h.posts.len(), 1, "posted with the reply");
     f.on_log(&mut h);
+    assert_eq!(h.posts.len(), 1);
     let (_, report) = posted(&h, 0);
     assert_eq!(
         (&report["reserved"], &report["completion_tokens"]),
@@ -387,7 +392,11 @@ fn the_report_goes_when_the_answer_ends_before_the_stream_is_logged() {
         assert!(book.borrow().is_empty(), "the slot is released");
         let (_, report) = posted(&h, 0);
         assert_eq!(
-            (&report["reserved"], &report["completion_tokens"], &report["slot"]),
+            (
+                &report["reserved"],
+                &report["completion_tokens"],
+                &report["slot"]
+            ),
             (&json!(40), &json!(2), &json!("ef56")),
             "stream {stream}"
         );
