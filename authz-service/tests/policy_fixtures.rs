@@ -143,7 +143,7 @@ fn validate_flag_exits_0_or_1_with_a_clear_message() {
         .output()
         .unwrap();
     assert_eq!(ok.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&ok.stdout).contains(": OK (7 tenants, 7 keys)"));
+    assert!(String::from_utf8_lossy(&ok.stdout).contains(": OK (8 tenants, 8 keys)"));
 
     let bad = bin()
         .arg("--validate")
