@@ -94,6 +94,9 @@ struct Grants {
     requests_per_day: Option<u64>,
     #[arg(long, value_name = "N")]
     tokens_per_day: Option<u64>,
+    /// Requests of the key in flight at once, across every gateway.
+    #[arg(long, value_name = "N")]
+    max_concurrent_requests: Option<u64>,
     /// Money budget per calendar day in the tenant's time zone, US dollars.
     #[arg(long, value_name = "USD")]
     usd_per_day: Option<String>,
@@ -325,6 +328,7 @@ fn grants_body(
         ("tokens_per_minute", g.tokens_per_minute),
         ("requests_per_day", g.requests_per_day),
         ("tokens_per_day", g.tokens_per_day),
+        ("max_concurrent_requests", g.max_concurrent_requests),
     ]
     .into_iter()
     .filter_map(|(k, v)| v.map(|v| (k.to_string(), json!(v))))

@@ -692,6 +692,8 @@ async fn cli_verbs_and_no_secret_in_logs_or_metrics() {
             "cli-key",
             "--requests-per-minute",
             "100",
+            "--max-concurrent-requests",
+            "4",
             "--usd-per-day",
             "3",
             "--model",
@@ -702,6 +704,7 @@ async fn cli_verbs_and_no_secret_in_logs_or_metrics() {
     assert!(err.contains("shown only once"));
     secrets.push(v["secret"].as_str().unwrap().to_string());
     assert_eq!(v["key"]["limits"]["requests_per_minute"], 100);
+    assert_eq!(v["key"]["limits"]["max_concurrent_requests"], 4);
     let (code, v, _) = cli(
         b,
         &[
