@@ -434,7 +434,9 @@ impl<S: Store> Authorizer<S> {
 
     /// The key a request presents, known to `policy` and allowed the
     /// request's model (when it states one), and that model; `Err` is the
-    /// 401 or 403.
+    /// 401 or 403 (a `Decision` like every answer of a Check: its size is
+    /// the admitted answer's, slot and reservation included).
+    #[allow(clippy::result_large_err)]
     fn authenticate<'p, 'i>(
         &self,
         policy: &'p Policy,

@@ -403,6 +403,8 @@ impl<S: Store> Spend<'_, S> {
         }
     }
 
+    // `Err` is the Check's answer (a `Decision`, sized by the admitted one).
+    #[allow(clippy::result_large_err)]
     fn money_unreachable(
         &self,
         policy: &Policy,
