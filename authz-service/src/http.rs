@@ -77,9 +77,13 @@ enum Reports {
     Many(Vec<UsageReport>),
 }
 
-/// The 401 for a caller without the gateway's usage token (None: the
-/// caller may go on).
-fn not_the_gateway<S: Store>(state: &HttpState<S>, headers: &HeaderMap) -> Option<Response> {
+/// The 401 for a caller without the gateway's usage token, counted as
+/// `unauthorized` in `refusals` (None: the caller may go on).
+fn not_the_gateway<S: Store>(
+    state: &HttpState<S>,
+    headers: &HeaderMap,
+    refusals: &prometheus::IntCounterVec,
+) -> Option<Response> {
     let token = state.usage_token.as_ref()?;
     let presented = headers
         .get(tollgate_wire::header::USAGE_TOKEN)
@@ -87,6 +91,7 @@ fn not_the_gateway<S: Store>(state: &HttpState<S>, headers: &HeaderMap) -> Optio
     if presented.is_some_and(|p| token.matches(p)) {
         return None;
     }
+    refusals.with_label_values(&["unauthorized"]).inc();
     Some(json(
         StatusCode::UNAUTHORIZED,
         error_body(
@@ -103,12 +108,7 @@ async fn usage<S: Store>(
     body: Bytes,
 ) -> Response {
     let authz = &state.authz;
-    if let Some(refused) = not_the_gateway(&state, &headers) {
-        authz
-            .metrics()
-            .usage_reports
-            .with_label_values(&["unauthorized"])
-            .inc();
+    if let Some(refused) = not_the_gateway(&state, &headers, &authz.metrics().usage_reports) {
         return refused;
     }
     let reports = match parse_reports(&body) {
@@ -163,22 +163,14 @@ async fn reserve<S: Store>(
 ) -> Response {
     let authz = &state.authz;
     let count = |result: &str| authz.metrics().top_ups.with_label_values(&[result]).inc();
-    if let Some(refused) = not_the_gateway(&state, &headers) {
-        count("unauthorized");
+    if let Some(refused) = not_the_gateway(&state, &headers, &authz.metrics().top_ups) {
         return refused;
     }
     let top_up: TopUp = match serde_json::from_slice(&body) {
         Ok(t) => t,
         Err(e) => {
             count("bad_request");
-            let msg = format!(
-                "Invalid top-up: {}",
-                clip(&e.to_string(), 3 * ECHO_MAX_CHARS)
-            );
-            return json(
-                StatusCode::BAD_REQUEST,
-                error_body(&msg, "invalid_request_error", "invalid_top_up"),
-            );
+            return malformed("top-up", "invalid_top_up", &e);
         }
     };
     match authz.top_up(&top_up).await {
@@ -212,12 +204,7 @@ async fn renew<S: Store>(
     body: Bytes,
 ) -> Response {
     let authz = &state.authz;
-    if let Some(refused) = not_the_gateway(&state, &headers) {
-        authz
-            .metrics()
-            .slots
-            .with_label_values(&["unauthorized"])
-            .inc();
+    if let Some(refused) = not_the_gateway(&state, &headers, &authz.metrics().slots) {
         return refused;
     }
     match serde_json::from_slice::<Vec<SlotRef>>(&body) {
@@ -225,18 +212,21 @@ async fn renew<S: Store>(
             authz.renew_slots(&slots).await;
             StatusCode::NO_CONTENT.into_response()
         }
-        Err(e) => json(
-            StatusCode::BAD_REQUEST,
-            error_body(
-                &format!(
-                    "Invalid slot renewal: {}",
-                    clip(&e.to_string(), 3 * ECHO_MAX_CHARS)
-                ),
-                "invalid_request_error",
-                "invalid_slot_renewal",
-            ),
-        ),
+        Err(e) => malformed("slot renewal", "invalid_slot_renewal", &e),
     }
+}
+
+/// The 400 for a body that is not a `what`: serde's message, which can
+/// quote the input, cut like any echo.
+fn malformed(what: &str, code: &str, e: &serde_json::Error) -> Response {
+    let msg = format!(
+        "Invalid {what}: {}",
+        clip(&e.to_string(), 3 * ECHO_MAX_CHARS)
+    );
+    json(
+        StatusCode::BAD_REQUEST,
+        error_body(&msg, "invalid_request_error", code),
+    )
 }
 
 /// The body of `POST /v1/usage`: one report or an array of them; `Err` is

@@ -76,6 +76,14 @@ fn report(reserved: u64, used: u64, need: Option<u64>) -> UsageReport {
     }
 }
 
+/// `tollgate_authz_<name>_total{<label>="<value>"}` in `text`.
+fn counted(text: &str, name: &str, label: &str, value: &str) -> f64 {
+    metric(
+        text,
+        &format!("tollgate_authz_{name}_total{{{label}=\"{value}\"}}"),
+    )
+}
+
 fn top_up(reserved: u64, output: u64, need: u64) -> TopUp {
     TopUp {
         tenant: "t".into(),
@@ -167,17 +175,10 @@ async fn a_top_up_adds_the_shortfall_or_refuses_it() {
     let t = a.top_up(&top_up(41, 16, 1_000_000)).await.unwrap();
     assert!(t.refused.is_some());
     let text = m();
+    let top_ups = |result| counted(&text, "top_ups", "result", result);
     assert_eq!(
-        metric(&text, "tollgate_authz_top_ups_total{result=\"covered\"}"),
-        1.0
-    );
-    assert_eq!(
-        metric(&text, "tollgate_authz_top_ups_total{result=\"added\"}"),
-        1.0
-    );
-    assert_eq!(
-        metric(&text, "tollgate_authz_top_ups_total{result=\"refused\"}"),
-        2.0
+        (top_ups("covered"), top_ups("added"), top_ups("refused")),
+        (1.0, 1.0, 2.0)
     );
     assert_eq!(
         metric(&text, "tollgate_authz_checks_total"),
@@ -262,7 +263,7 @@ async fn concurrent_clients_with_top_ups_never_pass_t_plus_one_reservation() {
         tasks.push(tokio::spawn(async move {
             let (mut served, mut misses, mut n, mut largest) = (0, 0, i, 0);
             while misses < 3 {
-                n = n * 7 + 3;
+                n = n.wrapping_mul(7).wrapping_add(3);
                 let declared = 50 + n % 351;
                 let refused = match s.check(&input("tg-k", 40)).await {
                     Decision::Allow {
@@ -491,14 +492,8 @@ async fn renewed_slots_stay_and_slots_nobody_renews_expire() {
     let (all, _) = at_once(&[&a], "tg-k", 2).await;
     assert_eq!(all.len(), 2);
     let text = a.metrics().render();
-    assert_eq!(
-        metric(&text, "tollgate_authz_slots_total{op=\"renewed\"}"),
-        5.0
-    );
-    assert_eq!(
-        metric(&text, "tollgate_authz_slots_total{op=\"expired\"}"),
-        1.0
-    );
+    let slots = |op| counted(&text, "slots", "op", op);
+    assert_eq!((slots("renewed"), slots("expired")), (5.0, 1.0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
