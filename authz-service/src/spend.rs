@@ -502,6 +502,7 @@ impl<S: Store> Spend<'_, S> {
             completion: report.completion_tokens,
             cached: report.cached_tokens,
             cache_write: report.cache_write_tokens,
+            web_searches: report.web_searches,
         };
         let (cost, priced) = money.prices.cost(model, &tokens);
         let label = match priced {

@@ -69,6 +69,7 @@ fn report(
         completion_tokens: completion,
         cached_tokens: cached,
         cache_write_tokens: 0,
+        web_searches: 0,
         reserved,
         ..UsageReport::default()
     }

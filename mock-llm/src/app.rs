@@ -466,6 +466,7 @@ fn read_overrides(parts: &Parts) -> Overrides {
         tool_call: h("x-mock-tool-call")
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty()),
+        web_searches: num("x-mock-web-searches").unwrap_or(0).min(10),
     }
 }
 

@@ -103,6 +103,9 @@ pub struct UsageReport {
     /// `prompt_tokens`), priced as cache writes.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cache_write_tokens: u64,
+    /// Web searches the provider ran for the answer, priced per search.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub web_searches: u64,
     /// Tokens authz-service reserved at Check time (`x-tollgate-reserved`),
     /// settled against the usage; absent in reports that settle nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1221,6 +1221,7 @@ fn answer_report(account: &Account, r: &Routed, u: Usage) -> Report {
         completion_tokens: u.completion_tokens,
         cached_tokens: u.cached_tokens,
         cache_write_tokens: u.cache_write_tokens,
+        web_searches: u.web_searches,
         // A stream cut before its end reports only what the filter saw
         // (the provider's final usage never came): it is not settled, so
         // the reservation stays charged and the usage seen is added.

@@ -54,6 +54,7 @@ impl UsageBatch {
                 e.completion_tokens = e.completion_tokens.saturating_add(r.completion_tokens);
                 e.cached_tokens = e.cached_tokens.saturating_add(r.cached_tokens);
                 e.cache_write_tokens = e.cache_write_tokens.saturating_add(r.cache_write_tokens);
+                e.web_searches = e.web_searches.saturating_add(r.web_searches);
                 e.reserved = match (e.reserved, r.reserved) {
                     (Some(a), Some(b)) => Some(a.saturating_add(b)),
                     (a, b) => a.or(b),

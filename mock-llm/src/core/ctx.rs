@@ -129,6 +129,9 @@ pub struct Overrides {
     pub retry_after_s: Option<u64>,
     /// Extra delay before the answer starts, stream or not.
     pub slow_ms: Option<u64>,
+    /// Web searches the answer runs when the request declares the
+    /// provider's web search tool (`x-mock-web-searches`, at most 10).
+    pub web_searches: u64,
 }
 
 /// An injected fault.

@@ -277,6 +277,24 @@ fn thinking_error(
 }
 
 /// `POST /v1/messages`.
+/// The blocks of the searches `x-mock-web-searches` asks for (a
+/// `server_tool_use` and its `web_search_tool_result` each), when the
+/// request declares Anthropic's web search tool.
+fn web_searches(ctx: &Ctx<'_>, req: &Value) -> Vec<Value> {
+    let mut out = Vec::new();
+    for i in 0..crate::core::plan::web_searches(ctx, req, "web_search_") {
+        let id = format!("srvtoolu_{}{i}", ctx.request_id);
+        out.push(
+            json!({"type": "server_tool_use", "id": id, "name": "web_search",
+                        "input": {"query": format!("search {}", i + 1)}}),
+        );
+        out.push(json!({"type": "web_search_tool_result", "tool_use_id": id,
+                        "content": [{"type": "web_search_result", "url": "https://example.com/",
+                                     "title": "Example", "encrypted_content": "", "page_age": null}]}));
+    }
+    out
+}
+
 pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
     messages_or_count(ctx, false).await
 }
@@ -556,26 +574,24 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
         Err(e) => return (bad(ctx, &e), m),
     };
     let id = format!("msg_{}", ctx.request_id);
-    let stop = if p.is_tool() {
-        "tool_use"
-    } else if p.truncated {
-        "max_tokens"
-    } else {
-        "end_turn"
-    };
+    let stop = p.stop_reason();
     let hdrs = [("request-id", format!("req_{}", ctx.request_id))];
+    let searches = web_searches(ctx, &req);
+    let searched = json!({"web_search_requests": searches.len() / 2});
     if !stream {
-        let content = match &p.output {
-            Output::Text(t) => json!([{"type": "text", "text": t}]),
+        let mut content = searches;
+        content.push(match &p.output {
+            Output::Text(t) => json!({"type": "text", "text": t}),
             Output::Tool { id, name, args } => {
-                json!([{"type": "tool_use", "id": id, "name": name, "input": args}])
+                json!({"type": "tool_use", "id": id, "name": name, "input": args})
             }
-        };
+        });
         let v = json!({
             "id": id, "type": "message", "role": "assistant", "model": model,
             "content": content, "stop_reason": stop, "stop_sequence": null,
             "usage": {"input_tokens": p.prompt_tokens, "output_tokens": p.completion_tokens,
-                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+                      "server_tool_use": searched},
         });
         return (ctx.json_ok(&v, &hdrs).await, m);
     }
@@ -601,29 +617,38 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
             json!({"type": "input_json_delta", "partial_json": render::PIECE}),
         ),
     };
-    let head = vec![
-        start,
-        render::sse_event(
+    let at = searches.len();
+    let mut head = vec![start];
+    for (i, b) in searches.into_iter().enumerate() {
+        head.push(render::sse_event(
             "content_block_start",
-            &json!({"type": "content_block_start", "index": 0, "content_block": start_block}),
-        ),
-        render::sse_event("ping", &json!({"type": "ping"})),
-    ];
+            &json!({"type": "content_block_start", "index": i, "content_block": b}),
+        ));
+        head.push(render::sse_event(
+            "content_block_stop",
+            &json!({"type": "content_block_stop", "index": i}),
+        ));
+    }
+    head.push(render::sse_event(
+        "content_block_start",
+        &json!({"type": "content_block_start", "index": at, "content_block": start_block}),
+    ));
+    head.push(render::sse_event("ping", &json!({"type": "ping"})));
     let tpl = render::Template::new(&render::sse_event(
         "content_block_delta",
-        &json!({"type": "content_block_delta", "index": 0, "delta": delta}),
+        &json!({"type": "content_block_delta", "index": at, "delta": delta}),
     ));
     let tail = vec![
         render::sse_event(
             "content_block_stop",
-            &json!({"type": "content_block_stop", "index": 0}),
+            &json!({"type": "content_block_stop", "index": at}),
         ),
         render::sse_event(
             "message_delta",
             &json!({
                 "type": "message_delta",
                 "delta": {"stop_reason": stop, "stop_sequence": null},
-                "usage": {"output_tokens": p.completion_tokens},
+                "usage": {"output_tokens": p.completion_tokens, "server_tool_use": searched},
             }),
         ),
         render::sse_event("message_stop", &json!({"type": "message_stop"})),

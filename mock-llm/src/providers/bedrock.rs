@@ -689,13 +689,7 @@ pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
         Ok(p) => p,
         Err(e) => return (validation(ctx, &e), m),
     };
-    let stop = if p.is_tool() {
-        "tool_use"
-    } else if p.truncated {
-        "max_tokens"
-    } else {
-        "end_turn"
-    };
+    let stop = p.stop_reason();
     let usage = json!({
         "inputTokens": p.prompt_tokens,
         "outputTokens": p.completion_tokens,

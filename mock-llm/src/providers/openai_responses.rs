@@ -669,11 +669,27 @@ pub async fn create(ctx: &Ctx<'_>, flavor: Flavor) -> Outcome {
     let r_tokens = c.effort.as_deref().map_or(0, reasoning_tokens);
     let mut answer = Answer::new(ctx, &c, p, r_tokens);
     answer.namespace = namespace;
+    answer.lead.extend(web_search_calls(ctx, &req));
     let hdrs = [("x-request-id", ctx.request_id.clone())];
     if !c.stream {
         return (ctx.json_ok(&answer.response(true), &hdrs).await, m);
     }
     (answer.stream(ctx, &hdrs), m)
+}
+
+/// The `web_search_call` items of the searches `x-mock-web-searches` asks
+/// for, when the request declares a web search tool (without one the model
+/// cannot search).
+fn web_search_calls(ctx: &Ctx<'_>, req: &Value) -> Vec<Value> {
+    (0..crate::core::plan::web_searches(ctx, req, "web_search"))
+        .map(|i| {
+            json!({
+                "id": format!("ws_{}{i}", ctx.request_id), "type": "web_search_call",
+                "status": "completed",
+                "action": {"type": "search", "query": format!("search {}", i + 1)},
+            })
+        })
+        .collect()
 }
 
 /// The answer, built once and rendered as a `response` object or as the
@@ -684,8 +700,9 @@ struct Answer {
     truncated: bool,
     usage: Value,
     rid: String,
-    /// The reasoning item, when reasoning was asked for.
-    reasoning: Option<Value>,
+    /// Finished items before the main one: the reasoning item when
+    /// reasoning was asked for, then the web searches.
+    lead: Vec<Value>,
     /// The namespace of the called tool, when it sits in one.
     namespace: Option<String>,
 }
@@ -739,18 +756,20 @@ impl Answer {
             "output_tokens_details": {"reasoning_tokens": r_tokens},
             "total_tokens": p.prompt_tokens + p.completion_tokens + r_tokens,
         });
-        let reasoning = c
+        let lead = c
             .effort
             .as_deref()
             .filter(|e| *e != "none")
-            .map(|_| json!({"id": format!("rs_{rid}"), "type": "reasoning", "summary": []}));
+            .map(|_| json!({"id": format!("rs_{rid}"), "type": "reasoning", "summary": []}))
+            .into_iter()
+            .collect();
         Answer {
             base,
             output: p.output,
             truncated: p.truncated,
             usage,
             rid,
-            reasoning,
+            lead,
             namespace: None,
         }
     }
@@ -792,7 +811,7 @@ impl Answer {
     }
 
     fn output(&self) -> Vec<Value> {
-        let mut out: Vec<Value> = self.reasoning.iter().cloned().collect();
+        let mut out = self.lead.clone();
         out.push(self.item(true));
         out
     }
@@ -832,15 +851,15 @@ impl Answer {
                 json!({"response": self.response(false)}),
             ),
         ];
-        let idx = usize::from(self.reasoning.is_some());
-        if let Some(r) = &self.reasoning {
+        let idx = self.lead.len();
+        for (i, r) in self.lead.iter().enumerate() {
             head.push(ev(
                 "response.output_item.added",
-                json!({"output_index": 0, "item": r}),
+                json!({"output_index": i, "item": r}),
             ));
             head.push(ev(
                 "response.output_item.done",
-                json!({"output_index": 0, "item": r}),
+                json!({"output_index": i, "item": r}),
             ));
         }
         head.push(ev(
