@@ -262,8 +262,15 @@ impl<S: Store> Settle<'_, S> {
                     self.queue().push_front(debit);
                     break;
                 }
-                // Sent but unanswered: may have been applied; not retried.
-                Err(_) => {}
+                // Sent but unanswered: may have been applied; not retried,
+                // counted like a report's own ambiguous failure.
+                Err(_) => {
+                    self.backend
+                        .metrics
+                        .usage_reports
+                        .with_label_values(&["store_error"])
+                        .inc();
+                }
             }
         }
         self.backend
