@@ -351,17 +351,8 @@ impl RedisStore {
         };
         let value = self.call(cmd, name, SLOTS_LUA).await?;
         let ints = reply_ints(value, n + 1)?;
-        let denied = match ints[0] {
-            0 => None,
-            i if i >= 1 && (i as usize) <= n => Some(i as usize - 1),
-            i => {
-                return Err(StoreError::Protocol(format!(
-                    "slot script refused set {i} of {n}"
-                )))
-            }
-        };
         Ok(SlotOutcome {
-            denied,
+            denied: denied_index(ints[0], n, "set")?,
             counts: ints[1..].iter().map(|&c| c.max(0) as u64).collect(),
         })
     }
@@ -449,19 +440,22 @@ fn reply_ints(value: Value, len: usize) -> Result<Vec<i64>, StoreError> {
     Ok(ints)
 }
 
+/// A script's first reply value: 0 (nothing refused) or the 1-based index
+/// of the first refusing one of `n` (`what`: bucket, set).
+fn denied_index(i: i64, n: usize, what: &str) -> Result<Option<usize>, StoreError> {
+    match i {
+        0 => Ok(None),
+        i if i >= 1 && (i as usize) <= n => Ok(Some(i as usize - 1)),
+        i => Err(StoreError::Protocol(format!(
+            "script refused {what} {i} of {n}"
+        ))),
+    }
+}
+
 fn parse_outcome(value: Value, n: usize, per_unit: f64) -> Result<Outcome, StoreError> {
     let ints = reply_ints(value, 2 * n + 1)?;
-    let denied = match ints[0] {
-        0 => None,
-        i if i >= 1 && (i as usize) <= n => Some(i as usize - 1),
-        i => {
-            return Err(StoreError::Protocol(format!(
-                "script refused bucket {i} of {n}"
-            )))
-        }
-    };
     Ok(Outcome {
-        denied,
+        denied: denied_index(ints[0], n, "bucket")?,
         levels: ints[1..=n].iter().map(|&m| m as f64 / per_unit).collect(),
         granted: ints[n + 1..].iter().map(|&g| g.max(0) as u64).collect(),
     })
