@@ -89,11 +89,11 @@ class Plan:
 PLANS = {
     "smoke": Plan(rates=[20], seconds=2, conns=2, steps=[], step_seconds=0, warmup_seconds=0, fresh_per_mode=False),
     # 25 requests/s is held by every gateway here (LiteLLM streams about 30 at
-    # most on this machine), 100 and 400 by the faster ones; the steps start
-    # low enough to find LiteLLM's ceiling.
+    # most on this machine), 100 and 400 by the faster ones; the steps and
+    # the replica start low enough to find LiteLLM's ceiling.
     "full": Plan(rates=[25, 100, 400], seconds=10, conns=32,
                  steps=[25, 50, 100, 200, 400, 800, 1600, 3200, 6400, 12800], step_seconds=6, warmup_seconds=3,
-                 replica_rates=[100, 500, 1000, 2500, 5000], replica_seconds=15, replica_sizes=(1370, 10320)),
+                 replica_rates=[50, 500, 1000, 2500, 5000], replica_seconds=15, replica_sizes=(1370, 10320)),
 }
 
 
@@ -165,6 +165,15 @@ def not_installed() -> dict[str, str]:
                        "`go install` it on a machine that can reach it (v1.1.0) and put `aigw` on PATH")
     missing.update(CANNOT_INSTALL)
     return missing
+
+
+def connections(plan: Plan, qps: float) -> int:
+    """fortio connections at a fixed rate or step: the plan's, fewer at low
+    rates so each connection sends at least 4 requests a second (fortio
+    paces each connection on its own and drops a connection's unfinished
+    last interval, which at 32 connections and 25 requests/s is a fifth of
+    the load)."""
+    return max(2, min(plan.conns, int(qps // 4)))
 
 
 def payload(model: str, stream: bool) -> str:
@@ -350,10 +359,10 @@ def run_mode(running: Running, gw: Gateway, mode: str, plan: Plan, out: Path) ->
               "startup_s": round(running.startup_s, 1), "rates": {}, "steps": {}, "max_throughput": None,
               "idle_rss_mb": round(sum(B.tree_rss_bytes(running.pids[n]) for n in gw.procs) / 2**20, 1)}
     if plan.warmup_seconds:
-        B.fortio(running.url, body, running.headers, min(plan.rates), plan.conns, plan.warmup_seconds,
-                 out / "raw" / f"{name}-warmup.json")
+        B.fortio(running.url, body, running.headers, min(plan.rates), connections(plan, min(plan.rates)),
+                 plan.warmup_seconds, out / "raw" / f"{name}-warmup.json")
     for qps in plan.rates:
-        r = load(running, gw, body, qps, plan.seconds, plan.conns, out / "raw" / f"{name}-{qps:g}.json")
+        r = load(running, gw, body, qps, plan.seconds, connections(plan, qps), out / "raw" / f"{name}-{qps:g}.json")
         result["rates"][f"{qps:g}"] = r
         print(f"  {name} {qps:>6g} rps: {r['actual_qps']:>8} served, success {r['success_rate']:.2%}, "
               f"p50 {r['latency_us']['50']:.0f} µs, p99 {r['latency_us']['99']:.0f} µs, "
@@ -361,7 +370,8 @@ def run_mode(running: Running, gw: Gateway, mode: str, plan: Plan, out: Path) ->
               flush=True)
 
     def step(qps: float) -> dict:
-        r = load(running, gw, body, qps, plan.step_seconds, plan.conns, out / "raw" / f"{name}-step-{qps:g}.json")
+        r = load(running, gw, body, qps, plan.step_seconds, connections(plan, qps),
+                 out / "raw" / f"{name}-step-{qps:g}.json")
         r["held"] = B.held(r, qps, plan.step_seconds)
         print(f"  {name} step {qps:>6g} rps: {'held' if r['held'] else 'not held'} ({r['actual_qps']} served, "
               f"success {r['success_rate']:.2%}, p99 {r['latency_us']['99'] / 1000:.1f} ms)", flush=True)

@@ -189,7 +189,7 @@ def write_report(s: dict, out: Path) -> None:
               "## Part 1: each gateway as its docs recommend for production", "",
               "Same OpenAI chat request (`Say hello to the benchmark.`), non-streaming (`chat`) and streaming "
               "(`stream`), same fortio load (`-uniform`, "
-              f"{s['plan_settings']['conns']} connections, {s['plan_settings']['seconds']:g} s per rate after a "
+              f"rate ÷ 4 connections, at most {s['plan_settings']['conns']}, {s['plan_settings']['seconds']:g} s per rate after a "
               f"{s['plan_settings']['warmup_seconds']:g} s warm-up). CPU per request: user+system CPU of every "
               "process of the gateway with its whole process tree, over the requests served. +p50 / +p99: the "
               "gateway's percentile minus `direct`'s at the same rate and mode. Peak RSS: summed over the "
