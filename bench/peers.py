@@ -352,12 +352,27 @@ def run_gateway(gw: Gateway, plan: Plan, out: Path) -> dict[str, dict]:
     return results
 
 
+def tree_pss_mb(pid: int) -> float:
+    """Proportional set size of a process tree, MB: each page shared by n
+    processes counts 1/n in each, so forked workers' shared pages count once
+    (the RSS sum counts them once per process)."""
+    kb = 0
+    for p in B.process_tree(pid):
+        try:
+            rollup = Path(f"/proc/{p}/smaps_rollup").read_text()
+        except OSError:
+            continue
+        kb += next((int(line.split()[1]) for line in rollup.splitlines() if line.startswith("Pss:")), 0)
+    return round(kb / 1024, 1)
+
+
 def run_mode(running: Running, gw: Gateway, mode: str, plan: Plan, out: Path) -> dict:
     name = f"{gw.name}-{mode}"
     body = payload(gw.model, mode == "stream")
     result = {"gateway": gw.name, "mode": mode, "part": gw.part, "what": gw.what, "processes": list(gw.procs),
               "startup_s": round(running.startup_s, 1), "rates": {}, "steps": {}, "max_throughput": None,
-              "idle_rss_mb": round(sum(B.tree_rss_bytes(running.pids[n]) for n in gw.procs) / 2**20, 1)}
+              "idle_rss_mb": round(sum(B.tree_rss_bytes(running.pids[n]) for n in gw.procs) / 2**20, 1),
+              "idle_pss_mb": round(sum(tree_pss_mb(running.pids[n]) for n in gw.procs), 1)}
     if plan.warmup_seconds:
         B.fortio(running.url, body, running.headers, min(plan.rates), connections(plan, min(plan.rates)),
                  plan.warmup_seconds, out / "raw" / f"{name}-warmup.json")
@@ -381,6 +396,7 @@ def run_mode(running: Running, gw: Gateway, mode: str, plan: Plan, out: Path) ->
     result["max_throughput"] = max((r["actual_qps"] for r in result["steps"].values() if r["held"]), default=None)
     loads = [*result["rates"].values(), *(st for st in result["steps"].values() if "error" not in st)]
     result["peak_rss_mb"] = max((x["gateway_peak_rss_mb"] for x in loads), default=None)
+    result["pss_after_mb"] = round(sum(tree_pss_mb(running.pids[n]) for n in gw.procs), 1)
     return result
 
 

@@ -71,8 +71,8 @@ def cost_table(s: dict, part: int) -> list[str]:
 
 
 def throughput_table(s: dict) -> list[str]:
-    rows = ["| gateway | chat: highest step held (served rps) | stream | startup s | idle RSS MB |",
-            "| --- | --- | --- | --- | --- |"]
+    rows = ["| gateway | chat: highest step held (served rps) | stream | startup s | idle RSS / PSS MB | "
+            "PSS after the chat loads MB |", "| --- | --- | --- | --- | --- | --- |"]
     for gw in ("direct", *SHOWN):
         chat, stream = s["scenarios"].get(f"{gw}-chat"), s["scenarios"].get(f"{gw}-stream")
         if not chat:
@@ -88,7 +88,8 @@ def throughput_table(s: dict) -> list[str]:
             more = "" if held[-1] != last else " (highest step)"
             return f"{held[-1]} ({_fmt(sc['max_throughput'])}){more}"
 
-        rows.append(f"| {gw} | {top(chat)} | {top(stream)} | {chat['startup_s']} | {chat.get('idle_rss_mb', '–')} |")
+        rows.append(f"| {gw} | {top(chat)} | {top(stream)} | {chat['startup_s']} | {chat.get('idle_rss_mb', '–')} / "
+                    f"{chat.get('idle_pss_mb', '–')} | {chat.get('pss_after_mb', '–')} |")
     return rows
 
 
@@ -233,7 +234,8 @@ def write_report(s: dict, out: Path) -> None:
               "in each request's headers, as the open-source gateway takes them. Node runs one thread of "
               "JavaScript: one core at most, as shipped.",
               "- RSS summed over a process tree counts pages shared between its processes once per process "
-              "(LiteLLM's gunicorn master and two workers).", ""]
+              "(LiteLLM's gunicorn arbiter and two workers); the PSS columns (each shared page divided among the "
+              "processes sharing it, read once when idle and once after the last load) count them once.", ""]
     (out / "REPORT-peers.md").write_text("\n".join(lines))
 
 
