@@ -126,7 +126,7 @@ def main() -> int:
     if envoy_ports != expected:
         problem(f"envoy.yaml ports {sorted(envoy_ports)} differ from config/ports.env {sorted(expected)}")
     for key in ("TG_GATEWAY_PORT", "TG_ADMIN_PORT", "TG_MOCK_PORT", "TG_AUTHZ_GRPC_PORT",
-                "TG_AUTHZ_HTTP_PORT", "TG_REDIS_PORT"):
+                "TG_AUTHZ_HTTP_PORT", "TG_AUTHZ_ADMIN_PORT", "TG_REDIS_PORT"):
         if str(DEFAULT_PORTS[key]) not in compose_text:
             problem(f"docker-compose.yml never uses {key}={DEFAULT_PORTS[key]}")
     if "./envoy.yaml:" not in compose_text:

@@ -192,8 +192,10 @@ def with_tracing(text: str, endpoint: str) -> str:
 
 
 def write_usage_token(path: Path) -> Path:
-    """A fresh random usage token for this run, readable by its owner only,
-    shared by Envoy (which sends it) and authz-service (which requires it)."""
+    """A fresh random token for this run, readable by its owner only: the
+    usage token, shared by Envoy (which sends it) and authz-service (which
+    requires it), and the admin API's token (authz-service and whoever runs
+    `tollgate-authz keys`)."""
     if not path.exists():
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -292,6 +294,15 @@ class Stack:
         return self.run_dir / "usage-token"
 
     @property
+    def admin_token_path(self) -> Path:
+        """The admin API's token for this run (`tollgate-authz keys --admin-token-file`)."""
+        return self.run_dir / "admin-token"
+
+    @property
+    def authz_admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['TG_AUTHZ_ADMIN_PORT']}"
+
+    @property
     def authz_http_url(self) -> str:
         return f"http://127.0.0.1:{self.ports['TG_AUTHZ_HTTP_PORT']}"
 
@@ -315,7 +326,9 @@ class Stack:
                     "--grpc-listen", f"127.0.0.1:{p['TG_AUTHZ_GRPC_PORT']}",
                     "--http-listen", f"127.0.0.1:{p['TG_AUTHZ_HTTP_PORT']}",
                     "--redis-url", self.redis_url or f"redis://127.0.0.1:{p['TG_REDIS_PORT']}",
-                    "--usage-token-file", str(write_usage_token(self.usage_token_path)), *self.authz_args]
+                    "--usage-token-file", str(write_usage_token(self.usage_token_path)),
+                    "--admin-listen", f"127.0.0.1:{p['TG_AUTHZ_ADMIN_PORT']}",
+                    "--admin-token-file", str(write_usage_token(self.admin_token_path)), *self.authz_args]
         if name == "envoy":
             rendered = self.run_dir / "envoy.yaml"
             write_private(rendered, render_envoy_config(self.envoy_source(), self.ports,
@@ -770,6 +783,7 @@ Tollgate is up.
   gateway   {stack.base_url}   (OpenAI-compatible)
   demo key  {DEMO_KEY}
   admin     {stack.admin_url}/stats/prometheus
+  keys API  {stack.authz_admin_url}/admin/keys   (token: {stack.admin_token_path})
   logs      {stack.run_dir}/
 {providers_line(stack)}
 

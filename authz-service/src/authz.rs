@@ -23,7 +23,7 @@ use crate::decision::{echo, error_body};
 use crate::lease::{Leases, Local};
 use crate::metrics::Metrics;
 use crate::plan::{plan, Planned, Scope, Take};
-use crate::policy::{Key, Kind, Policy, Tenant};
+use crate::policy::{Credential, Key, Kind, Policy, Tenant};
 use crate::spend::{MoneyState, MoneyTaken, Spend};
 use crate::storage::{BucketOp, Outcome, Store, StoreError};
 use crate::usage::{Recorded, Settle, UsageError, UsageQueue};
@@ -138,6 +138,44 @@ const INVALID_KEY: &str = "Incorrect API key provided. Check the virtual key iss
 const NOT_BEARER: &str =
     "The Authorization header must use the Bearer scheme (Authorization: Bearer YOUR_KEY).";
 
+/// Whether a found key may be used now: `Err` is the 401's code (also the
+/// metric's reason) and message for a revoked key, an expired one, or a
+/// secret past the grace a rotation gave it. The clock `now_ms` (unix ms)
+/// is read only for a key with an expiry or a replaced secret.
+fn usable(
+    cred: &Credential<'_>,
+    now_ms: impl FnOnce() -> i64,
+) -> Result<(), (&'static str, String)> {
+    let key = cred.key;
+    if key.revoked_at_ms.is_some() {
+        let msg = format!(
+            "The virtual key {} was revoked. Ask your Tollgate administrator for a new key.",
+            key.id
+        );
+        return Err(("key_revoked", msg));
+    }
+    let ends = [key.expires_at_ms, cred.valid_until_ms];
+    if ends.iter().all(Option::is_none) {
+        return Ok(());
+    }
+    let now = now_ms();
+    if cred.valid_until_ms.is_some_and(|t| now >= t) {
+        let msg = format!(
+            "This secret of virtual key {} was replaced by a rotation and its grace period is over. Use the new secret.",
+            key.id
+        );
+        return Err(("key_expired", msg));
+    }
+    if key.expires_at_ms.is_some_and(|t| now >= t) {
+        let msg = format!(
+            "The virtual key {} has expired. Ask your Tollgate administrator for a new key.",
+            key.id
+        );
+        return Err(("key_expired", msg));
+    }
+    Ok(())
+}
+
 fn nonempty(v: &Option<String>) -> Option<&str> {
     v.as_deref().map(str::trim).filter(|s| !s.is_empty())
 }
@@ -191,6 +229,11 @@ impl<S: Store> Authorizer<S> {
     pub fn with_wall_clock(mut self, wall: impl Fn() -> i64 + Send + Sync + 'static) -> Self {
         self.money = self.money.with_wall_clock(wall);
         self
+    }
+
+    /// The wall clock of budget windows and key expiry (unix ms).
+    pub fn now_ms(&self) -> i64 {
+        self.money.now_ms()
     }
 
     /// This instance's leases.
@@ -281,7 +324,7 @@ impl<S: Store> Authorizer<S> {
                 });
             }
         };
-        let Some(key) = policy.authenticate(key_str) else {
+        let Some(cred) = policy.credential(key_str) else {
             self.backend.record("denied", "invalid_key");
             return Err(Decision::Deny {
                 status: 401,
@@ -289,6 +332,15 @@ impl<S: Store> Authorizer<S> {
                 headers: Vec::new(),
             });
         };
+        let key = cred.key;
+        if let Err((reason, msg)) = usable(&cred, || self.money.now_ms()) {
+            self.backend.record("denied", reason);
+            return Err(Decision::Deny {
+                status: 401,
+                body: error_body(&msg, "invalid_request_error", reason),
+                headers: Vec::new(),
+            });
+        }
         let model = input
             .model
             .as_deref()
@@ -343,6 +395,7 @@ impl<S: Store> Authorizer<S> {
                 rate_headers,
                 reserved,
                 reserved_at,
+                cache_breakpoints: key.cache_breakpoints,
             }
         };
         let planned = plan(&policy, key, model, Take::Check { reserve });

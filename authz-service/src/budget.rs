@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use jiff::tz::TimeZone;
 use jiff::{Timestamp, ToSpan};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::bucket::BucketSpec;
 use crate::prices::{Decimal, Prices, RawPrice};
@@ -23,34 +23,35 @@ use crate::storage::BucketOp;
 /// the Redis script's doubles.
 pub const MAX_BUDGET_NANO: i64 = 9_000_000 * crate::prices::NANO_PER_USD;
 
-/// Budgets of one key or tenant as written in the policy.
-#[derive(Debug, Clone, Default, Deserialize)]
+/// Budgets of one key or tenant as written in the policy (or given to
+/// the admin API, which stores them as written).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawBudgets {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usd_per_day: Option<Decimal>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usd_per_month: Option<Decimal>,
     /// Warn (header and metric) from this share of a budget on.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub soft_percent: Option<u8>,
     /// Rolling-window budgets (`crate::rolling`): "the last 24 hours".
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rolling: Vec<RawRolling>,
     /// Budgets per model: an exact `provider/model` or a pattern ending
     /// in `*` (as in a key's `models`), each with its own caps.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub models: std::collections::BTreeMap<String, RawBudgets>,
 }
 
 /// One rolling budget as written in the policy:
 /// `{window: 24h, usd: 5, soft_percent: 80}`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRolling {
     pub window: String,
     pub usd: Decimal,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub soft_percent: Option<u8>,
 }
 
@@ -206,7 +207,9 @@ pub fn zone(owner: &str, name: &str) -> Result<TimeZone, String> {
     TimeZone::get(name).map_err(|_| format!("{owner}: unknown time zone {name:?}"))
 }
 
-fn compile_budgets(owner: &str, raw: &RawBudgets) -> Result<Owner, String> {
+/// Budgets of one tenant or key, checked and compiled; `Err` is the
+/// policy's exact message.
+pub fn compile_budgets(owner: &str, raw: &RawBudgets) -> Result<Owner, String> {
     let mut models = Vec::new();
     for (pattern, b) in &raw.models {
         if !tollgate_wire::valid_model(pattern) {

@@ -23,6 +23,9 @@ pub enum Decision {
         /// The unix minute money was reserved at (None: no money budget),
         /// sent with `reserved` ([`tollgate_wire::reservation`]).
         reserved_at: Option<u64>,
+        /// The key's policy asks for prompt-cache breakpoints on Anthropic
+        /// requests that carry none (`x-tollgate-cache-breakpoints: 1`).
+        cache_breakpoints: bool,
     },
     Deny {
         status: u16,

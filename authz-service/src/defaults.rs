@@ -6,6 +6,10 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
 pub const GRPC_LISTEN: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9100));
 pub const HTTP_LISTEN: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9101));
+/// The admin API (on only with `--admin-token-file`).
+pub const ADMIN_LISTEN: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9102));
+/// How often the admin API's keys are polled for changes.
+pub const KEYS_POLL_MS: u64 = 200;
 pub const REDIS_URL: &str = "redis://127.0.0.1:6390";
 pub const REDIS_TIMEOUT_MS: u64 = 10;
 /// A Redis that answered in the last second is busy, not down: its

@@ -25,22 +25,28 @@
 //! the bottom up; authz-service/README.md, "Source layout", lists them.
 //!
 //! 1. [`bucket`], [`rolling`], [`prices`], [`decision`], [`metrics`],
-//!    [`defaults`], [`usage_token`]: math, answers and settings that use
-//!    no other module
+//!    [`defaults`], [`usage_token`], [`admin_client`]: math, answers,
+//!    settings and the admin API's client, using no other module
 //! 2. [`storage`] (buckets and spend counters, in memory or in Redis),
 //!    [`anthropic`]
 //! 3. [`budget`] (the money part of a policy), [`lease`]
-//! 4. [`policy`]
+//! 4. [`policy`] (the file's keys and the admin API's, compiled)
 //! 5. [`plan`] (the buckets of a request), [`backend`] (the store as the
-//!    decisions reach it), [`keygen`]
+//!    decisions reach it), [`keygen`], [`keystore`] (the admin API's keys,
+//!    in memory or in Redis)
 //! 6. [`spend`] (money budgets reserved and settled)
 //! 7. [`usage`] (usage reports settled, debits queued)
 //! 8. [`authz`] (the Check decision and the [`authz::Authorizer`])
-//! 9. [`service`] (ext_authz over gRPC), [`http`], [`reload`]
-//! 10. [`server`] (wiring)
+//! 9. [`service`] (ext_authz over gRPC), [`http`], [`sources`] (the
+//!    policy compiled from the file and the admin API's keys)
+//! 10. [`reload`] (the file), [`keysync`] (the admin API's keys, polled)
+//! 11. [`admin`] (the admin API)
+//! 12. [`server`] (wiring)
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
+pub mod admin;
+pub mod admin_client;
 pub mod anthropic;
 pub mod authz;
 pub mod backend;
@@ -50,6 +56,8 @@ pub mod decision;
 pub mod defaults;
 pub mod http;
 pub mod keygen;
+pub mod keystore;
+pub mod keysync;
 pub mod lease;
 pub mod metrics;
 pub mod plan;
@@ -59,6 +67,7 @@ pub mod reload;
 pub mod rolling;
 pub mod server;
 pub mod service;
+pub mod sources;
 pub mod spend;
 pub mod storage;
 pub mod usage;

@@ -42,6 +42,12 @@ pub struct Metrics {
     /// `tollgate_authz_denials_total{tenant, limit, period, scope}`: 429s by
     /// the limit that refused them; every label value comes from the policy.
     pub denials: IntCounterVec,
+    /// `tollgate_authz_key_syncs_total{result}`: polls of the admin API's
+    /// keys that applied a change (`applied`) or failed (`failed`).
+    pub key_syncs: IntCounterVec,
+    /// `tollgate_authz_admin_requests_total{route, status}`: admin API
+    /// calls (route names, never a key id or secret).
+    pub admin_requests: IntCounterVec,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -150,6 +156,22 @@ impl Metrics {
             &["tenant", "limit", "period", "scope"],
         )?;
         registry.register(Box::new(denials.clone()))?;
+        let key_syncs = IntCounterVec::new(
+            Opts::new(
+                "tollgate_authz_key_syncs_total",
+                "Polls of the admin API's keys that applied a change or failed",
+            ),
+            &["result"],
+        )?;
+        let admin_requests = IntCounterVec::new(
+            Opts::new(
+                "tollgate_authz_admin_requests_total",
+                "Admin API requests by route and status",
+            ),
+            &["route", "status"],
+        )?;
+        registry.register(Box::new(key_syncs.clone()))?;
+        registry.register(Box::new(admin_requests.clone()))?;
         registry.register(Box::new(checks.clone()))?;
         registry.register(Box::new(redis_calls.clone()))?;
         registry.register(Box::new(usage_queued.clone()))?;
@@ -181,6 +203,8 @@ impl Metrics {
             spend_usd,
             budget_soft_cap,
             denials,
+            key_syncs,
+            admin_requests,
         })
     }
 

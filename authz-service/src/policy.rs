@@ -4,11 +4,17 @@
 //! compiled once into a [`Policy`] that answers lookups without allocation.
 //! Every validation error has a fixed, exact message (see
 //! `tests/fixtures/invalid/`), so a typo fails loudly and the old policy stays.
+//!
+//! Keys made through the admin API ([`ApiKey`], stored by
+//! `crate::keystore`) are compiled into the same [`Policy`] beside the
+//! file's, with the same checks: a Check finds either kind in one lookup.
+//! The file wins: an API key whose id it also defines, or whose tenant it
+//! does not, is left out with a warning rather than failing the file.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tollgate_wire::{model_matches, valid_model, valid_name, MAX_POLICY_NAME_LEN};
 
@@ -31,13 +37,29 @@ pub enum RedisFailure {
 }
 
 /// Limits of one scope. Absent fields mean "no limit".
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests_per_minute: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens_per_minute: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests_per_day: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens_per_day: Option<u64>,
+}
+
+impl Limits {
+    /// The limits as (field name, value), in the file's field order.
+    pub fn fields(&self) -> [(&'static str, Option<u64>); 4] {
+        [
+            ("requests_per_minute", self.requests_per_minute),
+            ("tokens_per_minute", self.tokens_per_minute),
+            ("requests_per_day", self.requests_per_day),
+            ("tokens_per_day", self.tokens_per_day),
+        ]
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -67,6 +89,9 @@ struct RawTenant {
     time_zone: Option<String>,
     #[serde(default)]
     budgets: Option<crate::budget::RawBudgets>,
+    /// Add prompt-cache breakpoints to Anthropic requests that carry none.
+    #[serde(default)]
+    cache_breakpoints: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -83,10 +108,72 @@ struct RawKey {
     model_limits: BTreeMap<String, Limits>,
     #[serde(default)]
     budgets: Option<crate::budget::RawBudgets>,
+    /// Overrides the tenant's `cache_breakpoints`.
+    #[serde(default)]
+    cache_breakpoints: Option<bool>,
 }
 
 fn default_models() -> Vec<String> {
     vec!["*".to_string()]
+}
+
+impl RawKey {
+    fn fields(&self) -> KeyFields {
+        KeyFields {
+            models: self.models.clone(),
+            limits: self.limits.clone(),
+            model_limits: self.model_limits.clone(),
+            budgets: self.budgets.clone(),
+            cache_breakpoints: self.cache_breakpoints,
+        }
+    }
+}
+
+/// What a key grants, as a policy file's key states it: its models,
+/// limits and money budgets (everything but its id, tenant and hash).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyFields {
+    #[serde(default = "default_models")]
+    pub models: Vec<String>,
+    #[serde(default)]
+    pub limits: Limits,
+    #[serde(default)]
+    pub model_limits: BTreeMap<String, Limits>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budgets: Option<crate::budget::RawBudgets>,
+    /// Overrides the tenant's `cache_breakpoints`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_breakpoints: Option<bool>,
+}
+
+impl Default for KeyFields {
+    fn default() -> Self {
+        KeyFields {
+            models: default_models(),
+            limits: Limits::default(),
+            model_limits: BTreeMap::new(),
+            budgets: None,
+            cache_breakpoints: None,
+        }
+    }
+}
+
+/// A key made through the admin API, as the policy compiles it: hashes
+/// only, never a secret.
+#[derive(Debug, Clone)]
+pub struct ApiKey {
+    pub id: String,
+    pub tenant: String,
+    /// SHA-256 of the current secret.
+    pub sha256: [u8; 32],
+    /// Secrets replaced by a rotation, each valid until its unix ms.
+    pub previous: Vec<([u8; 32], i64)>,
+    pub fields: KeyFields,
+    /// Unix ms from which the key answers 401 `key_expired`.
+    pub expires_at_ms: Option<i64>,
+    /// Unix ms at which the key was revoked (401 `key_revoked` since).
+    pub revoked_at_ms: Option<i64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -160,6 +247,8 @@ pub struct Tenant {
     /// Tokens reserved at Check time for a request's answer (the prompt's
     /// estimate comes on top), settled by the usage report.
     pub reserve_completion_tokens: u64,
+    /// Prompt-cache breakpoints for Anthropic requests without any.
+    pub cache_breakpoints: bool,
 }
 
 /// Default of `reserve_completion_tokens`.
@@ -175,6 +264,22 @@ pub struct Key {
     pub models_header: String,
     pub limits: Vec<Limit>,
     pub model_limits: HashMap<String, Vec<Limit>>,
+    /// The key's own `cache_breakpoints`, else its tenant's.
+    pub cache_breakpoints: bool,
+    /// Made through the admin API (else: the policy file's, read-only).
+    pub from_api: bool,
+    /// Unix ms from which the key is refused as expired.
+    pub expires_at_ms: Option<i64>,
+    /// Unix ms at which the key was revoked: refused since.
+    pub revoked_at_ms: Option<i64>,
+}
+
+/// A presented secret found by its hash: the key, and until when this
+/// secret is valid when a rotation replaced it (unix ms).
+#[derive(Debug, Clone, Copy)]
+pub struct Credential<'a> {
+    pub key: &'a Key,
+    pub valid_until_ms: Option<i64>,
 }
 
 impl Key {
@@ -188,7 +293,8 @@ impl Key {
 /// A compiled, valid policy.
 #[derive(Debug, Clone)]
 pub struct Policy {
-    by_hash: HashMap<[u8; 32], usize>,
+    /// Key index, and for a secret a rotation replaced, its last unix ms.
+    by_hash: HashMap<[u8; 32], (usize, Option<i64>)>,
     by_id: HashMap<String, usize>,
     keys: Vec<Key>,
     tenants: HashMap<String, Tenant>,
@@ -273,6 +379,7 @@ fn compile_tenants(raw: &RawPolicy) -> Result<HashMap<String, Tenant>, PolicyErr
                 model_limits,
                 redis_failure: t.redis_failure.unwrap_or(default_failure),
                 reserve_completion_tokens: t.reserve_completion_tokens.unwrap_or(default_reserve),
+                cache_breakpoints: t.cache_breakpoints.unwrap_or(false),
             },
         );
     }
@@ -294,8 +401,108 @@ fn key_hash(owner: &str, sha256: &str) -> Result<[u8; 32], PolicyError> {
     Ok(hash)
 }
 
-/// The money part of a policy: prices, time zones and budgets.
-fn compile_money(raw: &RawPolicy) -> Result<crate::budget::Money, PolicyError> {
+/// One key's grants checked and compiled (models, limits, model limits;
+/// budgets are compiled with the money part), its ids already checked.
+fn compile_key(owner: &str, id: &str, tenant: &str, f: &KeyFields) -> Result<Key, PolicyError> {
+    if f.models.is_empty() {
+        return err(format!("{owner}: models must not be empty"));
+    }
+    for m in &f.models {
+        if !valid_model(m) {
+            return err(format!("{owner}: invalid model pattern {m:?}"));
+        }
+    }
+    check_limits(owner, "limits", &f.limits)?;
+    let model_limits = check_model_limits(owner, &f.model_limits)?;
+    Ok(Key {
+        id: id.to_string(),
+        tenant: tenant.to_string(),
+        models_header: f.models.join(","),
+        models: f.models.clone(),
+        limits: compile_limits(&f.limits),
+        model_limits,
+        cache_breakpoints: false,
+        from_api: false,
+        expires_at_ms: None,
+        revoked_at_ms: None,
+    })
+}
+
+/// Whether a key asks for cache breakpoints: its own setting, else its
+/// tenant's.
+fn breakpoints(f: &KeyFields, tenants: &HashMap<String, Tenant>, tenant: &str) -> bool {
+    f.cache_breakpoints
+        .unwrap_or_else(|| tenants.get(tenant).is_some_and(|t| t.cache_breakpoints))
+}
+
+/// Check a key's grants as the policy would (models, limits, model
+/// limits, budgets): `Err` is the exact message, naming `owner`.
+pub fn check_key_fields(owner: &str, f: &KeyFields) -> Result<(), PolicyError> {
+    compile_key(owner, "", "", f)?;
+    if let Some(b) = &f.budgets {
+        crate::budget::compile_budgets(owner, b).map_err(PolicyError)?;
+    }
+    Ok(())
+}
+
+/// A compiled key's limits as a policy file writes them.
+pub fn raw_limits(limits: &[Limit]) -> Limits {
+    let mut out = Limits::default();
+    for l in limits {
+        let v = Some(l.spec.capacity);
+        match (l.kind, l.period) {
+            (Kind::Requests, "day") => out.requests_per_day = v,
+            (Kind::Requests, _) => out.requests_per_minute = v,
+            (Kind::Tokens, "day") => out.tokens_per_day = v,
+            (Kind::Tokens, _) => out.tokens_per_minute = v,
+        }
+    }
+    out
+}
+
+/// An API key checked against the file's tenants, keys and hashes and
+/// compiled; `Err` says why it is left out.
+fn compile_api_key(
+    k: &ApiKey,
+    tenants: &HashMap<String, Tenant>,
+    by_id: &HashMap<String, usize>,
+    by_hash: &HashMap<[u8; 32], (usize, Option<i64>)>,
+) -> Result<Key, PolicyError> {
+    let owner = format!("API key {:?}", k.id);
+    if !valid_policy_name(&k.id) {
+        return err(format!("{owner}: id must match [A-Za-z0-9._-]{{1,64}}"));
+    }
+    if by_id.contains_key(&k.id) {
+        return err(format!(
+            "{owner}: left out, the policy file defines a key with this id"
+        ));
+    }
+    if !tenants.contains_key(&k.tenant) {
+        return err(format!(
+            "{owner}: left out, tenant {:?} is not in the policy file",
+            k.tenant
+        ));
+    }
+    let hashes = std::iter::once(&k.sha256).chain(k.previous.iter().map(|(h, _)| h));
+    for h in hashes {
+        if by_hash.contains_key(h) {
+            return err(format!("{owner}: left out, its sha256 duplicates a key"));
+        }
+    }
+    if let Some(b) = &k.fields.budgets {
+        crate::budget::compile_budgets(&owner, b).map_err(PolicyError)?;
+    }
+    let mut key = compile_key(&owner, &k.id, &k.tenant, &k.fields)?;
+    key.cache_breakpoints = breakpoints(&k.fields, tenants, &k.tenant);
+    key.from_api = true;
+    key.expires_at_ms = k.expires_at_ms;
+    key.revoked_at_ms = k.revoked_at_ms;
+    Ok(key)
+}
+
+/// The money part of a policy: prices, time zones and budgets (the file
+/// keys' and those of `api`).
+fn compile_money(raw: &RawPolicy, api: &[&ApiKey]) -> Result<crate::budget::Money, PolicyError> {
     crate::budget::Money::compile(&crate::budget::MoneyInput {
         default_zone: raw.defaults.time_zone.as_deref(),
         prices: &raw.prices,
@@ -308,6 +515,10 @@ fn compile_money(raw: &RawPolicy) -> Result<crate::budget::Money, PolicyError> {
             .keys
             .iter()
             .map(|k| (k.id.as_str(), k.budgets.as_ref()))
+            .chain(
+                api.iter()
+                    .map(|k| (k.id.as_str(), k.fields.budgets.as_ref())),
+            )
             .collect(),
     })
     .map_err(PolicyError)
@@ -316,6 +527,17 @@ fn compile_money(raw: &RawPolicy) -> Result<crate::budget::Money, PolicyError> {
 impl Policy {
     /// Parse and validate policy YAML.
     pub fn from_yaml(text: &str) -> Result<Policy, PolicyError> {
+        Policy::from_yaml_with(text, &[]).map(|(p, _)| p)
+    }
+
+    /// Parse and validate policy YAML, then add the keys `api` made
+    /// through the admin API: the policy, and why each API key left out
+    /// was (the file's errors fail the whole policy, an API key's only
+    /// itself).
+    pub fn from_yaml_with(
+        text: &str,
+        api: &[ApiKey],
+    ) -> Result<(Policy, Vec<String>), PolicyError> {
         if text.trim().is_empty() {
             return err("policy file is empty");
         }
@@ -348,39 +570,42 @@ impl Policy {
                 return err(format!("{owner}: unknown tenant {:?}", k.tenant));
             }
             let hash = key_hash(&owner, &k.sha256)?;
-            if let Some(&other) = by_hash.get(&hash) {
+            if let Some(&(other, _)) = by_hash.get(&hash) {
                 let other: &Key = &keys[other];
                 return err(format!("{owner}: sha256 duplicates key {:?}", other.id));
             }
-            if k.models.is_empty() {
-                return err(format!("{owner}: models must not be empty"));
-            }
-            for m in &k.models {
-                if !valid_model(m) {
-                    return err(format!("{owner}: invalid model pattern {m:?}"));
-                }
-            }
-            check_limits(&owner, "limits", &k.limits)?;
-            let model_limits = check_model_limits(&owner, &k.model_limits)?;
-            by_hash.insert(hash, keys.len());
+            by_hash.insert(hash, (keys.len(), None));
             by_id.insert(k.id.clone(), keys.len());
-            keys.push(Key {
-                id: k.id.clone(),
-                tenant: k.tenant.clone(),
-                models_header: k.models.join(","),
-                models: k.models.clone(),
-                limits: compile_limits(&k.limits),
-                model_limits,
-            });
+            let fields = k.fields();
+            let mut key = compile_key(&owner, &k.id, &k.tenant, &fields)?;
+            key.cache_breakpoints = breakpoints(&fields, &tenants, &k.tenant);
+            keys.push(key);
         }
-        let money = compile_money(&raw)?;
-        Ok(Policy {
+        let mut left_out = Vec::new();
+        let mut added = Vec::new();
+        for k in api {
+            match compile_api_key(k, &tenants, &by_id, &by_hash) {
+                Ok(key) => {
+                    by_hash.insert(k.sha256, (keys.len(), None));
+                    for (h, until) in &k.previous {
+                        by_hash.insert(*h, (keys.len(), Some(*until)));
+                    }
+                    by_id.insert(k.id.clone(), keys.len());
+                    keys.push(key);
+                    added.push(k);
+                }
+                Err(e) => left_out.push(e.0),
+            }
+        }
+        let money = compile_money(&raw, &added)?;
+        let policy = Policy {
             by_hash,
             by_id,
             keys,
             tenants,
             money,
-        })
+        };
+        Ok((policy, left_out))
     }
 
     /// Read, parse and validate a policy file.
@@ -391,10 +616,27 @@ impl Policy {
         }
     }
 
-    /// Look a presented virtual key up by its SHA-256. Never touches Redis.
+    /// Look a presented virtual key up by its SHA-256, whatever its state
+    /// (revoked, expired). Never touches Redis.
     pub fn authenticate(&self, presented_key: &str) -> Option<&Key> {
+        self.credential(presented_key).map(|c| c.key)
+    }
+
+    /// The key a presented secret belongs to, and how long this secret
+    /// stays valid when a rotation replaced it. The caller checks
+    /// [`Key::revoked_at_ms`], [`Key::expires_at_ms`] and the grace
+    /// against its clock.
+    pub fn credential(&self, presented_key: &str) -> Option<Credential<'_>> {
         let digest: [u8; 32] = Sha256::digest(presented_key.as_bytes()).into();
-        self.by_hash.get(&digest).map(|&i| &self.keys[i])
+        self.by_hash.get(&digest).map(|&(i, until)| Credential {
+            key: &self.keys[i],
+            valid_until_ms: until,
+        })
+    }
+
+    /// Every key, the file's first, then the admin API's.
+    pub fn keys(&self) -> impl Iterator<Item = &Key> {
+        self.keys.iter()
     }
 
     pub fn key_by_id(&self, id: &str) -> Option<&Key> {

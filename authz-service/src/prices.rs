@@ -18,7 +18,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The table built into the binary: `config/prices.yaml`.
 pub const SHIPPED: &str = include_str!("../../config/prices.yaml");
@@ -27,7 +27,7 @@ pub const SHIPPED: &str = include_str!("../../config/prices.yaml");
 pub const NANO_PER_USD: i64 = 1_000_000_000;
 
 /// A decimal from YAML: a number (`0.15`) or a string (`"0.15"`).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum Decimal {
     Number(f64),

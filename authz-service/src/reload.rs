@@ -2,14 +2,14 @@
 //! which also catches editors that replace the file by rename). A new policy
 //! is swapped in atomically; requests in flight finish on the old one. An
 //! invalid file is refused with one log line per change and the old policy
-//! stays.
+//! stays. The file is compiled with the admin API's keys
+//! ([`crate::sources`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::authz::Authorizer;
-use crate::policy::Policy;
+use crate::sources::Sources;
 use crate::storage::Store;
 
 /// Outcome of one reload attempt.
@@ -23,16 +23,16 @@ pub enum Reload {
 /// Watches one policy file for one authorizer.
 pub struct Reloader<S: Store> {
     path: PathBuf,
-    authz: Arc<Authorizer<S>>,
+    sources: Arc<Sources<S>>,
     last: Option<Vec<u8>>,
 }
 
 impl<S: Store> Reloader<S> {
     /// `initial` is the content the active policy was loaded from.
-    pub fn new(path: &Path, authz: Arc<Authorizer<S>>, initial: Option<Vec<u8>>) -> Self {
+    pub fn new(path: &Path, sources: Arc<Sources<S>>, initial: Option<Vec<u8>>) -> Self {
         Reloader {
             path: path.to_path_buf(),
-            authz,
+            sources,
             last: initial,
         }
     }
@@ -45,7 +45,8 @@ impl<S: Store> Reloader<S> {
                 let msg = format!("cannot read policy file {}: {e}", self.path.display());
                 if force || self.last.is_some() {
                     tracing::error!("policy reload refused, keeping the previous policy: {msg}");
-                    self.authz
+                    self.sources
+                        .authz()
                         .metrics()
                         .policy_reloads
                         .with_label_values(&["refused"])
@@ -60,11 +61,11 @@ impl<S: Store> Reloader<S> {
         }
         self.last = Some(bytes.clone());
         let text = String::from_utf8_lossy(&bytes);
-        match Policy::from_yaml(&text) {
+        match self.sources.set_file(&text) {
             Ok(p) => {
                 tracing::info!(path = %self.path.display(), keys = p.key_count(), tenants = p.tenant_count(), "policy reloaded");
-                self.authz.set_policy(p);
-                self.authz
+                self.sources
+                    .authz()
                     .metrics()
                     .policy_reloads
                     .with_label_values(&["applied"])
@@ -73,7 +74,8 @@ impl<S: Store> Reloader<S> {
             }
             Err(e) => {
                 tracing::error!(path = %self.path.display(), "policy reload refused, keeping the previous policy: {e}");
-                self.authz
+                self.sources
+                    .authz()
                     .metrics()
                     .policy_reloads
                     .with_label_values(&["refused"])

@@ -1,7 +1,8 @@
-//! Wiring: bind the gRPC and HTTP listeners, start the reloader, serve until
-//! shut down. Used by the binary and by the integration tests (which bind
+//! Wiring: bind the gRPC, HTTP and admin listeners, start the reloader and
+//! the admin API's key sync, serve until shut down. Used by the binary and by the integration tests (which bind
 //! `127.0.0.1:0`).
 
+use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -11,12 +12,16 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::transport::server::TcpIncoming;
 
+use crate::admin::{AdminState, AdminToken};
 use crate::authz::Authorizer;
 use crate::defaults;
+use crate::keystore::{AnyKeyStore, MemoryKeyStore, RedisKeyStore};
+use crate::keysync::KeySync;
 use crate::metrics::Metrics;
 use crate::policy::Policy;
 use crate::reload::Reloader;
 use crate::service::AuthzService;
+use crate::sources::Sources;
 use crate::storage::{AnyStore, MemoryStore, RedisStore, RedisStoreConfig, SystemClock};
 use crate::usage_token::UsageToken;
 
@@ -39,6 +44,12 @@ pub struct ServeConfig {
     /// [`tollgate_wire::header::USAGE_TOKEN`]; `None` accepts any caller
     /// (development only: anyone who reaches the port can charge a tenant).
     pub usage_token: Option<UsageToken>,
+    /// The admin API's address (served only with `admin_token`).
+    pub admin_listen: SocketAddr,
+    /// The token the admin API requires; `None`: the admin API is off.
+    pub admin_token: Option<AdminToken>,
+    /// How often the admin API's keys are polled for changes.
+    pub keys_poll: Duration,
 }
 
 impl ServeConfig {
@@ -54,6 +65,9 @@ impl ServeConfig {
             redis_max_in_flight: defaults::REDIS_MAX_IN_FLIGHT,
             reload_interval: Duration::from_millis(defaults::RELOAD_INTERVAL_MS),
             usage_token: None,
+            admin_listen: defaults::ADMIN_LISTEN,
+            admin_token: None,
+            keys_poll: Duration::from_millis(defaults::KEYS_POLL_MS),
         }
     }
 }
@@ -62,6 +76,8 @@ impl ServeConfig {
 pub struct Running {
     pub grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,
+    /// The admin API's address, when it is on.
+    pub admin_addr: Option<SocketAddr>,
     pub authorizer: Arc<Authorizer<AnyStore>>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
@@ -177,16 +193,63 @@ async fn listen(
         );
     }
     let app = crate::http::router(authz.clone(), cfg.usage_token.clone());
-    let http_rx = rx.clone();
-    tasks.push(tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(wait_shutdown(http_rx))
-            .await
-        {
-            tracing::error!(error = %e, "HTTP server failed");
-        }
-    }));
+    let http = axum::serve(listener, app).with_graceful_shutdown(wait_shutdown(rx.clone()));
+    tasks.push(tokio::spawn(logged(
+        http.into_future(),
+        "HTTP server failed",
+    )));
     Ok((grpc_addr, http_addr))
+}
+
+/// The admin API's keys, in memory (`memory://`) or beside the buckets in
+/// Redis.
+fn open_key_store(cfg: &ServeConfig) -> Result<AnyKeyStore, String> {
+    if cfg.redis_url.starts_with("memory:") {
+        return Ok(AnyKeyStore::Memory(MemoryKeyStore::new()));
+    }
+    RedisKeyStore::new(&cfg.redis_url)
+        .map(AnyKeyStore::Redis)
+        .map_err(|e| e.to_string())
+}
+
+/// Serve the admin API on `cfg.admin_listen` when a token is set (else say
+/// it is off): its bound address.
+async fn admin(
+    cfg: &ServeConfig,
+    authz: &Arc<Authorizer<AnyStore>>,
+    sync: &Arc<KeySync<AnyKeyStore, AnyStore>>,
+    rx: &watch::Receiver<bool>,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> Result<Option<SocketAddr>, String> {
+    let Some(token) = cfg.admin_token.clone() else {
+        tracing::info!("admin API off: no --admin-token-file");
+        return Ok(None);
+    };
+    let listener = tokio::net::TcpListener::bind(cfg.admin_listen)
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot listen for the admin API on {}: {e}",
+                cfg.admin_listen
+            )
+        })?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let state = Arc::new(AdminState {
+        authz: authz.clone(),
+        sync: sync.clone(),
+        token,
+        openapi: crate::admin::openapi_json()?,
+    });
+    let app = crate::admin::router(state);
+    let serving = axum::serve(listener, app).with_graceful_shutdown(wait_shutdown(rx.clone()));
+    tasks.push(tokio::spawn(logged(
+        serving.into_future(),
+        "admin API server failed",
+    )));
+    if !addr.ip().is_loopback() {
+        tracing::warn!(%addr, "the admin API listens beyond loopback: only its token guards it");
+    }
+    Ok(Some(addr))
 }
 
 /// Every 250 ms until shut down: idle leases back to the store, queued
@@ -227,18 +290,38 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, String> {
     let (tx, rx) = watch::channel(false);
     let mut tasks = Vec::new();
 
+    // The admin API's keys: read once before serving (briefly: a Redis
+    // still down is retried by the poll), then polled.
+    let sources = Arc::new(Sources::new(
+        authz.clone(),
+        String::from_utf8_lossy(&initial).into_owned(),
+    ));
+    let sync = Arc::new(KeySync::new(
+        Arc::new(open_key_store(&cfg)?),
+        sources.clone(),
+    ));
+    let _ = tokio::time::timeout(Duration::from_secs(1), sync.poll()).await;
+    tasks.push(tokio::spawn(sync.clone().run(cfg.keys_poll, rx.clone())));
+
     let (grpc_addr, http_addr) = listen(&cfg, &authz, &rx, &mut tasks).await?;
+    let admin_addr = admin(&cfg, &authz, &sync, &rx, &mut tasks).await?;
     // Idle leases back to the store, queued usage debits applied.
     tasks.push(tokio::spawn(upkeep(authz.clone(), rx.clone())));
 
     // Policy reload on change and SIGHUP.
-    let reloader = Reloader::new(&cfg.policy_path, authz.clone(), Some(initial));
+    let reloader = Reloader::new(&cfg.policy_path, sources, Some(initial));
     tasks.push(tokio::spawn(reloader.run(cfg.reload_interval, rx.clone())));
 
-    tracing::info!(%grpc_addr, %http_addr, "tollgate-authz serving");
+    match admin_addr {
+        Some(admin_addr) => {
+            tracing::info!(%grpc_addr, %http_addr, %admin_addr, "tollgate-authz serving")
+        }
+        None => tracing::info!(%grpc_addr, %http_addr, "tollgate-authz serving"),
+    }
     Ok(Running {
         grpc_addr,
         http_addr,
+        admin_addr,
         authorizer: authz,
         shutdown: tx,
         tasks,

@@ -113,6 +113,7 @@ pub fn to_response(decision: Decision) -> Result<CheckResponse, tonic::Status> {
             rate_headers,
             reserved,
             reserved_at,
+            cache_breakpoints,
         } => {
             let ok = OkHttpResponse {
                 headers: vec![
@@ -124,6 +125,11 @@ pub fn to_response(decision: Decision) -> Result<CheckResponse, tonic::Status> {
                     header(
                         wire::RESERVED,
                         tollgate_wire::reservation(reserved, reserved_at),
+                    ),
+                    // Always set too, so a client cannot opt itself in.
+                    header(
+                        wire::CACHE_BREAKPOINTS,
+                        if cache_breakpoints { "1" } else { "0" }.to_string(),
                     ),
                 ],
                 headers_to_remove: HEADERS_TO_REMOVE.iter().map(|s| s.to_string()).collect(),
@@ -301,6 +307,52 @@ keys:
             Some(GRPC_UNAUTHENTICATED)
         );
         assert_eq!(denied(&r).0, 401);
+    }
+
+    #[tokio::test]
+    async fn cache_breakpoints_follow_the_key_then_its_tenant_and_are_always_set() {
+        let yaml = format!(
+            "version: 1
+tenants:
+  on: {{cache_breakpoints: true}}
+  off: {{}}
+keys:
+  - {{id: a, tenant: on, sha256: {}}}
+  - {{id: b, tenant: on, sha256: {}, cache_breakpoints: false}}
+  - {{id: c, tenant: off, sha256: {}}}
+",
+            hash_key("tg-a"),
+            hash_key("tg-b"),
+            hash_key("tg-c")
+        );
+        let svc = AuthzService::new(Arc::new(Authorizer::new(
+            Policy::from_yaml(&yaml).unwrap(),
+            MemoryStore::new(ManualClock::new(0)),
+            Arc::new(Metrics::new().unwrap()),
+        )));
+        for (key, want) in [("tg-a", "1"), ("tg-b", "0"), ("tg-c", "0")] {
+            let auth = format!("Bearer {key}");
+            // A client's own copy is overwritten.
+            let r = svc
+                .check(with_headers(&[
+                    ("authorization", auth.as_str()),
+                    ("x-tollgate-cache-breakpoints", "1"),
+                ]))
+                .await
+                .unwrap()
+                .into_inner();
+            let Some(HttpResponse::OkResponse(ok)) = r.http_response else {
+                panic!("not ok")
+            };
+            let got: Vec<String> = ok
+                .headers
+                .iter()
+                .filter_map(|h| h.header.clone())
+                .filter(|h| h.key == "x-tollgate-cache-breakpoints")
+                .map(|h| h.value)
+                .collect();
+            assert_eq!(got, vec![want.to_string()], "{key}");
+        }
     }
 
     #[tokio::test]

@@ -424,6 +424,7 @@ impl<S: Store> Spend<'_, S> {
             rate_headers: Vec::new(),
             reserved: 0,
             reserved_at: None,
+            cache_breakpoints: false,
         }) {
             Decision::Allow { .. } => Ok(None),
             d => Err(d),

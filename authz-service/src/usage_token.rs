@@ -8,6 +8,9 @@
 //! pods in Kubernetes, and mTLS needs a CA and certificate rotation for one
 //! internal call; one file (a Kubernetes Secret mounted in both pods, a
 //! compose secret, a 0600 file natively) works in every deployment.
+//!
+//! The admin API's token (`--admin-token-file`) is the same kind of secret,
+//! read and compared the same way ([`UsageToken::from_file_named`]).
 
 use std::path::Path;
 
@@ -33,9 +36,14 @@ impl UsageToken {
     /// nothing else (Envoy sends the file's bytes verbatim, so a trailing
     /// newline would make every report fail: refuse it here, loudly).
     pub fn new(token: &str) -> Result<UsageToken, String> {
+        UsageToken::named(token, "usage token")
+    }
+
+    /// A token of another role (`what`: "admin token"), same rules.
+    pub fn named(token: &str, what: &str) -> Result<UsageToken, String> {
         if token.len() < MIN_LEN || !token.bytes().all(|b| b.is_ascii_graphic()) {
             return Err(format!(
-                "the usage token must be at least {MIN_LEN} visible ASCII characters, \
+                "the {what} must be at least {MIN_LEN} visible ASCII characters, \
                  without spaces or a trailing newline (write it with printf, not echo)"
             ));
         }
@@ -46,11 +54,16 @@ impl UsageToken {
 
     /// Read the token from `path` (see [`UsageToken::new`]).
     pub fn from_file(path: &Path) -> Result<UsageToken, String> {
+        UsageToken::from_file_named(path, "usage token")
+    }
+
+    /// Read a token of another role (`what`) from `path`.
+    pub fn from_file_named(path: &Path, what: &str) -> Result<UsageToken, String> {
         let bytes = std::fs::read(path)
-            .map_err(|e| format!("cannot read usage token file {}: {e}", path.display()))?;
+            .map_err(|e| format!("cannot read {what} file {}: {e}", path.display()))?;
         let text = String::from_utf8(bytes)
-            .map_err(|_| format!("usage token file {}: not UTF-8", path.display()))?;
-        UsageToken::new(&text).map_err(|e| format!("usage token file {}: {e}", path.display()))
+            .map_err(|_| format!("{what} file {}: not UTF-8", path.display()))?;
+        UsageToken::named(&text, what).map_err(|e| format!("{what} file {}: {e}", path.display()))
     }
 
     /// Does `presented` match? Compares digests without an early exit, so

@@ -210,7 +210,7 @@ async fn a_token_budget_serves_at_most_t_plus_one_reservation() {
             while misses < 3 {
                 match http_status(&check_key(&mut c, "tg-shared").await.unwrap()) {
                     200 => {
-                        n = n * 7 + 3;
+                        n = n.wrapping_mul(7).wrapping_add(3);
                         let used = 10 + n % 91;
                         assert_eq!(post_usage(&s, &usage(R, used)).await, 204);
                         served += used;

@@ -25,7 +25,7 @@ const CASES: &[(&str, &str)] = &[
     ),
     (
         "plaintext_key_field.yaml",
-        "keys[0]: unknown field `key`, expected one of `id`, `tenant`, `sha256`, `models`, `limits`, `model_limits`, `budgets` at line 7 column 5",
+        "keys[0]: unknown field `key`, expected one of `id`, `tenant`, `sha256`, `models`, `limits`, `model_limits`, `budgets`, `cache_breakpoints` at line 7 column 5",
     ),
     ("missing_sha256.yaml", "keys[0]: missing field `sha256` at line 5 column 5"),
     (

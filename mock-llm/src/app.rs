@@ -3,11 +3,14 @@
 //! read, so tests call [`App::handle`] directly without a socket. The module
 //! graph is one-way: `app`/`server` → `providers` → `core`.
 
-use crate::core::config::{Behavior, Config, KeyBehavior, Kind, MAX_DELAY_MS};
+use crate::core::config::{
+    Behavior, Config, KeyBehavior, Kind, Thinking, ThinkingMode, MAX_DELAY_MS,
+};
 use crate::core::ctx::{
-    Ctx, Drawn, ErrKind, Fault, KeyFaultsRt, KeyRt, Overrides, ProviderRt, Reply,
+    Ctx, Drawn, ErrKind, Fault, KeyFaultsRt, KeyRt, ModelRt, Overrides, ProviderRt,
 };
 use crate::core::http::{json_escape, percent_decode, plain_json};
+use crate::core::reply::Reply;
 use crate::core::rng::Rng;
 use crate::core::stats::{Recent, Stats};
 use crate::providers::openai_responses::{self, Flavor};
@@ -18,7 +21,7 @@ use hyper::Method;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-pub use crate::core::ctx::MAX_RESPONSE_BYTES;
+pub use crate::core::config::MAX_RESPONSE_BYTES;
 
 /// Native endpoints.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -172,9 +175,27 @@ impl App {
                             .map(|f| KeyFaultsRt::new(f, cfg.seed ^ name_seed(&k.name))),
                     })
                     .collect(),
-                models: p.models.clone(),
+                models: p
+                    .models
+                    .iter()
+                    .map(|id| {
+                        let own = p.model_settings.get(id);
+                        let thinking = own.and_then(|f| f.thinking);
+                        ModelRt {
+                            id: id.clone(),
+                            max_output_tokens: own
+                                .and_then(|f| f.max_output_tokens)
+                                .or(p.max_output_tokens),
+                            thinking: match thinking {
+                                None => p.thinking,
+                                Some(Thinking::Flag(b)) => b,
+                                Some(Thinking::Mode(_)) => true,
+                            },
+                            adaptive_only: thinking == Some(Thinking::Mode(ThinkingMode::Adaptive)),
+                        }
+                    })
+                    .collect(),
                 region: p.region.clone().unwrap_or_default(),
-                max_output_tokens: p.max_output_tokens,
                 behavior: p.behavior.clone().unwrap_or_else(|| cfg.behavior.clone()),
             })
             .collect();

@@ -3,7 +3,7 @@
 
 use crate::app::App;
 use crate::core::body::MockBody;
-use crate::core::ctx::{Reply, ResetOnBodyError};
+use crate::core::reply::{Reply, ResetOnBodyError};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;

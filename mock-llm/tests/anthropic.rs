@@ -178,7 +178,7 @@ async fn request_rules() {
         (r#"{"model":"claude-sonnet-4-5","max_tokens":5,"n":1,"messages":[{"role":"user","content":"x"}]}"#.into(), 400, "invalid_request_error", "n: Extra inputs are not permitted"),
         (r#"{"model":"claude-sonnet-4-5","max_tokens":5,"response_format":{"type":"json_object"},"messages":[{"role":"user","content":"x"}]}"#.into(), 400, "invalid_request_error", "response_format: Extra inputs"),
         (r#"{"model":"claude-sonnet-4-5","max_tokens":64001,"messages":[{"role":"user","content":"x"}]}"#.into(), 400, "invalid_request_error", "64001 > 64000"),
-        (r#"{"model":"claude-sonnet-4-5","max_tokens":5,"temperature":1.5,"messages":[{"role":"user","content":"x"}]}"#.into(), 400, "invalid_request_error", "temperature: range: 0..1"),
+        (r#"{"model":"claude-sonnet-4-5","max_tokens":5,"temperature":1.5,"messages":[{"role":"user","content":"x"}]}"#.into(), 400, "invalid_request_error", "temperature: Input should be less than or equal to 1"),
         (r#"{"model":"claude-sonnet-4-5","max_tokens":5,"stop_sequences":"END","messages":[{"role":"user","content":"x"}]}"#.into(), 400, "invalid_request_error", "stop_sequences"),
         (r#"{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/bmp","data":"AA=="}}]}]}"#.into(), 400, "invalid_request_error", "media_type"),
         (r#"{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"url"}}]}]}"#.into(), 400, "invalid_request_error", "source.url"),
@@ -190,8 +190,9 @@ async fn request_rules() {
         let r = anthropic(&app, body, &[]).await;
         check_error(&r, *status, ty, needle);
     }
-    // The valid forms of the same fields are accepted.
-    let ok = r#"{"model":"claude-sonnet-4-5","max_tokens":64000,"temperature":1,"top_p":0.9,"top_k":5,"stop_sequences":["END"],"metadata":{"user_id":"u"},"messages":[{"role":"user","content":[{"type":"text","text":"x"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA=="}},{"type":"image","source":{"type":"url","url":"https://example.com/a.png"}}]}]}"#;
+    // The valid forms of the same fields are accepted (Claude 4.5 takes
+    // temperature or top_p, not both).
+    let ok = r#"{"model":"claude-sonnet-4-5","max_tokens":64000,"temperature":1,"top_k":5,"stop_sequences":["END"],"metadata":{"user_id":"u"},"messages":[{"role":"user","content":[{"type":"text","text":"x"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA=="}},{"type":"image","source":{"type":"url","url":"https://example.com/a.png"}}]}]}"#;
     assert_eq!(anthropic(&app, ok, &[]).await.status, 200);
 }
 

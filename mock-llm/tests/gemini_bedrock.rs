@@ -121,17 +121,21 @@ async fn gemini_rules() {
     );
     let hot = r#"{"contents":[{"parts":[{"text":"x"}]}],"generationConfig":{"temperature":2.5}}"#;
     assert_eq!(call(&app, "POST", GEN, &[GK], hot).await.status, 400);
+    // A thinking model (gemini-2.5-flash); protobuf's JSON mapping takes
+    // an integer as a string.
+    let thinker = "/v1beta/models/gemini-2.5-flash:generateContent";
     for (tc, status) in [
         (r#"{"thinkingBudget":2048}"#, 200),
         (r#"{"thinkingBudget":-1,"includeThoughts":false}"#, 200),
         (r#"{"thinkingBudget":40000}"#, 400),
-        (r#"{"thinkingBudget":"2048"}"#, 400),
+        (r#"{"thinkingBudget":"2048"}"#, 200),
+        (r#"{"thinkingBudget":"many"}"#, 400),
         (r#"{"budget":2048}"#, 400),
     ] {
         let body = format!(
             r#"{{"contents":[{{"parts":[{{"text":"x"}}]}}],"generationConfig":{{"thinkingConfig":{tc}}}}}"#
         );
-        let r = call(&app, "POST", GEN, &[GK], &body).await;
+        let r = call(&app, "POST", thinker, &[GK], &body).await;
         assert_eq!(r.status, status, "{tc} -> {}", r.text());
     }
     // max output tokens: MAX_TOKENS finish.
@@ -216,12 +220,14 @@ async fn bedrock_rules() {
         (r#"{"system":[{"text":"s"},{"cachePoint":{}}],"messages":[{"role":"user","content":[{"text":"a"}]}]}"#.into(), "system.2.member.cachePoint.type"),
         (r#"{"system":[{"text":"s","cachePoint":{"type":"default"}}],"messages":[{"role":"user","content":[{"text":"a"}]}]}"#.into(), "SystemContentBlock"),
         (r#"{"messages":[{"role":"user","content":[{"text":"a"}]}],"toolConfig":{"tools":[{"toolSpec":{"name":"f","inputSchema":{"json":{}}}},{"cachePoint":{"type":"x"}}]}}"#.into(), "toolConfig.tools.2.member.cachePoint.type"),
-        (r#"{"messages":[{"role":"user","content":[{"text":"a"}]}],"toolConfig":{"tools":[{"bogus":{}}]}}"#.into(), "exactly one of toolSpec, cachePoint"),
+        (r#"{"messages":[{"role":"user","content":[{"text":"a"}]}],"toolConfig":{"tools":[{"bogus":{}}]}}"#.into(), "Unknown field 'bogus' at 'toolConfig.tools.1.member'"),
+        (r#"{"messages":[{"role":"user","content":[{"text":"a"}]}],"toolConfig":{"tools":[{}]}}"#.into(), "Tool at 'toolConfig.tools.1.member' must contain exactly one member"),
         (r#"{"messages":[{"role":"user","content":[{"text":"a"}]}],"inferenceConfig":{"maxTokens":4000},"additionalModelRequestFields":{"thinking":{"type":"enabled","budget_tokens":512}}}"#.into(), "greater than or equal to 1024"),
         (r#"{"messages":[{"role":"user","content":[{"text":"a"}]}],"inferenceConfig":{"maxTokens":2000},"additionalModelRequestFields":{"thinking":{"type":"enabled","budget_tokens":2048}}}"#.into(), "must be greater than `thinking.budget_tokens`"),
     ];
     for (body, needle) in &cases {
-        let r = bedrock(&app, "converse", body, "mock-bedrock-secret-1").await;
+        // Claude Sonnet 4.5: a model that thinks.
+        let r = bedrock_on(&app, SONNET_PATH, "converse", body, "mock-bedrock-secret-1").await;
         assert_eq!(r.status, 400, "{body} -> {}", r.text());
         assert!(r
             .header("x-amzn-errortype")
@@ -249,11 +255,12 @@ async fn bedrock_rules() {
     let cached = json!({
         "system": [{"text": "s"}, {"cachePoint": {"type": "default"}}],
         "messages": [{"role": "user", "content": [{"text": "a"}, {"cachePoint": {"type": "default"}}]}],
-        "toolConfig": {"tools": [{"toolSpec": {"name": "f", "inputSchema": {"json": {}}}}, {"cachePoint": {"type": "default"}}]},
+        "toolConfig": {"tools": [{"toolSpec": {"name": "f", "inputSchema": {"json": {"type": "object"}}}}, {"cachePoint": {"type": "default"}}]},
         "inferenceConfig": {"maxTokens": 4000},
         "additionalModelRequestFields": {"thinking": {"type": "enabled", "budget_tokens": 2048}}});
-    let r = bedrock(
+    let r = bedrock_on(
         &app,
+        SONNET_PATH,
         "converse",
         &cached.to_string(),
         "mock-bedrock-secret-1",

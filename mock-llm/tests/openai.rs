@@ -481,7 +481,7 @@ async fn reasoning_effort_only_for_reasoning_models() {
         (
             r#"{"model":"o4-mini","reasoning_effort":"extreme","messages":[{"role":"user","content":"x"}]}"#,
             400,
-            "Invalid value for 'reasoning_effort'",
+            "Invalid value: 'extreme'. Supported values are: 'none', 'minimal', 'low', 'medium', 'high', 'xhigh', 'max'.",
         ),
     ];
     for (body, status, needle) in cases {

@@ -210,9 +210,9 @@ async fn bad_requests_get_openai_errors() {
             "Expected a value within",
         ),
         (
-            json!({"model": "gpt-4o-mini", "input": "x", "reasoning": {"effort": "max"}}),
+            json!({"model": "gpt-4o-mini", "input": "x", "reasoning": {"effort": "maximal"}}),
             "reasoning.effort",
-            "Invalid value: 'max'",
+            "Invalid value: 'maximal'",
         ),
         (
             json!({"model": "gpt-4o-mini", "input": "x", "text": {"format": {"type": "json_schema", "name": "s"}}}),

@@ -289,13 +289,17 @@ def test_stream_error_event(client, model):
         list(stream)
 
 
-def test_refused_parameters(client):
+def test_what_converse_cannot_take_is_dropped_and_named(client):
+    # OpenAI accepts these; Converse has no tool_choice none and no n: the
+    # answer comes, and the header names what the provider did not get.
+    raw = client.chat.completions.with_raw_response.create(
+        model=BEDROCK, messages=HI, tools=[WEATHER_TOOL], tool_choice="none", n=2, logprobs=True)
+    assert raw.parse().choices[0].message.content
+    assert sorted(raw.headers["x-tollgate-dropped"].split(",")) == ["logprobs", "n", "tool_choice"]
+    # A parameter OpenAI does not know either is still a 400 naming it.
     with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model=BEDROCK, messages=HI, tools=[WEATHER_TOOL], tool_choice="none")
-    assert e.value.body["param"] == "tool_choice"
-    with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model=BEDROCK, messages=HI, n=2)
-    assert e.value.body["param"] == "n"
+        client.chat.completions.create(model=BEDROCK, messages=HI, extra_body={"frobnicate": 1})
+    assert e.value.body["param"] == "frobnicate"
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -178,13 +178,20 @@ def test_json_schema_response_format_on_anthropic(client, stream):
     assert finish == ["stop"]
 
 
-def test_parameters_anthropic_cannot_honour_are_refused(client):
-    for extra, param in [({"n": 2}, "n"), ({"presence_penalty": 0.5}, "presence_penalty"),
-                         ({"response_format": {"type": "json_object"}, "tools": [WEATHER_TOOL]}, "response_format")]:
-        with pytest.raises(openai.BadRequestError) as exc:
-            client.chat.completions.create(model="smart", messages=HI, **extra)
-        assert exc.value.body["param"] == param
-        assert param in exc.value.body["message"]
+def test_parameters_anthropic_cannot_honour_are_dropped_and_named(client):
+    # OpenAI accepts them, so they are no 400: the provider does not get
+    # them and the header says so.
+    raw = client.chat.completions.with_raw_response.create(
+        model="smart", messages=HI, n=2, presence_penalty=0.5, seed=3, temperature=0.5, top_p=0.9,
+        reasoning_effort="low")
+    assert raw.parse().choices[0].message.content
+    assert sorted(raw.headers["x-tollgate-dropped"].split(",")) == [
+        "n", "presence_penalty", "reasoning_effort", "seed", "top_p"]
+    # What cannot be honoured together is still refused, naming it.
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.chat.completions.create(model="smart", messages=HI, response_format={"type": "json_object"},
+                                       tools=[WEATHER_TOOL])
+    assert exc.value.body["param"] == "response_format"
 
 
 def test_model_not_allowed_and_bad_input(stack, demo_key):

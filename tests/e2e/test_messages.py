@@ -151,10 +151,14 @@ def test_errors_are_anthropic_shaped(stack, client, demo_key):
     status, _, body = post(url, b"{", {"x-api-key": demo_key})
     assert status == 400
     assert_anthropic_error(body, "invalid_request_error")
-    # A parameter a translated provider cannot honour.
+    # A parameter Anthropic does not know either: Anthropic's shape.
     with pytest.raises(anthropic.BadRequestError) as e:
-        client.messages.create(model="openai/gpt-4o-mini", max_tokens=5, messages=HI, extra_body={"top_k": 3})
-    assert "top_k" in e.value.body["error"]["message"]
+        client.messages.create(model="openai/gpt-4o-mini", max_tokens=5, messages=HI, extra_body={"frobnicate": 3})
+    assert "frobnicate" in e.value.body["error"]["message"]
+    # One Anthropic accepts but the target cannot honour: dropped, named.
+    raw = client.messages.with_raw_response.create(model="openai/gpt-4o-mini", max_tokens=5, messages=HI,
+                                                   extra_body={"top_k": 3})
+    assert raw.headers["x-tollgate-dropped"] == "top_k"
     # The provider's own refusal (passthrough): Anthropic's 400 message kept.
     with pytest.raises(anthropic.BadRequestError) as e:
         client.messages.create(model="claude-haiku-5-5", max_tokens=10_000_000, messages=HI)

@@ -57,6 +57,11 @@ pub mod header {
     /// injected by the `tollgate_authz_http` cluster from a secret file; the
     /// filter never sees it).
     pub const USAGE_TOKEN: &str = "x-tollgate-usage-token";
+    /// `1` when the key's or tenant's policy asks the gateway to add prompt
+    /// cache breakpoints to Anthropic requests that carry none
+    /// (authz-service → filter; always set, `0` otherwise, so a client
+    /// cannot forge it).
+    pub const CACHE_BREAKPOINTS: &str = "x-tollgate-cache-breakpoints";
 }
 
 /// Path on authz-service's HTTP port that takes usage reports.

@@ -122,6 +122,7 @@ fn benches<M: Measurement + 'static>(c: &mut Criterion<M>) {
                     model: &r.model,
                     model_cfg: &p.models[&r.model],
                     endpoint: Endpoint::Chat,
+                    cache_breakpoints: false,
                 };
                 black_box(for_kind(p.kind()).request(&ctx, &v).map(|u| u.body.len()))
             })
@@ -141,6 +142,7 @@ fn benches<M: Measurement + 'static>(c: &mut Criterion<M>) {
                 model: &r.model,
                 model_cfg: &p.models[&r.model],
                 endpoint: Endpoint::Chat,
+                cache_breakpoints: false,
             };
             black_box(for_kind(p.kind()).request(&ctx, &v).map(|u| u.body.len()))
         })
@@ -168,6 +170,7 @@ fn benches<M: Measurement + 'static>(c: &mut Criterion<M>) {
                     model: &r.model,
                     model_cfg: &p.models[&r.model],
                     endpoint: Endpoint::Chat,
+                    cache_breakpoints: false,
                 };
                 let tr = for_kind(p.kind());
                 let up = tr.request(&ctx, &v).unwrap_or_else(|e| panic!("{e:?}"));
@@ -216,6 +219,7 @@ fn benches<M: Measurement + 'static>(c: &mut Criterion<M>) {
                     random: 0,
                     tenant: "",
                     session_header: None,
+                    cache_breakpoints: false,
                 };
                 let p = plan(&rt, &facts, &|_| 0).unwrap_or_else(|e| panic!("{e:?}"));
                 black_box((p.body.len(), p.body_replaces))

@@ -9,7 +9,7 @@
 //! headers, and [`Host::call`]'s answers) and keeps the request's state:
 //! its metrics, its usage and the reply. Nothing here calls back.
 
-use tollgate_wire::header::{CLUSTER, TENANT};
+use tollgate_wire::header::{CACHE_BREAKPOINTS, CLUSTER, TENANT};
 
 use crate::config::{Provider, Runtime};
 use crate::cooldown;
@@ -224,6 +224,10 @@ impl Retained {
                 .find(|(n, _)| n == TENANT)
                 .map_or("", |(_, v)| v.as_str()),
             session_header: crate::session::header_in(&self.headers),
+            cache_breakpoints: self
+                .headers
+                .iter()
+                .any(|(n, v)| n == CACHE_BREAKPOINTS && v == "1"),
         };
         let failed: Vec<&str> = self
             .tried

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use percent_encoding::percent_decode_str;
 use serde_json::json;
 use tollgate_wire::header::{
-    KEY_ID, MODEL, MODELS, PROVIDER, PROVIDER_REQUEST_ID, RESERVED, TENANT,
+    CACHE_BREAKPOINTS, KEY_ID, MODEL, MODELS, PROVIDER, PROVIDER_REQUEST_ID, RESERVED, TENANT,
 };
 use tollgate_wire::models_allowed;
 
@@ -102,6 +102,8 @@ struct Pending {
     /// The request's headers, read with the headers callback (`None`: the
     /// host refused; ask it for the names when planning).
     headers: Option<Vec<(String, String)>>,
+    /// `x-tollgate-cache-breakpoints: 1` (authz-service, from the policy).
+    cache_breakpoints: bool,
 }
 
 /// A request on its way to (or back from) a provider.
@@ -274,6 +276,7 @@ impl Flow {
             reserved: header(RESERVED).and_then(|v| tollgate_wire::parse_reservation(&v)),
             allowed: None,
             declared_model: header(MODEL),
+            cache_breakpoints: header(CACHE_BREAKPOINTS).as_deref() == Some("1"),
             headers: all,
         };
         let path = full_path.split('?').next().unwrap_or("");
@@ -504,6 +507,7 @@ impl Flow {
             random,
             tenant: pending.tenant.as_deref().unwrap_or(""),
             session_header,
+            cache_breakpoints: pending.cache_breakpoints,
         };
         let host: &dyn Host = &*h;
         plan(&self.rt, &facts, &|id| {

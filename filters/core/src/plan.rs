@@ -45,6 +45,9 @@ pub struct RequestFacts<'a> {
     pub tenant: &'a str,
     /// The client's session header ([`crate::session::SESSION_HEADERS`]).
     pub session_header: Option<&'a str>,
+    /// `x-tollgate-cache-breakpoints: 1`: the key's policy asks for
+    /// Anthropic cache breakpoints where the client sets none.
+    pub cache_breakpoints: bool,
 }
 
 /// Where a request goes and what its response side needs to know.
@@ -545,6 +548,7 @@ fn target<'r>(
         model: &resolved.model,
         model_cfg,
         endpoint: facts.endpoint,
+        cache_breakpoints: facts.cache_breakpoints,
     };
     let mut dropped = Vec::new();
     let mut local = None;
@@ -879,6 +883,7 @@ mod tests {
             random: 0,
             tenant: "",
             session_header: None,
+            cache_breakpoints: false,
         }
     }
 

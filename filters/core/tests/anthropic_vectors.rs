@@ -14,6 +14,7 @@ fn translate(model: &str, body: Value) -> Result<Value, (u16, Option<String>, Op
         model: &r.model,
         model_cfg: &p.models[&r.model],
         endpoint: Endpoint::Chat,
+        cache_breakpoints: false,
     };
     match for_kind(p.kind()).request(&ctx, &body) {
         Ok(up) => {
@@ -44,7 +45,7 @@ fn request_vectors() {
                    "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}),
         ),
         (
-            "system and developer lifted, same-role merged, sampling params, stop string, user, seed ignored",
+            "system and developer lifted, same-role merged, sampling params (temperature kept, top_p dropped: Claude 4.5+ takes one), stop string, user, seed dropped",
             json!({"model": "smart", "messages": [
                 {"role": "system", "content": "Be brief."},
                 {"role": "developer", "content": [{"type": "text", "text": "Use French."}]},
@@ -56,7 +57,7 @@ fn request_vectors() {
                    "messages": [
                      {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
                      {"role": "assistant", "content": [{"type": "text", "text": "c"}]}],
-                   "temperature": 0.5, "top_p": 0.9, "stop_sequences": ["END"],
+                   "temperature": 0.5, "stop_sequences": ["END"],
                    "metadata": {"user_id": "u-1"}, "stream": true}),
         ),
         (
@@ -230,32 +231,44 @@ event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
 }
 
 #[test]
+fn openai_parameters_claude_lacks_are_dropped_and_named_not_refused() {
+    let rt = common::runtime();
+    let r = rt.resolve("smart").unwrap();
+    let p = rt.provider(r.provider).unwrap();
+    let ctx = RequestCtx {
+        provider: p,
+        model: &r.model,
+        model_cfg: &p.models[&r.model],
+        endpoint: Endpoint::Chat,
+        cache_breakpoints: false,
+    };
+    let body = json!({"model": "smart", "messages": [user("q")], "n": 2, "presence_penalty": 0.5,
+                      "frequency_penalty": 0, "logprobs": true, "logit_bias": {"1": 2}, "seed": 7,
+                      "reasoning_effort": "high", "prompt_cache_key": "k", "verbosity": "low",
+                      "temperature": 1, "top_p": 0.5});
+    let up = for_kind(p.kind()).request(&ctx, &body).unwrap();
+    assert_eq!(
+        up.dropped,
+        vec![
+            "logit_bias",
+            "logprobs",
+            "prompt_cache_key",
+            "reasoning_effort",
+            "verbosity",
+            "n",
+            "presence_penalty",
+            "seed",
+            "top_p"
+        ]
+    );
+    let sent: Value = serde_json::from_slice(&up.body).unwrap();
+    assert_eq!(sent["temperature"], 1);
+    assert!(sent.get("top_p").is_none());
+}
+
+#[test]
 fn request_errors_name_the_parameter() {
     let cases: Vec<(Value, u16, &str, &str)> = vec![
-        (
-            json!({"model": "smart", "messages": [user("q")], "n": 2}),
-            400,
-            "n",
-            "unsupported_parameter",
-        ),
-        (
-            json!({"model": "smart", "messages": [user("q")], "presence_penalty": 0.5}),
-            400,
-            "presence_penalty",
-            "unsupported_parameter",
-        ),
-        (
-            json!({"model": "smart", "messages": [user("q")], "logprobs": true}),
-            400,
-            "logprobs",
-            "unsupported_parameter",
-        ),
-        (
-            json!({"model": "smart", "messages": [user("q")], "logit_bias": {"1": 2}}),
-            400,
-            "logit_bias",
-            "unsupported_parameter",
-        ),
         (
             json!({"model": "smart", "messages": [user("q")], "frobnicate": 1}),
             400,
@@ -505,6 +518,7 @@ fn embeddings_refused_for_anthropic() {
         model: &r.model,
         model_cfg: &p.models[&r.model],
         endpoint: Endpoint::Embeddings,
+        cache_breakpoints: false,
     };
     let e = for_kind(p.kind())
         .request(&ctx, &json!({"model": "smart", "input": "x"}))

@@ -458,7 +458,8 @@ fn local_replies() {
         (
             "POST",
             "/v1/chat/completions",
-            br#"{"model":"smart","messages":[{"role":"user","content":"x"}],"n":3}"#.to_vec(),
+            br#"{"model":"smart","messages":[{"role":"user","content":"x"}],"frobnicate":3}"#
+                .to_vec(),
             400,
             "unsupported_parameter",
         ),
@@ -1318,6 +1319,7 @@ fn a_large_translated_body_is_written_in_slices() {
             random: 0,
             tenant: "",
             session_header: None,
+            cache_breakpoints: false,
         };
         let rt = common::runtime();
         let expected = plan(&rt, &facts, &|_| 0).unwrap().upstream_body(&body);

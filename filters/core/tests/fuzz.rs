@@ -191,6 +191,7 @@ fn fuzz_requests_never_panic() {
                             model: &res.model,
                             model_cfg: &p.models[&res.model],
                             endpoint: ep,
+                            cache_breakpoints: false,
                         };
                         let _ = for_kind(kind).request(&ctx, &body);
                     }
@@ -683,6 +684,7 @@ fn fuzz_scanner_agrees_with_serde_json() {
             random: 0,
             tenant: "",
             session_header: None,
+            cache_breakpoints: false,
         };
         let Ok(p) = plan(&rt, &facts, &|_| 0) else {
             continue;

@@ -31,6 +31,7 @@ fn planned_at(body: &[u8], endpoint: Endpoint) -> Result<Vec<u8>, ApiError> {
         random: 0,
         tenant: "",
         session_header: None,
+        cache_breakpoints: false,
     };
     plan(&rt, &facts, &|_| 0).map(|p| p.upstream_body(body))
 }
@@ -129,7 +130,7 @@ fn the_whole_body_is_built_when_a_string_holds_a_nul_or_half_a_surrogate_pair() 
 fn a_body_that_does_not_translate_gets_the_whole_documents_error() {
     let base = String::from_utf8(agent_body("smart", "")).unwrap();
     for (from, to) in [
-        (r#""model":"smart""#, r#""model":"smart","n":3"#),
+        (r#""model":"smart""#, r#""model":"smart","frobnicate":3"#),
         (
             r#"{"type":"text","text":"short"}"#,
             r#"{"type":"audio","text":"short"}"#,

@@ -373,6 +373,7 @@ fn request(
         model: &res.model,
         model_cfg: &p.models[&res.model],
         endpoint: Endpoint::Responses,
+        cache_breakpoints: false,
     };
     translator(p, Endpoint::Responses)
         .request(&ctx, &body)
@@ -395,6 +396,7 @@ fn translated(
         model: &res.model,
         model_cfg: &p.models[&res.model],
         endpoint: Endpoint::Responses,
+        cache_breakpoints: false,
     };
     let up = translator(p, Endpoint::Responses)
         .request(&ctx, &body)

@@ -78,16 +78,54 @@ pub struct Provider {
     pub keys: Vec<KeyConfig>,
     /// Known model ids (Azure: deployment names).
     pub models: Vec<String>,
-    /// Largest output token limit a request may ask for (OpenAI
-    /// `max_tokens`/`max_completion_tokens`, Anthropic `max_tokens`).
+    /// Per-model settings, by id (each id one of `models`).
+    #[serde(default)]
+    pub model_settings: BTreeMap<String, ModelConfig>,
+    /// Largest output token limit a request may ask for, for models that
+    /// do not set their own (OpenAI `max_tokens`/`max_completion_tokens`,
+    /// Responses `max_output_tokens`, Anthropic `max_tokens`, Gemini
+    /// `maxOutputTokens`, Bedrock `maxTokens`).
     #[serde(default)]
     pub max_output_tokens: Option<u64>,
+    /// Whether this provider's models take a thinking configuration, for
+    /// models that do not say (default false).
+    #[serde(default)]
+    pub thinking: bool,
     /// Bedrock only: the SigV4 region that signatures must be scoped to.
     #[serde(default)]
     pub region: Option<String>,
     /// Overrides of the global behaviour for this provider.
     #[serde(default)]
     pub behavior: Option<Behavior>,
+}
+
+/// A model's own settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// Largest output limit a request may ask for this model.
+    #[serde(default)]
+    pub max_output_tokens: Option<u64>,
+    /// The model takes a thinking configuration (Anthropic `thinking`,
+    /// Gemini `thinkingConfig`, Bedrock's `thinking` model field): `true`,
+    /// `false`, or `adaptive` (Anthropic: adaptive thinking only, a
+    /// `budget_tokens` configuration is refused).
+    #[serde(default)]
+    pub thinking: Option<Thinking>,
+}
+
+/// Whether a model thinks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum Thinking {
+    Flag(bool),
+    Mode(ThinkingMode),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ThinkingMode {
+    Adaptive,
 }
 
 /// One accepted credential.
@@ -190,6 +228,9 @@ impl KeyFaults {
 
 /// Longest delay any knob may ask for, ms.
 pub const MAX_DELAY_MS: u64 = 600_000;
+
+/// Largest generated answer, bytes (`x-mock-response-bytes` is capped here).
+pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -338,6 +379,11 @@ impl Config {
                         .map_err(|e| format!("provider {name}: key {}: {e}", k.name))?;
                 }
             }
+            if let Some(id) = p.model_settings.keys().find(|id| !p.models.contains(id)) {
+                return Err(format!(
+                    "provider {name}: model_settings names {id:?}, which is not one of its models"
+                ));
+            }
             if p.kind == Kind::Bedrock && p.region.is_none() {
                 return Err(format!("provider {name}: bedrock needs region"));
             }
@@ -368,11 +414,8 @@ impl Behavior {
         if self.latency.mean_ms < 0.0 || self.latency.sd_ms < 0.0 {
             return Err("latency mean_ms and sd_ms must be >= 0".to_string());
         }
-        if self.response_bytes > crate::core::ctx::MAX_RESPONSE_BYTES {
-            return Err(format!(
-                "response_bytes must be <= {}",
-                crate::core::ctx::MAX_RESPONSE_BYTES
-            ));
+        if self.response_bytes > MAX_RESPONSE_BYTES {
+            return Err(format!("response_bytes must be <= {}", MAX_RESPONSE_BYTES));
         }
         if self.stream_chunk_chars == 0 {
             return Err("stream_chunk_chars must be > 0".to_string());

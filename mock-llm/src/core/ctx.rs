@@ -1,10 +1,14 @@
 //! What a provider module works with: the compiled provider and key, the
-//! per-request context, the reply, and the error kinds every provider
-//! answers in its own shape. Depends on nothing above `core`.
+//! per-request context (which builds successful replies) and the error
+//! kinds every provider answers in its own shape. Sits above `config`,
+//! `body`, `reply`, `rng` and `http`; nothing beneath imports it.
 
 use crate::core::body::{self, MockBody};
 use crate::core::config::{Behavior, KeyBehavior, KeyFaults, Kind};
 use crate::core::http::query_param;
+// A handler's answer: defined on the floor beneath (`reply`), named here
+// too because a context and its reply go together.
+pub use crate::core::reply::{Reply, ResetOnBodyError};
 use crate::core::rng::Rng;
 use bytes::Bytes;
 use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
@@ -12,59 +16,6 @@ use hyper::http::request::Parts;
 use hyper::Response;
 use serde_json::Value;
 use std::sync::Arc;
-use std::time::Duration;
-
-/// What the server does with a request.
-pub enum Reply {
-    Response(Response<MockBody>),
-    /// A response to send after a delay (ms). The server sleeps after the
-    /// handler returned, so a delayed request holds only its response bytes,
-    /// not its parsed request.
-    Delayed(Response<MockBody>, u64),
-    /// Close the connection with a TCP reset and no response.
-    Reset,
-}
-
-impl Reply {
-    pub fn status(&self) -> u16 {
-        match self {
-            Reply::Response(r) | Reply::Delayed(r, _) => r.status().as_u16(),
-            Reply::Reset => 0,
-        }
-    }
-
-    /// Start the answer `ms` later (a reset stays immediate).
-    pub fn delayed_by(self, ms: u64) -> Reply {
-        match self {
-            Reply::Response(r) if ms > 0 => Reply::Delayed(r, ms),
-            Reply::Delayed(r, d) => Reply::Delayed(r, d.saturating_add(ms)),
-            other => other,
-        }
-    }
-
-    /// Mark a successful answer so that its failing body resets the
-    /// connection.
-    pub fn reset_on_body_error(mut self) -> Reply {
-        if let Reply::Response(r) | Reply::Delayed(r, _) = &mut self {
-            if r.status().is_success() {
-                r.extensions_mut().insert(ResetOnBodyError);
-            }
-        }
-        self
-    }
-
-    /// Wait out the delay, if any: the response, or None for a reset.
-    pub async fn ready(self) -> Option<Response<MockBody>> {
-        match self {
-            Reply::Response(r) => Some(r),
-            Reply::Delayed(r, ms) => {
-                tokio::time::sleep(Duration::from_millis(ms)).await;
-                Some(r)
-            }
-            Reply::Reset => None,
-        }
-    }
-}
 
 /// A configured credential, compiled.
 pub struct KeyRt {
@@ -126,15 +77,39 @@ pub struct ProviderRt {
     pub kind: Kind,
     pub prefix: String,
     pub keys: Vec<KeyRt>,
-    pub models: Vec<String>,
+    pub models: Vec<ModelRt>,
     pub region: String,
-    pub max_output_tokens: Option<u64>,
     pub behavior: Behavior,
+}
+
+/// A known model, compiled: its output limit (its own, else the
+/// provider's) and whether it thinks.
+pub struct ModelRt {
+    pub id: String,
+    pub max_output_tokens: Option<u64>,
+    pub thinking: bool,
+    /// Thinks adaptively only (Anthropic's newest models).
+    pub adaptive_only: bool,
 }
 
 impl ProviderRt {
     pub fn has_model(&self, m: &str) -> bool {
-        self.models.iter().any(|x| x == m)
+        self.model(m).is_some()
+    }
+    pub fn model(&self, m: &str) -> Option<&ModelRt> {
+        self.models.iter().find(|x| x.id == m)
+    }
+    /// Largest output limit a request for this model may ask.
+    pub fn output_limit(&self, m: &str) -> Option<u64> {
+        self.model(m).and_then(|x| x.max_output_tokens)
+    }
+    /// The model takes a thinking configuration.
+    pub fn thinks(&self, m: &str) -> bool {
+        self.model(m).is_some_and(|x| x.thinking)
+    }
+    /// The model thinks adaptively only.
+    pub fn adaptive_only(&self, m: &str) -> bool {
+        self.model(m).is_some_and(|x| x.adaptive_only)
     }
     pub fn key_by_secret(&self, s: &str) -> Option<&KeyRt> {
         self.keys.iter().find(|k| k.secret == s)
@@ -186,9 +161,6 @@ impl Fault {
         })
     }
 }
-
-/// Largest generated answer, bytes (`x-mock-response-bytes` is capped here).
-pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 
 /// Everything a provider module needs to answer one request.
 pub struct Ctx<'a> {
@@ -345,8 +317,3 @@ pub enum ErrKind {
     Overloaded,
     MethodNotAllowed,
 }
-
-/// Response extension: when the body fails, close the connection with a
-/// TCP reset rather than a plain close.
-#[derive(Clone, Copy, Debug)]
-pub struct ResetOnBodyError;

@@ -1,7 +1,7 @@
 //! Small HTTP and JSON helpers: responses, URL decoding, ranges, time.
 
 use crate::core::body::MockBody;
-use crate::core::ctx::Reply;
+use crate::core::reply::Reply;
 use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Response, StatusCode};
 use serde_json::Value;

@@ -12,11 +12,14 @@
 //! next message. Errors: `{"type":"error","error":{"type","message"},
 //! "request_id"}` with the documented status per error type.
 
-use crate::core::ctx::{unknown_key_id, AuthFail, Ctx, ErrKind, KeyRt, Reply};
+use crate::core::ctx::{unknown_key_id, AuthFail, Ctx, ErrKind, KeyRt};
 use crate::core::http::json_response;
 use crate::core::plan::{plan, GenInput, Output};
+use crate::core::reply::Reply;
 use crate::core::script::Script;
+use crate::core::shape::{self, Expect, Msg, Opts, Problem, Seg};
 use crate::core::{http, render, text};
+pub(crate) mod shapes;
 use serde_json::{json, Value};
 
 type Outcome = (Reply, Option<String>);
@@ -129,84 +132,149 @@ fn block_text(b: &Value, out: &mut String) {
     }
 }
 
-/// Top-level request fields of the Messages API; anything else is refused
-/// ("Extra inputs are not permitted"), which catches OpenAI-only fields
-/// (`n`, `response_format`, `stream_options`, …) forwarded by mistake.
-const REQUEST_FIELDS: &[&str] = &[
-    "model",
-    "messages",
-    "max_tokens",
-    "system",
-    "metadata",
-    "stop_sequences",
-    "stream",
-    "temperature",
-    "top_p",
-    "top_k",
-    "tools",
-    "tool_choice",
-    "thinking",
-    "service_tier",
-    "container",
-    "mcp_servers",
-    "context_management",
-    "output_format",
-    "output_config",
-    "inference_geo",
-];
+/// The `anthropic-beta` values sent (comma-separated, one or more headers).
+fn betas<'a>(ctx: &Ctx<'a>) -> Vec<&'a str> {
+    ctx.parts
+        .headers
+        .get_all("anthropic-beta")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|b| !b.is_empty())
+        .collect()
+}
 
-const IMAGE_TYPES: &[&str] = &["image/jpeg", "image/png", "image/gif", "image/webp"];
-
-/// An image block's `source`: base64 with a supported media type, or a URL.
-fn image_source_error(b: &Value) -> Option<String> {
-    let src = b.get("source")?;
-    match src.get("type").and_then(Value::as_str) {
-        Some("base64") => {
-            let mt = src.get("media_type").and_then(Value::as_str).unwrap_or("");
-            if !IMAGE_TYPES.contains(&mt) {
-                return Some(format!("source.media_type: Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp' (got '{mt}')"));
-            }
-            if src.get("data").and_then(Value::as_str).is_none_or(str::is_empty) {
-                return Some("source.data: Field required".to_string());
-            }
-            None
+/// The request checked against the SDK's types (`shapes`), its first
+/// violation in the validator's words (`path: Extra inputs are not
+/// permitted`, `path: Field required`, `path: Input should be …`).
+pub(crate) fn shape_error(root: &'static Msg, req: &Value, betas: Vec<&str>) -> Option<String> {
+    let opts = Opts {
+        betas,
+        ..Opts::default()
+    };
+    let v = shape::check_msg(root, req, &opts).into_iter().next()?;
+    let at = path(&v.path);
+    let what = match &v.problem {
+        Problem::Unknown => "Extra inputs are not permitted".to_string(),
+        Problem::Missing => "Field required".to_string(),
+        Problem::Type(Expect::Str) => "Input should be a valid string".to_string(),
+        Problem::Type(Expect::Int) => "Input should be a valid integer".to_string(),
+        Problem::Type(Expect::Num) => "Input should be a valid number".to_string(),
+        Problem::Type(Expect::Bool) => "Input should be a valid boolean".to_string(),
+        Problem::Type(Expect::List(_)) => "Input should be a valid list".to_string(),
+        Problem::Type(Expect::Object(_)) => "Input should be a valid dictionary".to_string(),
+        Problem::Type(Expect::Enum(e)) | Problem::Enum(e) => {
+            format!("Input should be {}", one_of(e.values))
         }
-        Some("url") => src
-            .get("url")
-            .and_then(Value::as_str)
-            .filter(|u| u.starts_with("https://") || u.starts_with("http://"))
-            .map_or(Some("source.url: Field required".to_string()), |_| None),
-        Some("file") => None,
-        _ => Some("source.type: Input tag found using 'type' does not match any of the expected tags: 'base64', 'url', 'file'".to_string()),
+        Problem::Tag(t) => {
+            let tags: Vec<String> = t.variants.iter().map(|(n, _)| format!("'{n}'")).collect();
+            format!(
+                "Input tag '{}' found using '{}' does not match any of the expected tags: {}",
+                v.value.as_str().unwrap_or(""),
+                t.tag,
+                tags.join(", ")
+            )
+        }
+        Problem::Below(b) => format!("Input should be greater than or equal to {b}"),
+        Problem::Above(b) => format!("Input should be less than or equal to {b}"),
+        other => format!("invalid value ({other:?})"),
+    };
+    Some(if at.is_empty() {
+        what
+    } else {
+        format!("{at}: {what}")
+    })
+}
+
+/// `'a', 'b' or 'c'`, as pydantic lists literals.
+fn one_of(values: &[&str]) -> String {
+    let q: Vec<String> = values.iter().map(|v| format!("'{v}'")).collect();
+    match q.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        _ => q.concat(),
     }
 }
 
-const BLOCK_TYPES: &[&str] = &[
-    "text",
-    "image",
-    "document",
-    "tool_use",
-    "tool_result",
-    "thinking",
-    "redacted_thinking",
-    "search_result",
-    "server_tool_use",
-    "web_search_tool_result",
-];
+/// A path as the validator writes it: `messages.1.content.0.thinking.signature`.
+fn path(segs: &[Seg]) -> String {
+    let parts: Vec<String> = segs
+        .iter()
+        .map(|s| match s {
+            Seg::Field(n, _) | Seg::Tag(n) => n.to_string(),
+            Seg::Unknown(k) | Seg::Entry(_, k) => k.clone(),
+            Seg::Index(i) => i.to_string(),
+        })
+        .collect();
+    parts.join(".")
+}
 
-/// Request fields of `POST /v1/messages/count_tokens`.
-const COUNT_FIELDS: &[&str] = &[
-    "model",
-    "messages",
-    "system",
-    "tools",
-    "tool_choice",
-    "thinking",
-    "mcp_servers",
-    "context_management",
-    "output_format",
-    "output_config",
-];
+/// Claude 4.5 and later take `temperature` or `top_p`, not both (the API's
+/// error relayed by Bedrock, notes/bedrock.md §2c; AWS's Claude parameter
+/// page). Ids as Anthropic and Bedrock write them.
+pub(crate) fn one_sampling_knob(model: &str) -> bool {
+    let Some(rest) = model.split("claude-").nth(1) else {
+        return false;
+    };
+    if rest.starts_with(|c: char| c.is_ascii_digit()) {
+        return false; // claude-3-…, claude-3-5-…: older naming
+    }
+    let mut it = rest
+        .split('-')
+        .skip_while(|t| !t.starts_with(|c: char| c.is_ascii_digit()));
+    let major: u32 = it.next().and_then(|t| t.parse().ok()).unwrap_or(0);
+    let minor: u32 = it
+        .next()
+        .filter(|t| t.len() <= 2)
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(0);
+    (major, minor) >= (4, 5)
+}
+
+/// What a model's thinking settings allow (the API's own errors, quoted in
+/// the notes): no thinking on a model that does not think (`'m' does not
+/// support thinking.`), no `enabled` budget on a model that thinks
+/// adaptively only, a budget below `max_tokens`, and context management's
+/// `clear_thinking` only with thinking on.
+fn thinking_error(
+    ctx: &Ctx<'_>,
+    req: &Value,
+    model: &str,
+    max_tokens: u64,
+    count: bool,
+) -> Option<String> {
+    let kind = req.pointer("/thinking/type").and_then(Value::as_str);
+    let on = matches!(kind, Some("enabled" | "adaptive" | "between_tools"));
+    if on && !ctx.provider.thinks(model) {
+        return Some(format!("'{model}' does not support thinking."));
+    }
+    if kind == Some("enabled") {
+        if ctx.provider.adaptive_only(model) {
+            return Some("\"thinking.type.enabled\" is not supported for this model. Use \"thinking.type.adaptive\" and \"output_config.effort\" to control thinking behavior.".into());
+        }
+        let budget = req
+            .pointer("/thinking/budget_tokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        if !count && budget >= max_tokens {
+            return Some("`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking#max-tokens-and-context-window-size".into());
+        }
+    }
+    let clears_thinking = req
+        .pointer("/context_management/edits")
+        .and_then(Value::as_array)
+        .is_some_and(|e| {
+            e.iter()
+                .any(|x| x.get("type").and_then(Value::as_str) == Some("clear_thinking_20251015"))
+        });
+    if clears_thinking && !on {
+        return Some(
+            "`clear_thinking_20251015` strategy requires `thinking` to be enabled or adaptive"
+                .into(),
+        );
+    }
+    None
+}
 
 /// `POST /v1/messages`.
 pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
@@ -253,45 +321,29 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
         Some(_) => return (bad(ctx, "model: Input should be a valid string"), None),
     };
     let m = Some(model.clone());
-    let max_tokens = match req.get("max_tokens") {
-        None if count => 0,
-        Some(_) if count => return (bad(ctx, "max_tokens: Extra inputs are not permitted"), m),
-        None => return (bad(ctx, "max_tokens: Field required"), m),
-        Some(v) => match v.as_u64() {
-            Some(n) if n >= 1 => n,
-            _ => {
-                return (
-                    bad(
-                        ctx,
-                        "max_tokens: Input should be greater than or equal to 1",
-                    ),
-                    m,
-                )
-            }
-        },
+    let root = if count {
+        &shapes::COUNT
+    } else {
+        &shapes::CREATE
     };
-    let msgs = match req.get("messages") {
-        None => return (bad(ctx, "messages: Field required"), m),
-        Some(Value::Array(a)) => a,
-        Some(_) => return (bad(ctx, "messages: Input should be a valid list"), m),
-    };
+    if let Some(e) = shape_error(root, &req, betas(ctx)) {
+        return (bad(ctx, &e), m);
+    }
     if !ctx.provider.has_model(&model) {
         return (
             err(ctx, 404, "not_found_error", &format!("model: {model}")),
             m,
         );
     }
+    let msgs = req
+        .get("messages")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice);
     if msgs.is_empty() {
         return (bad(ctx, "messages: at least one message is required"), m);
     }
-    let fields = if count { COUNT_FIELDS } else { REQUEST_FIELDS };
-    if let Some(k) = req
-        .as_object()
-        .and_then(|o| o.keys().find(|k| !fields.contains(&k.as_str())))
-    {
-        return (bad(ctx, &format!("{k}: Extra inputs are not permitted")), m);
-    }
-    if let Some(limit) = ctx.provider.max_output_tokens {
+    let max_tokens = req.get("max_tokens").and_then(Value::as_u64).unwrap_or(0);
+    if let Some(limit) = ctx.provider.output_limit(&model) {
         if max_tokens > limit {
             return (
                 bad(ctx, &format!("max_tokens: {max_tokens} > {limit}, which is the maximum allowed number of output tokens for {model}")),
@@ -299,76 +351,28 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
             );
         }
     }
-    for (p, hi) in [("temperature", 1.0), ("top_p", 1.0)] {
-        if !http::in_range(req.get(p), 0.0, hi) {
-            return (bad(ctx, &format!("{p}: range: 0..{hi}")), m);
-        }
+    if let Some(e) = thinking_error(ctx, &req, &model, max_tokens, count) {
+        return (bad(ctx, &e), m);
     }
-    if !req
-        .get("top_k")
-        .is_none_or(|v| v.is_null() || v.as_u64().is_some())
-    {
-        return (
-            bad(
-                ctx,
-                "top_k: Input should be a valid integer greater than or equal to 0",
-            ),
-            m,
-        );
+    let given = |k: &str| req.get(k).is_some_and(|v| !v.is_null());
+    if one_sampling_knob(&model) && given("temperature") && given("top_p") {
+        return (bad(ctx, "`temperature` and `top_p` cannot both be specified for this model. Please use only one."), m);
     }
-    if let Some(s) = req.get("stop_sequences").filter(|v| !v.is_null()) {
-        if !s.as_array().is_some_and(|a| a.iter().all(Value::is_string)) {
-            return (
-                bad(
-                    ctx,
-                    "stop_sequences: Input should be a valid list of strings",
-                ),
-                m,
-            );
-        }
-    }
-    let stream = match req.get("stream") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => return (bad(ctx, "stream: Input should be a valid boolean"), m),
-    };
+    let stream = req.get("stream").and_then(Value::as_bool).unwrap_or(false);
     let mut prompt = String::new();
     match req.get("system") {
-        None | Some(Value::Null) => {}
         Some(Value::String(s)) => prompt.push_str(s),
-        Some(Value::Array(a)) => {
-            for (j, b) in a.iter().enumerate() {
-                if b.get("type").and_then(Value::as_str) != Some("text") {
-                    return (
-                        bad(ctx, &format!("system.{j}.type: Input should be 'text'")),
-                        m,
-                    );
-                }
-                block_text(b, &mut prompt);
-            }
-        }
-        Some(_) => {
-            return (
-                bad(
-                    ctx,
-                    "system: Input should be a valid string or a list of text blocks",
-                ),
-                m,
-            )
-        }
+        Some(Value::Array(a)) => a.iter().for_each(|b| block_text(b, &mut prompt)),
+        _ => {}
     }
     let mut echo = String::new();
     let mut prev_role = "";
     let mut prev_tool_uses: Vec<String> = Vec::new();
     let mut script = Script::default();
-    // The mid-conversation-system beta (Claude Code sends it) lets a
-    // `system` message sit between turns after the first.
-    let mid_system = ctx.header("anthropic-beta").is_some_and(|b| {
-        b.split(',')
-            .any(|t| t.trim().starts_with("mid-conversation-system-"))
-    });
     for (i, msg) in msgs.iter().enumerate() {
-        if mid_system && i > 0 && msg.get("role").and_then(Value::as_str) == Some("system") {
+        // A `system` message (`SystemMessageParam`, text only) between
+        // turns after the first; it is not a turn for alternation.
+        if i > 0 && msg.get("role").and_then(Value::as_str) == Some("system") {
             let mut t = String::new();
             match msg.get("content") {
                 Some(Value::String(s)) => t.push_str(s),
@@ -394,31 +398,10 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
             prompt.push_str(&t);
             continue;
         }
-        let role = match msg.get("role") {
-            Some(Value::String(r)) => r.as_str(),
-            None => return (bad(ctx, &format!("messages.{i}.role: Field required")), m),
-            Some(_) => {
-                return (
-                    bad(
-                        ctx,
-                        &format!("messages.{i}.role: Input should be 'user' or 'assistant'"),
-                    ),
-                    m,
-                )
-            }
-        };
-        if role == "system" {
+        let role = msg.get("role").and_then(Value::as_str).unwrap_or("");
+        if i == 0 && role == "system" {
             return (
                 bad(ctx, "messages: Unexpected role \"system\". The Messages API accepts a top-level `system` parameter, not \"system\" as an input message role."),
-                m,
-            );
-        }
-        if role != "user" && role != "assistant" {
-            return (
-                bad(
-                    ctx,
-                    &format!("messages.{i}.role: Input should be 'user' or 'assistant'"),
-                ),
                 m,
             );
         }
@@ -438,10 +421,12 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
         let mut tool_uses: Vec<String> = Vec::new();
         let mut answered: Vec<String> = Vec::new();
         match msg.get("content") {
-            None => return (bad(ctx, &format!("messages.{i}.content: Field required")), m),
             Some(Value::String(s)) => {
                 if s.is_empty() && i + 1 < msgs.len() {
-                    return (bad(ctx, "messages: text content blocks must be non-empty"), m);
+                    return (
+                        bad(ctx, "messages: text content blocks must be non-empty"),
+                        m,
+                    );
                 }
                 if role == "user" {
                     script.user_text(s);
@@ -454,32 +439,18 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
                 }
                 for (j, b) in blocks.iter().enumerate() {
                     let ty = b.get("type").and_then(Value::as_str).unwrap_or("");
-                    if !BLOCK_TYPES.contains(&ty) {
-                        return (bad(ctx, &format!("messages.{i}.content.{j}.type: Input tag '{ty}' found using 'type' does not match any of the expected tags")), m);
-                    }
                     match ty {
-                        "text" if b.get("text").and_then(Value::as_str).is_none() => {
-                            return (bad(ctx, &format!("messages.{i}.content.{j}.text: Field required")), m);
-                        }
                         "text" if b.get("text").and_then(Value::as_str) == Some("") => {
-                            return (bad(ctx, "messages: text content blocks must be non-empty"), m);
-                        }
-                        "image" if b.get("source").is_none() => {
-                            return (bad(ctx, &format!("messages.{i}.content.{j}.image.source: Field required")), m);
-                        }
-                        "image" => {
-                            if let Some(e) = image_source_error(b) {
-                                return (bad(ctx, &format!("messages.{i}.content.{j}.image.{e}")), m);
-                            }
+                            return (
+                                bad(ctx, "messages: text content blocks must be non-empty"),
+                                m,
+                            );
                         }
                         "tool_use" => {
                             if role != "assistant" {
                                 return (bad(ctx, &format!("messages.{i}.content.{j}: tool_use blocks can only be in assistant messages")), m);
                             }
                             let id = b.get("id").and_then(Value::as_str).unwrap_or("");
-                            if id.is_empty() || b.get("name").and_then(Value::as_str).is_none() || !b.get("input").is_some_and(Value::is_object) {
-                                return (bad(ctx, &format!("messages.{i}.content.{j}.tool_use: id, name and object input are required")), m);
-                            }
                             tool_uses.push(id.to_string());
                         }
                         "tool_result" => {
@@ -510,7 +481,7 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
                     block_text(b, &mut t);
                 }
             }
-            Some(_) => return (bad(ctx, &format!("messages.{i}.content: Input should be a valid string or list of content blocks")), m),
+            _ => {}
         }
         let missing: Vec<&String> = prev_tool_uses
             .iter()
@@ -530,53 +501,19 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
         prev_tool_uses = tool_uses;
         prev_role = if role == "user" { "user" } else { "assistant" };
     }
-    // Tools.
-    let mut tools: Vec<(String, &Value)> = Vec::new();
-    if let Some(ts) = req.get("tools").filter(|v| !v.is_null()) {
-        let Some(arr) = ts.as_array() else {
-            return (bad(ctx, "tools: Input should be a valid list"), m);
-        };
-        for (i, t) in arr.iter().enumerate() {
-            let Some(name) = t.get("name").and_then(Value::as_str) else {
-                return (bad(ctx, &format!("tools.{i}.name: Field required")), m);
-            };
-            match t.get("type").and_then(Value::as_str) {
-                None | Some("custom") => {}
-                Some(ty) => match server_tool_name(ty) {
-                    // Anthropic's own tools: the type fixes the name; no
-                    // schema (the service knows it). Not offered as a
-                    // callable tool of the mock's answers.
-                    Some(fixed) if fixed == name => continue,
-                    Some(fixed) => {
-                        return (
-                            bad(ctx, &format!("tools.{i}.{ty}.name: Input should be '{fixed}'")),
-                            m,
-                        )
-                    }
-                    None => {
-                        return (
-                            bad(ctx, &format!("tools.{i}: Input tag '{ty}' found using 'type' does not match any of the expected tags")),
-                            m,
-                        )
-                    }
-                },
-            }
-            let Some(schema) = t.get("input_schema").filter(|s| s.is_object()) else {
-                return (
-                    bad(
-                        ctx,
-                        &format!("tools.{i}.custom.input_schema: Field required"),
-                    ),
-                    m,
-                );
-            };
-            tools.push((name.to_string(), schema));
-        }
-    }
+    // Tools the answers may call: the client's own (`custom`). Anthropic's
+    // tools are run by the service and never answered here.
+    let tools: Vec<(String, &Value)> = req
+        .get("tools")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|t| matches!(t.get("type").and_then(Value::as_str), None | Some("custom")))
+        .filter_map(|t| Some((t.get("name")?.as_str()?.to_string(), t.get("input_schema")?)))
+        .collect();
     let (mut forced, mut any) = (None, false);
     if let Some(tc) = req.get("tool_choice").filter(|v| !v.is_null()) {
         match tc.get("type").and_then(Value::as_str) {
-            Some("auto") | Some("none") => {}
             Some("any") => {
                 if tools.is_empty() {
                     return (
@@ -596,15 +533,7 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
                 }
                 forced = Some(n.to_string());
             }
-            _ => {
-                return (
-                    bad(
-                        ctx,
-                        "tool_choice.type: Input should be 'auto', 'any', 'tool' or 'none'",
-                    ),
-                    m,
-                )
-            }
+            _ => {}
         }
     }
     if count {
@@ -711,31 +640,4 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
         ),
         m,
     )
-}
-
-/// The fixed name of an Anthropic-defined tool type of the stable API
-/// (anthropic-sdk-python `ToolUnionParam`): server tools (web search, web
-/// fetch, code execution, tool search) and the client-executed bash and
-/// text editor. Beta-only types (computer use, MCP toolsets) are not here.
-fn server_tool_name(ty: &str) -> Option<&'static str> {
-    const TOOLS: [(&str, &str); 17] = [
-        ("web_search_20250305", "web_search"),
-        ("web_search_20260209", "web_search"),
-        ("web_search_20260318", "web_search"),
-        ("web_fetch_20250910", "web_fetch"),
-        ("web_fetch_20260209", "web_fetch"),
-        ("web_fetch_20260309", "web_fetch"),
-        ("web_fetch_20260318", "web_fetch"),
-        ("code_execution_20250825", "code_execution"),
-        ("code_execution_20260120", "code_execution"),
-        ("bash_20250124", "bash"),
-        ("text_editor_20250124", "str_replace_editor"),
-        ("text_editor_20250429", "str_replace_based_edit_tool"),
-        ("text_editor_20250728", "str_replace_based_edit_tool"),
-        ("memory_20250818", "memory"),
-        ("tool_search_tool_bm25_20251119", "tool_search_tool_bm25"),
-        ("tool_search_tool_regex_20251119", "tool_search_tool_regex"),
-        ("code_execution_20260521", "code_execution"),
-    ];
-    TOOLS.iter().find(|(t, _)| *t == ty).map(|(_, n)| *n)
 }

@@ -1,18 +1,27 @@
 //! Gemini API (v1beta): generateContent, streamGenerateContent (SSE with
 //! `alt=sse`, else a streamed JSON array), embedContent, batchEmbedContents.
 //!
-//! Rules follow the Gemini API reference: key in `x-goog-api-key` or `key=`;
-//! `contents` required with non-empty `parts`; roles `user`/`model`;
-//! request fields outside the schema are refused as Google's JSON parser
-//! does ("Unknown name"); a function response turn must come right after a
-//! function call turn with the same names. Errors: `{"error":{"code",
-//! "message","status"}}`.
+//! Rules follow the Gemini API's own definitions (the v1beta protos and
+//! google-genai's Developer-API converters, notes/gemini.md): key in
+//! `x-goog-api-key` or `key=`; every request message is closed and checked
+//! by `shapes` as Google's JSON parser reads it (every unknown name
+//! reported, "Cannot find field"; wrong values "Invalid value at …");
+//! `parameters` and `responseSchema` take only the 22-member `Schema`, and
+//! each is mutually exclusive with its `…JsonSchema` twin; a part holds one
+//! `data` member; `contents` required with non-empty `parts`; roles
+//! `user`/`model`; `maxOutputTokens` within the model's limit;
+//! `thinkingConfig` only for models that think; a function response turn
+//! must come right after a function call turn with the same names. Errors:
+//! `{"error":{"code","message","status"[,"details"]}}`.
 
-use crate::core::ctx::{unknown_key_id, AuthFail, Ctx, ErrKind, KeyRt, Reply};
+use crate::core::ctx::{unknown_key_id, AuthFail, Ctx, ErrKind, KeyRt};
 use crate::core::http::json_response;
 use crate::core::plan::{plan, GenInput, Output};
+use crate::core::reply::Reply;
 use crate::core::script::{self, Script};
+use crate::core::shape::{self, Expect, Msg, Opts, Problem, Seg, Violation};
 use crate::core::{http, render};
+mod shapes;
 use bytes::Bytes;
 use serde_json::{json, Value};
 
@@ -113,59 +122,156 @@ fn parse(ctx: &Ctx<'_>) -> Result<Value, Reply> {
     }
 }
 
-/// Refuse fields outside `allowed`, as Google's JSON parser does.
-fn unknown_fields(v: &Value, allowed: &[&str]) -> Result<(), Reply> {
-    if let Some(o) = v.as_object() {
-        for k in o.keys() {
-            if !allowed.contains(&k.as_str()) {
-                return Err(invalid(&format!(
-                    "Invalid JSON payload received. Unknown name \"{k}\": Cannot find field."
-                )));
-            }
+/// Google's JSON parser's options: numbers may be strings, enums numbers.
+fn proto_json() -> Opts<'static> {
+    Opts {
+        numeric_strings: true,
+        enum_numbers: true,
+        betas: Vec::new(),
+    }
+}
+
+/// A request checked against its message (`shapes`): unknown members and
+/// lists where one value belongs are all reported, as Google's parser does;
+/// else the first wrong value.
+fn check_shape(root: &'static Msg, req: &Value) -> Result<(), Reply> {
+    let vs = shape::check_msg(root, req, &proto_json());
+    if vs.is_empty() {
+        return Ok(());
+    }
+    let parse_errors: Vec<&Violation> = vs
+        .iter()
+        .filter(|v| matches!(v.problem, Problem::Unknown | Problem::NotRepeated))
+        .collect();
+    if !parse_errors.is_empty() {
+        let mut messages = Vec::new();
+        let mut fields = Vec::new();
+        for v in parse_errors {
+            let parent = path(&v.path[..v.path.len().saturating_sub(1)]);
+            let name = match v.path.last() {
+                Some(Seg::Unknown(k)) => k.as_str(),
+                Some(Seg::Field(n, _)) => n,
+                _ => "",
+            };
+            let why = if v.problem == Problem::Unknown {
+                "Cannot find field."
+            } else {
+                "Proto field is not repeating, cannot start list."
+            };
+            let at = if parent.is_empty() {
+                String::new()
+            } else {
+                format!(" at '{parent}'")
+            };
+            let m = format!("Invalid JSON payload received. Unknown name \"{name}\"{at}: {why}");
+            fields.push(if parent.is_empty() {
+                json!({"description": m})
+            } else {
+                json!({"field": parent, "description": m})
+            });
+            messages.push(m);
         }
+        let details = json!([{"@type": "type.googleapis.com/google.rpc.BadRequest", "fieldViolations": fields}]);
+        return Err(gerr(
+            400,
+            "INVALID_ARGUMENT",
+            &messages.join("\n"),
+            Some(details),
+            &[],
+        ));
+    }
+    let v = &vs[0];
+    let at = path(&v.path);
+    let msg = match &v.problem {
+        Problem::Type(want) => format!("Invalid value at '{at}' ({}), {}", type_url(want), v.value),
+        Problem::Enum(e) => format!(
+            "Invalid value at '{at}' (type.googleapis.com/google.ai.generativelanguage.v1beta.{}), {}",
+            e.name, v.value
+        ),
+        Problem::Missing => {
+            let name = v.last_key().unwrap_or("");
+            let snake = match v.path.last() {
+                Some(Seg::Field(_, a)) if !a.is_empty() => a,
+                _ => name,
+            };
+            format!("* {}.{at}: {snake} is not specified", root.name)
+        }
+        other => format!("* {}.{at}: invalid value ({other:?})", root.name),
+    };
+    Err(invalid(&msg))
+}
+
+/// A path as Google writes it: snake_case names, `[i]` for list items,
+/// `[i].value` for map entries.
+fn path(segs: &[Seg]) -> String {
+    let mut out = String::new();
+    for s in segs {
+        match s {
+            Seg::Field(name, alias) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(if alias.is_empty() { name } else { alias });
+            }
+            Seg::Unknown(k) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(k);
+            }
+            Seg::Entry(i, _) => out.push_str(&format!("[{i}].value")),
+            Seg::Index(i) => out.push_str(&format!("[{i}]")),
+            Seg::Tag(_) => {}
+        }
+    }
+    out
+}
+
+/// The type Google names in "Invalid value" errors.
+fn type_url(want: &Expect) -> String {
+    let name = match want {
+        Expect::Str => return "TYPE_STRING".into(),
+        Expect::Bool => return "TYPE_BOOL".into(),
+        Expect::Int => return "TYPE_INT32".into(),
+        Expect::Num => return "TYPE_FLOAT".into(),
+        Expect::Enum(e) => e.name,
+        Expect::Object(n) | Expect::List(n) => n,
+    };
+    match name {
+        "TYPE_STRING" | "TYPE_BOOL" | "TYPE_INT32" | "TYPE_FLOAT" => name.into(),
+        "object" | "google.protobuf.Struct" => "type.googleapis.com/google.protobuf.Struct".into(),
+        "google.protobuf.Value" => "type.googleapis.com/google.protobuf.Value".into(),
+        n => format!("type.googleapis.com/google.ai.generativelanguage.v1beta.{n}"),
+    }
+}
+
+/// `generationConfig.thinkingConfig` on a model that thinks: a budget in
+/// [-1, 32768] (-1: dynamic), not both a budget and a level.
+fn check_thinking(tc: &Value) -> Result<(), String> {
+    let budget = get(tc, "thinkingBudget", "thinking_budget");
+    if let Some(v) = budget {
+        let n = v
+            .as_i64()
+            .or_else(|| v.as_str().and_then(|s| s.parse().ok()));
+        if !n.is_some_and(|n| (-1..=32768).contains(&n)) {
+            return Err(format!("Invalid value at 'generation_config.thinking_config.thinking_budget' ({v}): expected an integer in [-1, 32768]"));
+        }
+    }
+    if budget.is_some() && get(tc, "thinkingLevel", "thinking_level").is_some() {
+        return Err("* GenerateContentRequest.generation_config.thinking_config: thinking_budget and thinking_level cannot both be set.".into());
     }
     Ok(())
 }
 
-const GEN_FIELDS: &[&str] = &[
-    "contents",
-    "tools",
-    "toolConfig",
-    "tool_config",
-    "safetySettings",
-    "safety_settings",
-    "systemInstruction",
-    "system_instruction",
-    "generationConfig",
-    "generation_config",
-    "cachedContent",
-    "cached_content",
-];
-
-/// `generationConfig.thinkingConfig`: `thinkingBudget` an integer in
-/// [-1, 32768] (-1: dynamic), `includeThoughts` a boolean, nothing else.
-fn check_thinking(tc: &Value) -> Result<(), String> {
-    let Some(o) = tc.as_object() else {
-        return Err(
-            "Invalid value at 'generation_config.thinking_config': expected an object".into(),
-        );
-    };
-    for (k, v) in o {
-        match k.as_str() {
-            "thinkingBudget" | "thinking_budget" => {
-                if !v.as_i64().is_some_and(|n| (-1..=32768).contains(&n)) {
-                    return Err(format!("Invalid value at 'generation_config.thinking_config.thinking_budget' ({v}): expected an integer in [-1, 32768]"));
-                }
-            }
-            "includeThoughts" | "include_thoughts" => {
-                if !v.is_boolean() {
-                    return Err(format!("Invalid value at 'generation_config.thinking_config.include_thoughts' (TYPE_BOOL), {v}"));
-                }
-            }
-            _ => {
-                return Err(format!("Invalid JSON payload received. Unknown name \"{k}\" at 'generation_config.thinking_config': Cannot find field."));
-            }
-        }
+/// Members a message holds both of, though its definition says they are
+/// mutually exclusive (`parameters` / `parametersJsonSchema`, `response` /
+/// `responseJsonSchema`, `responseSchema` / `responseJsonSchema`).
+fn exclusive(v: &Value, at: &str, a: (&str, &str), b: (&str, &str)) -> Result<(), Reply> {
+    if get(v, a.0, a.1).is_some() && get(v, b.0, b.1).is_some() {
+        return Err(invalid(&format!(
+            "* GenerateContentRequest.{at}: {} and {} are mutually exclusive; set only one.",
+            a.1, b.1
+        )));
     }
     Ok(())
 }
@@ -223,7 +329,7 @@ pub async fn generate(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
         Ok(v) => v,
         Err(r) => return (r, m),
     };
-    if let Err(r) = unknown_fields(&req, GEN_FIELDS) {
+    if let Err(r) = check_shape(&shapes::GENERATE, &req) {
         return (r, m);
     }
     let Some(contents) = req
@@ -257,28 +363,16 @@ pub async fn generate(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
             return (invalid(&format!("* GenerateContentRequest.contents[{i}].parts: contents.parts must not be empty.")), m);
         };
         for (j, p) in parts.iter().enumerate() {
-            let known = [
-                "text",
-                "inlineData",
-                "inline_data",
-                "fileData",
-                "file_data",
-                "functionCall",
-                "function_call",
-                "functionResponse",
-                "function_response",
-                "thought",
-                "thoughtSignature",
-                "thought_signature",
-                "executableCode",
-                "codeExecutionResult",
-                "videoMetadata",
-            ];
-            if let Err(r) = unknown_fields(p, &known) {
-                return (r, m);
-            }
-            if p.as_object().is_none_or(|o| o.is_empty()) {
+            let data: Vec<&str> = shapes::PART_DATA
+                .iter()
+                .copied()
+                .filter(|k| p.get(*k).is_some_and(|x| !x.is_null()))
+                .collect();
+            if data.is_empty() {
                 return (invalid(&format!("* GenerateContentRequest.contents[{i}].parts[{j}].data: required oneof field 'data' must have one initialized field")), m);
+            }
+            if let Some(second) = data.get(1) {
+                return (invalid(&format!("Invalid JSON payload received. Oneof field 'data' is already set. Cannot set '{second}' at 'contents[{i}].parts[{j}]'")), m);
             }
             if p.get("text").and_then(Value::as_str) == Some("") {
                 return (invalid("Unable to submit request because it has an empty text parameter. Add a value to the parameter and try again."), m);
@@ -336,18 +430,38 @@ pub async fn generate(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
                 m,
             );
         };
-        for t in arr {
+        for (i, t) in arr.iter().enumerate() {
             if let Some(decls) =
                 get(t, "functionDeclarations", "function_declarations").and_then(Value::as_array)
             {
-                for d in decls {
+                for (j, d) in decls.iter().enumerate() {
+                    let at = format!("tools[{i}].function_declarations[{j}]");
                     let Some(name) = d
                         .get("name")
                         .and_then(Value::as_str)
                         .filter(|n| !n.is_empty())
                     else {
-                        return (invalid("* GenerateContentRequest.tools[0].function_declarations[0].name: Name cannot be empty."), m);
+                        return (
+                            invalid(&format!(
+                                "* GenerateContentRequest.{at}.name: Name cannot be empty."
+                            )),
+                            m,
+                        );
                     };
+                    for (a, b) in [
+                        (
+                            ("parameters", "parameters"),
+                            ("parametersJsonSchema", "parameters_json_schema"),
+                        ),
+                        (
+                            ("response", "response"),
+                            ("responseJsonSchema", "response_json_schema"),
+                        ),
+                    ] {
+                        if let Err(r) = exclusive(d, &at, a, b) {
+                            return (r, m);
+                        }
+                    }
                     let schema = get(d, "parameters", "parameters")
                         .or_else(|| get(d, "parametersJsonSchema", "parameters_json_schema"))
                         .unwrap_or(&empty);
@@ -387,14 +501,47 @@ pub async fn generate(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
             }
         }
         if let Some(tc) = get(gc, "thinkingConfig", "thinking_config") {
+            // The proto: an error "if this field is set for models that
+            // don't support thinking"; the API's words for gemini-2.0-flash.
+            if !ctx.provider.thinks(&model) {
+                return (invalid("thinking_config is not supported."), m);
+            }
             if let Err(e) = check_thinking(tc) {
                 return (invalid(&e), m);
             }
         }
+        if let Err(r) = exclusive(
+            gc,
+            "generation_config",
+            ("responseSchema", "response_schema"),
+            ("responseJsonSchema", "response_json_schema"),
+        ) {
+            return (r, m);
+        }
+        let schema = get(gc, "responseSchema", "response_schema")
+            .or_else(|| get(gc, "responseJsonSchema", "response_json_schema"));
+        let mime = get(gc, "responseMimeType", "response_mime_type").and_then(Value::as_str);
+        if schema.is_some() && !matches!(mime, Some("application/json" | "text/x.enum")) {
+            return (invalid("* GenerateContentRequest.generation_config.response_mime_type: a response schema needs response_mime_type application/json or text/x.enum."), m);
+        }
     }
-    let max_tokens = get(&req, "generationConfig", "generation_config")
-        .and_then(|g| get(g, "maxOutputTokens", "max_output_tokens"))
-        .and_then(Value::as_u64);
+    let max_out = get(&req, "generationConfig", "generation_config")
+        .and_then(|g| get(g, "maxOutputTokens", "max_output_tokens"));
+    let max_tokens = match max_out {
+        None => None,
+        Some(v) => {
+            let n = v
+                .as_i64()
+                .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+                .unwrap_or(0);
+            let limit = ctx.provider.output_limit(&model);
+            if n < 1 || limit.is_some_and(|l| n as u64 > l) {
+                let end = limit.map_or(String::new(), |l| format!(" to {} (exclusive)", l + 1));
+                return (invalid(&format!("Unable to submit request because it has a maxOutputTokens value of {n} but the supported range is from 1 (inclusive){end}. Update the value and try again.")), m);
+            }
+            Some(n as u64)
+        }
+    };
     let g = GenInput {
         echo,
         prompt_chars: prompt.chars().count(),
@@ -516,18 +663,9 @@ pub async fn generate(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
 
 fn embed_one(req: &Value, idx: Option<usize>, path_model: &str) -> Result<(String, usize), Reply> {
     let pre = idx.map(|i| format!("requests[{i}].")).unwrap_or_default();
-    unknown_fields(
-        req,
-        &[
-            "model",
-            "content",
-            "taskType",
-            "task_type",
-            "title",
-            "outputDimensionality",
-            "output_dimensionality",
-        ],
-    )?;
+    if idx.is_none() {
+        check_shape(&shapes::EMBED, req)?;
+    }
     if let Some(m) = req.get("model").and_then(Value::as_str) {
         if m.strip_prefix("models/").unwrap_or(m) != path_model {
             return Err(invalid(&format!("* BatchEmbedContentsRequest.{pre}model: model in the request ({m}) does not match the model in the URL (models/{path_model}).")));
@@ -577,7 +715,7 @@ pub async fn embed(ctx: &Ctx<'_>, model: String, batch: bool) -> Outcome {
         Err(r) => return (r, m),
     };
     let v = if batch {
-        if let Err(r) = unknown_fields(&req, &["requests"]) {
+        if let Err(r) = check_shape(&shapes::BATCH_EMBED, &req) {
             return (r, m);
         }
         let Some(reqs) = req

@@ -8,10 +8,13 @@
 //! `tool_choice` only with `tools`. Azure: `api-key` header, `api-version`
 //! query parameter required, deployments instead of models.
 
-use crate::core::ctx::{unknown_key_id, AuthFail, Ctx, ErrKind, KeyRt, Reply};
+use crate::core::ctx::{unknown_key_id, AuthFail, Ctx, ErrKind, KeyRt};
 use crate::core::http::json_response;
 use crate::core::plan::{plan, GenInput, Output};
+use crate::core::reply::Reply;
 use crate::core::script::Script;
+use crate::core::shape::{self, Expect, Opts, Problem, Seg, Violation};
+mod shapes;
 use crate::core::{http, render};
 use base64::Engine;
 use bytes::Bytes;
@@ -131,6 +134,105 @@ pub fn error_for(ctx: &Ctx<'_>, k: ErrKind, detail: &str, azure: bool) -> Reply 
     }
 }
 
+pub(crate) fn bad(msg: &str, param: &str, code: &str) -> Reply {
+    invalid(msg, Some(param), Some(code))
+}
+
+pub(crate) fn missing(param: &str) -> Reply {
+    bad(
+        &format!("Missing required parameter: '{param}'."),
+        param,
+        "missing_required_parameter",
+    )
+}
+
+pub(crate) fn wrong_type(param: &str, want: &str) -> Reply {
+    bad(
+        &format!("Invalid type for '{param}': expected {want}."),
+        param,
+        "invalid_type",
+    )
+}
+
+pub(crate) fn bad_value(param: &str, v: &str, supported: &[&str]) -> Reply {
+    let list: Vec<String> = supported.iter().map(|s| format!("'{s}'")).collect();
+    bad(
+        &format!(
+            "Invalid value: '{v}'. Supported values are: {}.",
+            list.join(", ")
+        ),
+        param,
+        "invalid_value",
+    )
+}
+
+/// A violation of the SDK's types in OpenAI's words (`Unknown parameter:
+/// 'input[3].foo'.`, `Missing required parameter: …`, `Invalid type for …`,
+/// `Invalid value: …`), `param` naming its path.
+pub(crate) fn violation_reply(v: &Violation) -> Reply {
+    let at = openai_path(&v.path);
+    match &v.problem {
+        Problem::Unknown => bad(
+            &format!("Unknown parameter: '{at}'."),
+            &at,
+            "unknown_parameter",
+        ),
+        Problem::Missing => missing(&at),
+        Problem::Type(want) => wrong_type(&at, expected(want)),
+        Problem::Enum(e) => bad_value(&at, v.value.as_str().unwrap_or(""), e.values),
+        Problem::Tag(t) => {
+            let names: Vec<&str> = t.variants.iter().map(|(n, _)| *n).collect();
+            bad_value(
+                &format!("{at}.{}", t.tag),
+                v.value.as_str().unwrap_or(""),
+                &names,
+            )
+        }
+        other => bad(
+            &format!("Invalid value for '{at}' ({other:?})."),
+            &at,
+            "invalid_value",
+        ),
+    }
+}
+
+/// What a type wants, as OpenAI's errors say it.
+fn expected(want: &Expect) -> &'static str {
+    match want {
+        Expect::Str => "a string",
+        Expect::Bool => "a boolean",
+        Expect::Int => "an integer",
+        Expect::Num => "a number",
+        Expect::Enum(_) => "a string",
+        Expect::Object(_) => "an object",
+        Expect::List(_) => "an array",
+    }
+}
+
+/// A path as OpenAI writes it: `input[3].content[0].text`.
+fn openai_path(segs: &[Seg]) -> String {
+    let mut out = String::new();
+    for s in segs {
+        match s {
+            Seg::Field(n, _) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(n);
+            }
+            Seg::Unknown(k) | Seg::Entry(_, k) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(k);
+            }
+            Seg::Index(i) => out.push_str(&format!("[{i}]")),
+            Seg::Tag(_) => {}
+        }
+    }
+    out
+}
+
 pub(crate) fn parse_error() -> Reply {
     err(
         400,
@@ -226,8 +328,8 @@ fn content_text(c: &Value, out: &mut String) {
     }
 }
 
-/// Chat Completions request fields (OpenAI), plus the common extensions of
-/// OpenAI-compatible servers; anything else is "Unrecognized request
+/// Chat Completions request fields (openai-python's
+/// `CompletionCreateParams`); anything else is "Unrecognized request
 /// argument supplied", as OpenAI answers.
 const CHAT_FIELDS: &[&str] = &[
     "model",
@@ -246,7 +348,10 @@ const CHAT_FIELDS: &[&str] = &[
     "parallel_tool_calls",
     "prediction",
     "presence_penalty",
+    "moderation",
     "prompt_cache_key",
+    "prompt_cache_options",
+    "prompt_cache_retention",
     "reasoning_effort",
     "response_format",
     "safety_identifier",
@@ -264,7 +369,12 @@ const CHAT_FIELDS: &[&str] = &[
     "user",
     "verbosity",
     "web_search_options",
-    // OpenAI-compatible servers (Mistral, vLLM, Groq, Ollama, ...).
+];
+
+/// Extensions of OpenAI-compatible servers (Mistral, vLLM, Groq, Ollama,
+/// ...), taken by providers under a path prefix only: OpenAI itself answers
+/// `Unrecognized request argument supplied: top_k` (notes/openai.md §7).
+const COMPAT_FIELDS: &[&str] = &[
     "safe_prompt",
     "random_seed",
     "top_k",
@@ -295,6 +405,21 @@ fn is_reasoning_model(model: &str) -> bool {
     })
 }
 
+/// OpenAI's own nested members (`shapes`): messages by role and their
+/// parts, tool calls, tools, `response_format`, `stream_options`. A bad
+/// role keeps the role error's own words (below).
+fn nested_refusal(req: &Value) -> Option<Reply> {
+    let v = shape::check_msg(&shapes::NESTED, req, &Opts::default())
+        .into_iter()
+        .next()?;
+    let role_tag = matches!(v.problem, Problem::Tag(_))
+        && matches!(
+            v.path.as_slice(),
+            [Seg::Field("messages", _), Seg::Index(_)]
+        );
+    (!role_tag).then(|| violation_reply(&v))
+}
+
 fn reasoning_refusal(req: &Value, model: &str) -> Option<Reply> {
     let given = |p: &str| req.get(p).is_some_and(|v| !v.is_null());
     if is_reasoning_model(model) {
@@ -302,10 +427,13 @@ fn reasoning_refusal(req: &Value, model: &str) -> Option<Reply> {
             return Some(invalid("Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.", Some("max_tokens"), Some("unsupported_parameter")));
         }
         let effort = req.get("reasoning_effort").filter(|v| !v.is_null());
-        if effort
-            .is_some_and(|e| !matches!(e.as_str(), Some("minimal" | "low" | "medium" | "high")))
-        {
-            return Some(invalid("Invalid value for 'reasoning_effort': expected one of 'minimal', 'low', 'medium' or 'high'.", Some("reasoning_effort"), Some("invalid_value")));
+        // The SDK's `ReasoningEffort`.
+        let efforts = ["none", "minimal", "low", "medium", "high", "xhigh", "max"];
+        if let Some(e) = effort {
+            let e = e.as_str().unwrap_or("");
+            if !efforts.contains(&e) {
+                return Some(bad_value("reasoning_effort", e, &efforts));
+            }
         }
     } else if given("reasoning_effort") {
         return Some(invalid(
@@ -358,10 +486,9 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
             m,
         );
     }
-    if let Some(k) = req
-        .as_object()
-        .and_then(|o| o.keys().find(|k| !CHAT_FIELDS.contains(&k.as_str())))
-    {
+    let compat = !ctx.provider.prefix.is_empty();
+    let known = |k: &str| CHAT_FIELDS.contains(&k) || (compat && COMPAT_FIELDS.contains(&k));
+    if let Some(k) = req.as_object().and_then(|o| o.keys().find(|k| !known(k))) {
         return (
             invalid(
                 &format!("Unrecognized request argument supplied: {k}"),
@@ -372,6 +499,9 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
         );
     }
     if ctx.provider.prefix.is_empty() {
+        if let Some(r) = nested_refusal(&req) {
+            return (r, m);
+        }
         if let Some(r) = reasoning_refusal(&req, &model) {
             return (r, m);
         }
@@ -428,7 +558,7 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
             None | Some(Value::Null) => {}
             Some(v) => match v.as_u64() {
                 Some(n) if n >= 1 => {
-                    if let Some(limit) = ctx.provider.max_output_tokens {
+                    if let Some(limit) = ctx.provider.output_limit(&model) {
                         if n > limit {
                             return (
                                 invalid(&format!("{p} is too large: {n}. This model supports at most {limit} completion tokens, whereas you provided {n}."), Some(p), Some("invalid_value")),
@@ -826,7 +956,7 @@ pub fn models(ctx: &Ctx<'_>) -> Outcome {
         .provider
         .models
         .iter()
-        .map(|m| json!({"id": m, "object": "model", "created": 1_700_000_000u64, "owned_by": "mock-llm"}))
+        .map(|m| json!({"id": m.id, "object": "model", "created": 1_700_000_000u64, "owned_by": "mock-llm"}))
         .collect();
     let v = json!({"object": "list", "data": data});
     (json_response(200, v.to_string(), &[]), None)

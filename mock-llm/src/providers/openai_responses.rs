@@ -1,59 +1,29 @@
 //! OpenAI Responses API (`POST /v1/responses`), also served by Azure
 //! (`/openai/v1/responses`, `/openai/responses?api-version=…`). Requests are
-//! checked as strictly as Chat Completions; answers and stream events follow
+//! checked against the SDK's types (`shapes`: unknown parameters at the top
+//! level and inside items, tools, `reasoning` and `text`), then for what
+//! the API itself refuses (call pairing, limits); answers and stream events follow
 //! the official SDK's `types/responses` (field names, event order,
 //! `sequence_number`). Nothing is stored: `previous_response_id` is refused
 //! as an unknown response.
 
-use super::openai::{azure_err, invalid, is_embedding_model, model_not_found, parse_error};
+use super::openai::{
+    azure_err, bad, bad_value, is_embedding_model, missing, model_not_found, parse_error,
+    violation_reply, wrong_type,
+};
 use crate::core::body;
-use crate::core::ctx::{Ctx, Reply};
+use crate::core::ctx::Ctx;
 use crate::core::plan::{plan, GenInput, Output};
+use crate::core::reply::Reply;
 use crate::core::script::Script;
+use crate::core::shape::{self, Opts};
 use crate::core::{http, text};
+mod shapes;
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 use std::sync::LazyLock;
 
 type Outcome = (Reply, Option<String>);
-
-/// Request fields of `responses.create`; anything else is an unknown
-/// parameter, as OpenAI answers.
-///
-/// `client_metadata` is not in the SDK's parameters, but OpenAI's Codex CLI
-/// sends it on every request and OpenAI accepts it.
-const FIELDS: &[&str] = &[
-    "background",
-    "client_metadata",
-    "context_management",
-    "conversation",
-    "include",
-    "input",
-    "instructions",
-    "max_output_tokens",
-    "max_tool_calls",
-    "metadata",
-    "model",
-    "parallel_tool_calls",
-    "previous_response_id",
-    "prompt",
-    "prompt_cache_key",
-    "prompt_cache_retention",
-    "reasoning",
-    "safety_identifier",
-    "service_tier",
-    "store",
-    "stream",
-    "stream_options",
-    "temperature",
-    "text",
-    "tool_choice",
-    "tools",
-    "top_logprobs",
-    "top_p",
-    "truncation",
-    "user",
-];
 
 /// Tool types of the SDK's `ToolParam` other than `function` (and
 /// `namespace`, whose functions are read): the mock accepts them and never
@@ -62,6 +32,7 @@ const HOSTED_TOOLS: &[&str] = &[
     "apply_patch",
     "code_interpreter",
     "computer",
+    "computer_use",
     "computer_use_preview",
     "custom",
     "file_search",
@@ -84,7 +55,7 @@ const CHOICE_TYPES: &[&str] = &["allowed_tools"];
 static NO_PARAMETERS: LazyLock<Value> =
     LazyLock::new(|| json!({"type": "object", "properties": {}}));
 
-const EFFORTS: &[&str] = &["none", "minimal", "low", "medium", "high", "xhigh"];
+const EFFORTS: &[&str] = &["none", "minimal", "low", "medium", "high", "xhigh", "max"];
 
 /// Smallest `max_output_tokens` the API accepts.
 const MIN_OUTPUT_TOKENS: u64 = 16;
@@ -100,38 +71,6 @@ fn reasoning_tokens(effort: &str) -> u64 {
         "xhigh" => 128,
         _ => 0,
     }
-}
-
-fn bad(msg: &str, param: &str, code: &str) -> Reply {
-    invalid(msg, Some(param), Some(code))
-}
-
-fn missing(param: &str) -> Reply {
-    bad(
-        &format!("Missing required parameter: '{param}'."),
-        param,
-        "missing_required_parameter",
-    )
-}
-
-fn wrong_type(param: &str, want: &str) -> Reply {
-    bad(
-        &format!("Invalid type for '{param}': expected {want}."),
-        param,
-        "invalid_type",
-    )
-}
-
-fn bad_value(param: &str, v: &str, supported: &[&str]) -> Reply {
-    let list: Vec<String> = supported.iter().map(|s| format!("'{s}'")).collect();
-    bad(
-        &format!(
-            "Invalid value: '{v}'. Supported values are: {}.",
-            list.join(", ")
-        ),
-        param,
-        "invalid_value",
-    )
 }
 
 /// What the input items gave: the echoed text, all prompt text.
@@ -292,23 +231,39 @@ fn check_input(input: &Value) -> Result<Input, Reply> {
                     }
                 }
             }
-            "reasoning" => {
-                if !it.get("summary").is_some_and(Value::is_array) {
-                    return Err(missing(&format!("{at}.summary")));
+            "custom_tool_call" => {
+                let id = it.get("call_id").and_then(Value::as_str).unwrap_or("");
+                open.push(id.to_string());
+                if let Some(a) = it.get("input").and_then(Value::as_str) {
+                    inp.prompt.push_str(a);
                 }
             }
-            other => {
-                return Err(bad_value(
-                    &format!("{at}.type"),
-                    other,
-                    &[
-                        "message",
-                        "function_call",
-                        "function_call_output",
-                        "reasoning",
-                    ],
-                ))
+            "custom_tool_call_output" => {
+                let id = it.get("call_id").and_then(Value::as_str).unwrap_or("");
+                let t = output_text(it.get("output"));
+                inp.prompt.push_str(&t);
+                inp.script.tool_result(t);
+                match open.iter().position(|c| c == id) {
+                    Some(p) => {
+                        open.remove(p);
+                    }
+                    None => {
+                        return Err(bad(
+                            &format!(
+                                "No tool call found for custom tool call output with call_id {id}."
+                            ),
+                            "input",
+                            "invalid_value",
+                        ))
+                    }
+                }
             }
+            "reasoning" if !it.get("summary").is_some_and(Value::is_array) => {
+                return Err(missing(&format!("{at}.summary")));
+            }
+            // Reasoning items, and the API's own items (hosted tool calls, compaction, …),
+            // passed back as it returned them.
+            _ => {}
         }
     }
     if let Some(id) = open.first() {
@@ -319,6 +274,18 @@ fn check_input(input: &Value) -> Result<Input, Reply> {
         ));
     }
     Ok(inp)
+}
+
+/// The text of a tool output: a string, or its parts' text.
+fn output_text(v: Option<&Value>) -> String {
+    match v {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect(),
+        _ => String::new(),
+    }
 }
 
 /// Declared function tools, those inside `namespace` tools included, and
@@ -503,6 +470,15 @@ fn opt_bool(req: &Value, p: &str) -> Result<Option<bool>, Reply> {
     }
 }
 
+/// The request checked against the SDK's types (`shapes`): its first
+/// violation in OpenAI's words, `param` naming the path.
+fn shape_error(req: &Value) -> Option<Reply> {
+    let v = shape::check_msg(&shapes::CREATE, req, &Opts::default())
+        .into_iter()
+        .next()?;
+    Some(violation_reply(&v))
+}
+
 /// Where a Responses request arrived.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flavor {
@@ -547,15 +523,8 @@ fn check<'a>(ctx: &Ctx<'_>, req: &'a Value, flavor: Flavor) -> Result<Checked<'a
             "model_not_supported",
         )));
     }
-    if let Some(k) = req
-        .as_object()
-        .and_then(|o| o.keys().find(|k| !FIELDS.contains(&k.as_str())))
-    {
-        return Err(fail(bad(
-            &format!("Unknown parameter: '{k}'."),
-            k,
-            "unknown_parameter",
-        )));
+    if let Some(r) = shape_error(req) {
+        return Err(fail(r));
     }
     if let Some(id) = req.get("previous_response_id").and_then(Value::as_str) {
         return Err(fail(bad(
@@ -594,7 +563,7 @@ fn check<'a>(ctx: &Ctx<'_>, req: &'a Value, flavor: Flavor) -> Result<Checked<'a
                 return Err(fail(bad(&format!("Invalid 'max_output_tokens': integer below minimum value. Expected a value >= {MIN_OUTPUT_TOKENS}, but got {n} instead."), "max_output_tokens", "integer_below_min_value")))
             }
             Some(n) => {
-                if let Some(limit) = ctx.provider.max_output_tokens {
+                if let Some(limit) = ctx.provider.output_limit(&model) {
                     if n > limit {
                         return Err(fail(bad(&format!("max_output_tokens is too large: {n}. This model supports at most {limit} output tokens, whereas you provided {n}."), "max_output_tokens", "invalid_value")));
                     }

@@ -170,7 +170,21 @@ pub fn decode(buf: &[u8]) -> (Vec<(String, String)>, Vec<u8>, usize) {
 }
 
 pub async fn bedrock(app: &mock_llm::app::App, op: &str, body: &str, secret: &str) -> Resp {
-    let path = format!("{PATH}/{op}");
+    bedrock_on(app, PATH, op, body, secret).await
+}
+
+/// Bedrock's Claude Sonnet 4.5 (a model that thinks), percent-encoded.
+pub const SONNET_PATH: &str = "/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0";
+
+/// A signed Bedrock request to the model at `model_path`.
+pub async fn bedrock_on(
+    app: &mock_llm::app::App,
+    model_path: &str,
+    op: &str,
+    body: &str,
+    secret: &str,
+) -> Resp {
+    let path = format!("{model_path}/{op}");
     let h = signed(&path, body, secret);
     let hr: Vec<(&str, &str)> = h.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     call(app, "POST", &path, &hr, body).await

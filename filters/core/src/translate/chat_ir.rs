@@ -66,7 +66,8 @@ impl Tool {
     pub fn declared(&self, schema: Option<(&str, Value)>) -> Map<String, Value> {
         let mut d = Map::new();
         d.insert("name".into(), Value::String(self.name.clone()));
-        if let Some(desc) = &self.description {
+        // An empty description says nothing, and Bedrock refuses one.
+        if let Some(desc) = self.description.as_ref().filter(|d| !d.is_empty()) {
             d.insert("description".into(), Value::String(desc.clone()));
         }
         if let Some((field, schema)) = schema {
@@ -107,7 +108,60 @@ pub struct Chat {
     pub presence_penalty: Option<Value>,
     pub frequency_penalty: Option<Value>,
     pub n: Option<u64>,
+    /// `reasoning_effort`, for the translators that have an equivalent
+    /// (Gemini's thinking budget on reasoning models); named in `dropped`
+    /// until one maps it.
+    pub reasoning_effort: Option<String>,
+    /// OpenAI parameters the request set that this representation does not
+    /// carry: the provider does not get them, and the response names them
+    /// (`x-tollgate-dropped`). OpenAI accepts them, so they are no 400.
+    pub dropped: Vec<&'static str>,
 }
+
+impl Chat {
+    /// Names a parameter the provider does not get (once).
+    pub fn drop(&mut self, what: &'static str) {
+        if !self.dropped.contains(&what) {
+            self.dropped.push(what);
+        }
+    }
+
+    /// A parameter a translator mapped after all.
+    pub fn mapped(&mut self, what: &str) {
+        self.dropped.retain(|d| *d != what);
+    }
+
+    /// Lowers `max_tokens` to the model's output limit, returning what was
+    /// lowered (`max_tokens=N`) for `x-tollgate-lowered`.
+    pub fn lower_to(&mut self, limit: Option<u32>) -> Vec<String> {
+        match (self.max_tokens, limit) {
+            (Some(n), Some(l)) if n > u64::from(l) => {
+                self.max_tokens = Some(u64::from(l));
+                vec![format!("max_tokens={l}")]
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// OpenAI Chat Completions parameters (openai-python's
+/// `CompletionCreateParams`) this representation does not carry to other
+/// families: dropped and named when set.
+const NOT_CARRIED: [&str; 13] = [
+    "audio",
+    "modalities",
+    "prediction",
+    "logit_bias",
+    "logprobs",
+    "top_logprobs",
+    "prompt_cache_key",
+    "prompt_cache_retention",
+    "safety_identifier",
+    "verbosity",
+    "web_search_options",
+    "functions",
+    "function_call",
+];
 
 /// What a provider accepts beyond the common core.
 pub struct Accept {
@@ -379,8 +433,8 @@ pub fn parse(body: &Value, acc: &Accept) -> Result<Chat, ApiError> {
     let Some(obj) = body.as_object() else {
         return Err(ApiError::invalid_json("expected an object"));
     };
-    refuse_other_fields(obj, provider)?;
     let mut chat = Chat::default();
+    other_fields(obj, provider, &mut chat)?;
     read_sampling_extras(obj, acc, &mut chat)?;
     (chat.system, chat.turns) = read_messages(check_messages(body)?, provider)?;
     chat.max_tokens = match positive_int(obj, "max_completion_tokens")? {
@@ -413,9 +467,10 @@ pub fn parse(body: &Value, acc: &Accept) -> Result<Chat, ApiError> {
     Ok(chat)
 }
 
-/// A field the IR does not carry is refused, unless it is null (or, for
-/// `logprobs`, false).
-fn refuse_other_fields(obj: &Map<String, Value>, provider: &str) -> Result<(), ApiError> {
+/// The fields the IR does not read: an OpenAI parameter it cannot carry is
+/// dropped and named (unless null, or for `logprobs` false); a field OpenAI
+/// does not know either is refused, as OpenAI refuses it.
+fn other_fields(obj: &Map<String, Value>, provider: &str, chat: &mut Chat) -> Result<(), ApiError> {
     for (k, v) in obj {
         match k.as_str() {
             "model"
@@ -439,16 +494,23 @@ fn refuse_other_fields(obj: &Map<String, Value>, provider: &str) -> Result<(), A
             | "seed"
             | "presence_penalty"
             | "frequency_penalty" => {}
-            "logprobs" => {
-                if !(v.is_null() || *v == Value::Bool(false)) {
-                    return Err(ApiError::unsupported_param(k, provider));
+            _ if v.is_null() || (k == "logprobs" && *v == Value::Bool(false)) => {}
+            "reasoning_effort" => match v {
+                Value::String(e) => {
+                    chat.reasoning_effort = Some(e.clone());
+                    chat.drop("reasoning_effort");
                 }
-            }
-            _ => {
-                if !v.is_null() {
-                    return Err(ApiError::unsupported_param(k, provider));
+                _ => {
+                    return Err(bad(
+                        "reasoning_effort",
+                        "Invalid type for 'reasoning_effort': expected a string",
+                    ))
                 }
-            }
+            },
+            k => match NOT_CARRIED.iter().find(|n| **n == k) {
+                Some(n) => chat.drop(n),
+                None => return Err(ApiError::unsupported_param(k, provider)),
+            },
         }
     }
     Ok(())
@@ -476,13 +538,18 @@ fn read_sampling_extras(
         chat.presence_penalty = pp;
         chat.frequency_penalty = fp;
     } else {
+        // The provider has no such setting: one answer, no penalties, no
+        // seed (named when they would have changed anything).
         if n.is_some_and(|n| n > 1) {
-            return Err(ApiError::unsupported_param("n", acc.provider));
+            chat.drop("n");
         }
         for (name, v) in [("presence_penalty", &pp), ("frequency_penalty", &fp)] {
             if v.as_ref().is_some_and(|v| v.as_f64() != Some(0.0)) {
-                return Err(ApiError::unsupported_param(name, acc.provider));
+                chat.drop(name);
             }
+        }
+        if seed.is_some() {
+            chat.drop("seed");
         }
     }
     Ok(())

@@ -34,9 +34,11 @@ use serde_json::{json, Map, Value};
 use super::messages_parts::{anthropic_usage, message_id, stop_reason, tool_input};
 use super::messages_stream::{AnthropicUsageStream, MessagesStream};
 use super::openai_anthropic::{parse_usage, OpenAiAnthropic};
+use super::openai_bedrock::is_anthropic;
 use super::{
-    add_web_search, for_kind, lower_output_limit, stream_flag, upstream_error, Endpoint, Front,
-    RequestCtx, ResponseCtx, StreamTranslator, Translated, Translator, UpstreamRequest, Usage,
+    add_cache_breakpoints, add_web_search, for_kind, lower_output_limit, stream_flag,
+    upstream_error, Endpoint, Front, RequestCtx, ResponseCtx, StreamTranslator, Translated,
+    Translator, UpstreamRequest, Usage,
 };
 use crate::config::{Key, Kind, Provider};
 use crate::error::{echo, ApiError, SERVER};
@@ -114,11 +116,12 @@ impl Translator for AnthropicPassthrough {
         let stream = !self.count && stream_flag(body)?;
         // Untouched (an empty body tells the planner to send the client's
         // bytes) unless the client named the model another way
-        // (`provider/model`, an alias).
-        let bytes = if body.get("model").and_then(Value::as_str) == Some(ctx.model) {
+        // (`provider/model`, an alias), or breakpoints are added.
+        let mut b = body.clone();
+        let marked = ctx.cache_breakpoints && !self.count && add_cache_breakpoints(&mut b);
+        let bytes = if !marked && body.get("model").and_then(Value::as_str) == Some(ctx.model) {
             Vec::new()
         } else {
-            let mut b = body.clone();
             if let Some(o) = b.as_object_mut() {
                 o.insert("model".into(), Value::String(ctx.model.to_string()));
             }
@@ -136,6 +139,10 @@ impl Translator for AnthropicPassthrough {
         ctx: &RequestCtx<'_>,
         top: &TopLevel<'_>,
     ) -> Option<Result<(UpstreamRequest, usize), ApiError>> {
+        if ctx.cache_breakpoints && !self.count && !top.body().contains("\"cache_control\"") {
+            // Breakpoints to add: the body is built ([`Translator::request`]).
+            return None;
+        }
         let stream = if self.count {
             Ok(false)
         } else {
@@ -308,7 +315,7 @@ pub fn request(
             forget(&mut chat.dropped, "web_search");
         }
     }
-    up.lowered = lowered;
+    up.lowered.extend(lowered);
     Ok((up, chat.dropped))
 }
 
@@ -369,12 +376,6 @@ fn marked(v: &Value) -> bool {
     v.get("cache_control").is_some_and(|c| !c.is_null())
 }
 
-/// Bedrock model ids of Anthropic models (`anthropic.claude-…`, with or
-/// without a cross-region prefix such as `us.`).
-fn bedrock_anthropic(model: &str) -> bool {
-    model.starts_with("anthropic.") || model.contains(".anthropic.")
-}
-
 /// The thinking budget a Gemini or Bedrock body gets for a Messages
 /// request, on models that think (`"reasoning": true` in the config; others,
 /// such as gemini-2.0-flash, refuse a thinking config): an enabled budget
@@ -392,7 +393,7 @@ fn native_thinking(
     let budget = budget.and_then(|n| i64::try_from(n).ok());
     match kind {
         Kind::Gemini => budget.or_else(|| wanted_effort(body, None).map(|_| -1)),
-        Kind::Bedrock if bedrock_anthropic(ctx.model) => budget,
+        Kind::Bedrock if is_anthropic(ctx.model) => budget,
         _ => None,
     }
 }
@@ -832,6 +833,20 @@ impl Blocks {
                 // Earlier reasoning of an Anthropic model: no OpenAI field.
                 note(dropped, "thinking");
             }
+            // Blocks Anthropic takes that chat has no place for: documents,
+            // search results, the records of Anthropic's own tools.
+            Some(other) if ANTHROPIC_BLOCKS.contains(&other) => {
+                let name = ANTHROPIC_BLOCKS
+                    .iter()
+                    .find(|b| **b == other)
+                    .copied()
+                    .unwrap_or("content");
+                note(dropped, name);
+                // The model is told, and a turn of only such blocks stays a
+                // turn.
+                self.parts.push(json!({"type": "text",
+                    "text": format!("[a {name} block was left out: provider '{provider}' cannot read it]")}));
+            }
             Some(other) => {
                 let what = format!("A '{}' block in a {role} message", echo(other));
                 return Err(ApiError {
@@ -885,6 +900,24 @@ impl Blocks {
 
 /// Anthropic `tools` → OpenAI `tools` (client tools only: Anthropic's
 /// server tools run on Anthropic's side and have no OpenAI counterpart).
+/// Content block types of Anthropic's Messages API (anthropic-sdk-python's
+/// `ContentBlockParam`) that a chat request has no place for.
+const ANTHROPIC_BLOCKS: [&str; 13] = [
+    "document",
+    "search_result",
+    "container_upload",
+    "server_tool_use",
+    "web_search_tool_result",
+    "web_fetch_tool_result",
+    "code_execution_tool_result",
+    "bash_code_execution_tool_result",
+    "text_editor_code_execution_tool_result",
+    "tool_search_tool_result",
+    "mcp_tool_use",
+    "mcp_tool_result",
+    "compaction",
+];
+
 /// Anthropic's own tool types, by family (`web_search_20250305` →
 /// `web_search`): the name a translated request drops it under.
 const ANTHROPIC_TOOLS: [&str; 10] = [
@@ -1148,8 +1181,9 @@ fn convert_field(
             }
         }
         "top_k" => {
+            // Chat has no top_k: the sampling the provider picks.
             if !v.is_null() {
-                return Err(ApiError::unsupported_param("top_k", provider));
+                note(dropped, "top_k");
             }
         }
         "output_format" => {
@@ -1405,16 +1439,12 @@ mod tests {
             "messages"
         );
         assert_eq!(
-            param(json!({"model": "m", "max_tokens": 5, "messages": msgs, "top_k": 3})),
-            "top_k"
-        );
-        assert_eq!(
             param(json!({"model": "m", "max_tokens": 5, "messages": msgs, "bogus": 1})),
             "bogus"
         );
         assert_eq!(
             param(
-                json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "document"}]}]})
+                json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "hologram"}]}]})
             ),
             "messages[0].content[0].type"
         );

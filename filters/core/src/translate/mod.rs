@@ -116,6 +116,9 @@ pub struct RequestCtx<'a> {
     pub model: &'a str,
     pub model_cfg: &'a ModelCfg,
     pub endpoint: Endpoint,
+    /// Add Anthropic prompt-cache breakpoints to a request that has none
+    /// ([`add_cache_breakpoints`]; the key's policy opts in).
+    pub cache_breakpoints: bool,
 }
 
 /// Response header naming the request fields (and tool types) a translated
@@ -252,6 +255,63 @@ pub fn add_web_search(
     }
     up.body = serde_json::to_vec(&body).map_err(|_| malformed())?;
     Ok(true)
+}
+
+/// Anthropic allows at most this many `cache_control` breakpoints a request.
+pub const MAX_BREAKPOINTS: usize = 4;
+
+/// Gives an Anthropic Messages body prompt-cache breakpoints when it has
+/// none, for clients that never set them (opted in per tenant or key):
+/// `cache_control: {"type": "ephemeral"}` on the system prompt's last
+/// block, the last tool and the last block of the latest user turn — three,
+/// within Anthropic's limit of [`MAX_BREAKPOINTS`]. Anthropic caches the
+/// prefix up to each breakpoint, so the next turn reads all of it from the
+/// cache. A body that already holds a `cache_control` anywhere is left as
+/// the client wrote it. Returns whether anything was added.
+pub fn add_cache_breakpoints(body: &mut Value) -> bool {
+    if body.to_string().contains("\"cache_control\"") {
+        return false;
+    }
+    let Value::Object(o) = body else {
+        return false;
+    };
+    let mark = || serde_json::json!({"type": "ephemeral"});
+    let mut added = 0;
+    // A string becomes one text block, which can carry the marker.
+    let as_blocks = |v: &mut Value| {
+        if let Value::String(s) = v {
+            if !s.is_empty() {
+                *v = serde_json::json!([{"type": "text", "text": s}]);
+            }
+        }
+    };
+    let mut mark_last = |v: Option<&mut Value>| {
+        if let Some(Value::Array(items)) = v {
+            if let Some(Value::Object(last)) = items.last_mut() {
+                last.insert("cache_control".into(), mark());
+                added += 1;
+            }
+        }
+    };
+    if let Some(system) = o.get_mut("system") {
+        as_blocks(system);
+    }
+    mark_last(o.get_mut("system"));
+    mark_last(o.get_mut("tools"));
+    let user = o.get_mut("messages").and_then(|m| match m {
+        Value::Array(msgs) => msgs
+            .iter_mut()
+            .rev()
+            .find(|m| m.get("role").and_then(Value::as_str) == Some("user")),
+        _ => None,
+    });
+    if let Some(Value::Object(user)) = user {
+        if let Some(content) = user.get_mut("content") {
+            as_blocks(content);
+        }
+        mark_last(user.get_mut("content"));
+    }
+    added > 0
 }
 
 /// Lowers a chat request's output limit (`max_tokens` or

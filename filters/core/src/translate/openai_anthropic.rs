@@ -26,9 +26,9 @@ use super::chat_ir::{self, Accept, Chat, Part, Role, ToolChoice};
 use super::chunk::{arguments_delta, BlockTools, ChunkWriter};
 use super::read::{self, Unreadable};
 use super::{
-    feed_sse, finish_sse, include_usage_flag, upstream_error, write_json, Completion, Endpoint,
-    RequestCtx, ResponseCtx, SseEvents, StreamTranslator, Translated, Translator, UpstreamRequest,
-    Usage,
+    add_cache_breakpoints, feed_sse, finish_sse, include_usage_flag, upstream_error, write_json,
+    Completion, Endpoint, RequestCtx, ResponseCtx, SseEvents, StreamTranslator, Translated,
+    Translator, UpstreamRequest, Usage,
 };
 use crate::codec::sse::{Event, SseParser};
 use crate::config::{Api, Key, Kind, Provider, DEFAULT_ANTHROPIC_VERSION};
@@ -158,7 +158,11 @@ fn translate_request(ctx: &RequestCtx<'_>, mut chat: Chat) -> Result<Value, ApiE
     if chat.stream {
         out.insert("stream".into(), Value::Bool(true));
     }
-    Ok(Value::Object(out))
+    let mut out = Value::Object(out);
+    if ctx.cache_breakpoints {
+        add_cache_breakpoints(&mut out);
+    }
+    Ok(out)
 }
 
 impl Translator for OpenAiAnthropic {
@@ -178,7 +182,7 @@ impl Translator for OpenAiAnthropic {
                 )
             });
         }
-        let chat = chat_ir::parse(
+        let mut chat = chat_ir::parse(
             body,
             &Accept {
                 provider: PROVIDER,
@@ -186,7 +190,14 @@ impl Translator for OpenAiAnthropic {
             },
         )?;
         let include_usage = include_usage_flag(body)?;
+        let lowered = chat.lower_to(ctx.model_cfg.max_output_tokens);
+        if chat.temperature.is_some() && chat.top_p.is_some() {
+            // Claude 4.5 and later take one of the two.
+            chat.top_p = None;
+            chat.drop("top_p");
+        }
         let (stream, json_mode) = (chat.stream, chat.json.is_some());
+        let dropped = chat.dropped.clone();
         let out = translate_request(ctx, chat)?;
         let mut bytes = Vec::new();
         write_json(&mut bytes, &out);
@@ -196,9 +207,8 @@ impl Translator for OpenAiAnthropic {
             stream,
             include_usage,
             json_mode,
-            prompt_estimate: 0,
-            embed_base64: false,
-            fan_out: Vec::new(),
+            dropped,
+            lowered,
             ..UpstreamRequest::default()
         })
     }

@@ -90,7 +90,13 @@ fn tool_config(tools: &[chat_ir::Tool], choice: Option<&ToolChoice>) -> Value {
     let tools: Vec<Value> = tools
         .iter()
         .map(|t| {
-            let spec = t.declared(Some(("inputSchema", json!({"json": t.parameters}))));
+            // Converse wants an object schema that says so: OpenAI takes
+            // `{}` (or properties without `type`) for a function.
+            let mut schema = t.parameters.clone();
+            if let Value::Object(o) = &mut schema {
+                o.entry("type").or_insert_with(|| json!("object"));
+            }
+            let spec = t.declared(Some(("inputSchema", json!({"json": schema}))));
             json!({"toolSpec": spec})
         })
         .collect();
@@ -111,8 +117,16 @@ fn tool_config(tools: &[chat_ir::Tool], choice: Option<&ToolChoice>) -> Value {
     Value::Object(tc)
 }
 
-/// → (Converse body, stream, json_mode).
-fn chat_request(body: &Value) -> Result<(Value, bool, bool), ApiError> {
+/// The Converse request of a chat request.
+struct Converse {
+    body: Value,
+    stream: bool,
+    json_mode: bool,
+    dropped: Vec<&'static str>,
+    lowered: Vec<String>,
+}
+
+fn chat_request(ctx: &RequestCtx<'_>, body: &Value) -> Result<Converse, ApiError> {
     let mut chat = chat_ir::parse(
         body,
         &Accept {
@@ -120,13 +134,22 @@ fn chat_request(body: &Value) -> Result<(Value, bool, bool), ApiError> {
             sampling_extras: false,
         },
     )?;
+    let lowered = chat.lower_to(ctx.model_cfg.max_output_tokens);
     let json_mode = json_mode_as_tool(&mut chat)?;
     if chat.tool_choice == Some(ToolChoice::None) {
-        return Err(ApiError {
-            message: "tool_choice 'none' is not supported by provider 'bedrock' (Converse has auto, any and a named tool); leave 'tools' out instead".into(),
-            ..ApiError::unsupported_param("tool_choice", PROVIDER)
-        });
+        // Converse has auto, any and a named tool, and wants the tools
+        // declared whenever the conversation holds tool calls: the model
+        // chooses.
+        chat.tool_choice = None;
+        chat.drop("tool_choice");
     }
+    if is_anthropic(ctx.model) && chat.temperature.is_some() && chat.top_p.is_some() {
+        // Claude 4.5 and later take one of the two.
+        chat.top_p = None;
+        chat.drop("top_p");
+    }
+    // Converse refuses an empty stop sequence (and it stops nothing).
+    chat.stop.retain(|s| !s.is_empty());
     let mut messages = Vec::new();
     for t in &chat.turns {
         let mut blocks = Vec::new();
@@ -185,7 +208,19 @@ fn chat_request(body: &Value) -> Result<(Value, bool, bool), ApiError> {
         let tc = tool_config(&chat.tools, chat.tool_choice.as_ref());
         out.insert("toolConfig".into(), tc);
     }
-    Ok((Value::Object(out), chat.stream, json_mode))
+    Ok(Converse {
+        body: Value::Object(out),
+        stream: chat.stream,
+        json_mode,
+        dropped: chat.dropped,
+        lowered,
+    })
+}
+
+/// Anthropic's models on Bedrock (`anthropic.…`, with or without a
+/// cross-region prefix such as `us.`).
+pub(crate) fn is_anthropic(model: &str) -> bool {
+    model.starts_with("anthropic.") || model.contains(".anthropic.")
 }
 
 impl Translator for OpenAiBedrock {
@@ -199,22 +234,21 @@ impl Translator for OpenAiBedrock {
         match ctx.endpoint {
             Endpoint::Chat | Endpoint::Responses => {
                 let include_usage = super::include_usage_flag(body)?;
-                let (v, stream, json_mode) = chat_request(body)?;
-                let verb = if stream {
+                let c = chat_request(ctx, body)?;
+                let verb = if c.stream {
                     "converse-stream"
                 } else {
                     "converse"
                 };
                 Ok(UpstreamRequest {
                     path: format!("{base}/model/{model}/{verb}"),
-                    body: serde_json::to_vec(&v)
+                    body: serde_json::to_vec(&c.body)
                         .map_err(|e| ApiError::invalid_json(&e.to_string()))?,
-                    stream,
+                    stream: c.stream,
                     include_usage,
-                    json_mode,
-                    prompt_estimate: 0,
-                    embed_base64: false,
-                    fan_out: Vec::new(),
+                    json_mode: c.json_mode,
+                    dropped: c.dropped,
+                    lowered: c.lowered,
                     ..UpstreamRequest::default()
                 })
             }

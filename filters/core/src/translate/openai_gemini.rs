@@ -64,14 +64,42 @@ fn function_declarations(tools: &[Tool]) -> Vec<Value> {
         .collect()
 }
 
-fn chat_request(ctx: &RequestCtx<'_>, body: &Value) -> Result<(Value, bool), ApiError> {
-    let chat = chat_ir::parse(
+/// A Gemini body of a chat request, with what it dropped and lowered.
+struct Generate {
+    body: Value,
+    stream: bool,
+    dropped: Vec<&'static str>,
+    lowered: Vec<String>,
+}
+
+/// OpenAI's `reasoning_effort` as a Gemini thinking budget (tokens; Gemini
+/// 2.5 Flash takes up to 24,576, Pro up to 32,768).
+fn thinking_budget(effort: &str) -> Option<i64> {
+    match effort {
+        "minimal" | "low" => Some(1024),
+        "medium" => Some(8192),
+        "high" | "xhigh" => Some(24576),
+        _ => None,
+    }
+}
+
+fn chat_request(ctx: &RequestCtx<'_>, body: &Value) -> Result<Generate, ApiError> {
+    let mut chat = chat_ir::parse(
         body,
         &Accept {
             provider: PROVIDER,
             sampling_extras: true,
         },
     )?;
+    let lowered = chat.lower_to(ctx.model_cfg.max_output_tokens);
+    let budget = chat
+        .reasoning_effort
+        .as_deref()
+        .filter(|_| ctx.model_cfg.reasoning)
+        .and_then(thinking_budget);
+    if budget.is_some() {
+        chat.mapped("reasoning_effort");
+    }
     let mut contents = Vec::new();
     for t in &chat.turns {
         let mut parts = Vec::new();
@@ -152,11 +180,18 @@ fn chat_request(ctx: &RequestCtx<'_>, body: &Value) -> Result<(Value, bool), Api
             gc.insert("responseJsonSchema".into(), s.clone());
         }
     }
+    if let Some(b) = budget {
+        gc.insert("thinkingConfig".into(), json!({"thinkingBudget": b}));
+    }
     if !gc.is_empty() {
         out.insert("generationConfig".into(), Value::Object(gc));
     }
-    let _ = ctx;
-    Ok((Value::Object(out), chat.stream))
+    Ok(Generate {
+        body: Value::Object(out),
+        stream: chat.stream,
+        dropped: chat.dropped,
+        lowered,
+    })
 }
 
 impl Translator for OpenAiGemini {
@@ -169,7 +204,8 @@ impl Translator for OpenAiGemini {
         match ctx.endpoint {
             Endpoint::Chat | Endpoint::Responses => {
                 let include_usage = super::include_usage_flag(body)?;
-                let (v, stream) = chat_request(ctx, body)?;
+                let g = chat_request(ctx, body)?;
+                let (v, stream) = (g.body, g.stream);
                 let path = if stream {
                     format!("{base}/models/{}:streamGenerateContent?alt=sse", ctx.model)
                 } else {
@@ -181,10 +217,8 @@ impl Translator for OpenAiGemini {
                         .map_err(|e| ApiError::invalid_json(&e.to_string()))?,
                     stream,
                     include_usage,
-                    json_mode: false,
-                    prompt_estimate: 0,
-                    embed_base64: false,
-                    fan_out: Vec::new(),
+                    dropped: g.dropped,
+                    lowered: g.lowered,
                     ..UpstreamRequest::default()
                 })
             }

@@ -428,8 +428,12 @@ impl Translator for ViaChat {
                 chat.dropped.push("web_search");
             }
         }
-        up.dropped = chat.dropped;
-        up.lowered = lowered;
+        for d in chat.dropped {
+            if !up.dropped.contains(&d) {
+                up.dropped.push(d);
+            }
+        }
+        up.lowered.extend(lowered);
         Ok(up)
     }
 
@@ -558,7 +562,9 @@ pub fn chat_request(body: &Value, provider: &str, kind: Kind) -> Result<ChatRequ
         .and_then(|r| r.get("effort"))
         .filter(|e| e.is_string())
     {
-        if kind == Kind::Openai {
+        if matches!(kind, Kind::Openai | Kind::Gemini) {
+            // Gemini maps it to a thinking budget on models that think, and
+            // names it dropped on the others.
             chat.insert("reasoning_effort".into(), effort.clone());
         } else {
             note(&mut dropped, "reasoning");

@@ -60,6 +60,7 @@ pub fn with_ctx<R>(
         model: &r.model,
         model_cfg: &p.models[&r.model],
         endpoint,
+        cache_breakpoints: false,
     };
     f(p, &ctx)
 }
