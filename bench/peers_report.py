@@ -110,6 +110,25 @@ def replica_table(s: dict) -> list[str]:
     return rows
 
 
+def replica_memory(s: dict) -> list[str]:
+    """Tollgate's peak RSS over plain Envoy's at each replica rate both
+    served (the same route and retry policy)."""
+    t, e = s["replica"].get("tollgate", {}), s["replica"].get("envoy", {})
+    lines = []
+    for label, b in t.items():
+        cells = []
+        for q, r in b["steps"].items():
+            er = e.get(label, {}).get("steps", {}).get(q)
+            if "error" in r or not er or "error" in er:
+                continue
+            held = "" if r["held"] and er["held"] else " (not held)"
+            cells.append(f"{q}: {_x(r['gateway_peak_rss_mb'], er['gateway_peak_rss_mb'])}{held}")
+        if cells:
+            lines.append(f"- {label}: " + ", ".join(cells))
+    return (["Tollgate's peak RSS × plain Envoy's (same route and retry policy), by offered rate:", "", *lines]
+            if lines else [])
+
+
 def headline(s: dict) -> list[str]:
     """One line per peer measured: its ratios to Tollgate at the first fixed
     rate, non-streaming and streaming (the README's claim is read from here)."""
@@ -176,7 +195,9 @@ def write_report(s: dict, out: Path) -> None:
         "",
         f"`bench/peers.py {s['plan']}`, run {s['started']} ({s.get('seconds', 0) / 60:.0f} min), on one machine: "
         f"{m['cores']} cores ({m['cpu']}), {m['memory']}, Envoy {m['envoy']}, fortio {m['fortio']}. "
-        f"Load average at the start {s['load_average_start']}, at the end {s.get('load_average_end')}.",
+        f"Load average at the start {s['load_average_start']}, at the end {s.get('load_average_end')}"
+        + (f"; the run's processes (every gateway, the mock and fortio alike) at nice {s['nice']}, ahead of the "
+           "machine's other work." if s.get("nice") else "."),
         f"Peers: LiteLLM {v.get('litellm') or 'not installed'}, Portkey gateway {v.get('portkey') or 'not installed'}"
         f" (@hono/node-server {v.get('hono_node_server') or '–'}). Workers: Envoy {s['workers']['envoy']} "
         f"(Tollgate and the plain Envoy), LiteLLM {s['workers']['litellm']}, Portkey {s['workers']['portkey']} "
@@ -208,7 +229,7 @@ def write_report(s: dict, out: Path) -> None:
                   f"{', '.join(f'{q:g}' for q in s['plan_settings']['replica_rates'])} requests/s for "
                   f"{s['plan_settings']['replica_seconds']:g} s each (rate × 1.5 s × 1.3 + 16 connections), "
                   "stopping at the first rate not held; each answer size on a fresh start of the gateway.", "",
-                  *replica_table(s), ""]
+                  *replica_table(s), "", *replica_memory(s), ""]
     lines += ["## Part 2: with a virtual key, a rate limit and a budget", "",
               "`tollgate-keys` is Tollgate with `tg-bench-money` (config/policy.yaml: requests and tokens per "
               "minute, daily and monthly money budgets, all checked on every request), beside `tollgate` with the "
