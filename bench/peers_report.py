@@ -130,20 +130,25 @@ def replica_memory(s: dict) -> list[str]:
 
 
 def headline(s: dict) -> list[str]:
-    """One line per peer measured: its ratios to Tollgate at the first fixed
-    rate, non-streaming and streaming (the README's claim is read from here)."""
-    rate, lines = _rates(s)[0], []
+    """One line per peer and fixed rate: its ratios to Tollgate, non-streaming
+    and streaming, a rate the peer or Tollgate did not hold marked (its CPU
+    per request and latency are then those of a queue). The README's claim
+    is read from here."""
+    lines, seconds = [], s["plan_settings"]["seconds"]
     for peer in PEERS:
-        parts = []
-        for mode in ("chat", "stream"):
-            p, t = _load(s, peer, mode, rate), _load(s, "tollgate", mode, rate)
-            if not p or not t:
-                continue
-            parts.append(f"{mode}: CPU per request {_x(p['gateway_cpu_us_per_request'], t['gateway_cpu_us_per_request'])}, "
-                         f"p99 overhead {_x(overhead_us(s, peer, mode, rate, '99'), overhead_us(s, 'tollgate', mode, rate, '99'))}, "
-                         f"peak RSS {_x(p['gateway_peak_rss_mb'], t['gateway_peak_rss_mb'])}")
-        if parts:
-            lines.append(f"- **{peer}** at {rate} requests/s, × Tollgate: " + "; ".join(parts))
+        for rate in _rates(s):
+            parts = []
+            for mode in ("chat", "stream"):
+                p, t = _load(s, peer, mode, rate), _load(s, "tollgate", mode, rate)
+                if not p or not t:
+                    continue
+                late = [g for g, r in ((peer, p), ("tollgate", t)) if not B_held(r, float(rate), seconds)]
+                parts.append(f"{mode}{' (not held by ' + ', '.join(late) + ')' if late else ''}: CPU per request "
+                             f"{_x(p['gateway_cpu_us_per_request'], t['gateway_cpu_us_per_request'])}, p99 overhead "
+                             f"{_x(overhead_us(s, peer, mode, rate, '99'), overhead_us(s, 'tollgate', mode, rate, '99'))}, "
+                             f"peak RSS {_x(p['gateway_peak_rss_mb'], t['gateway_peak_rss_mb'])}")
+            if parts:
+                lines.append(f"- **{peer}** at {rate} requests/s, × Tollgate: " + "; ".join(parts))
     return lines
 
 
