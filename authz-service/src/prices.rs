@@ -11,7 +11,7 @@
 //!
 //! let p = Prices::shipped().unwrap();
 //! // 1,000 prompt tokens (200 of them cached) and 500 completion tokens.
-//! let t = Tokens { prompt: 1_000, completion: 500, cached: 200, cache_write: 0 };
+//! let t = Tokens { prompt: 1_000, completion: 500, cached: 200, cache_write: 0, web_searches: 0 };
 //! // 800 × $0.15/M + 200 × $0.075/M + 500 × $0.60/M = $0.000435
 //! assert_eq!(p.cost("openai/gpt-4o-mini", &t).0, 435_000);
 //! ```
