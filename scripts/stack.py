@@ -276,6 +276,10 @@ class Stack:
     # An external Redis or Redis Cluster for authz-service (`redis://…`,
     # `redis+cluster://h:p,…`); leave "redis" out of `components` then.
     redis_url: str | None = None
+    # Ports in `ports` that another stack's parts serve and this one only
+    # uses (a second gateway on the first one's Redis and mock): not
+    # required to be free at start.
+    shared_ports: tuple[str, ...] = ()
     # "mock": envoy.yaml as written, every provider served by mock-llm.
     # "real": the real providers over TLS (scripts/real_providers.py), keys
     # from the environment, `env` and `provider_keys`.
@@ -474,7 +478,8 @@ class Stack:
         self.run_dir.chmod(0o700)  # logs and rendered configs: the owner's only
         for name in self.components:
             self.log_path(name).unlink(missing_ok=True)
-        busy = [f"{k}={v}" for k, v in self.ports.items() if k not in UPSTREAM_PORTS and port_in_use(v)]
+        busy = [f"{k}={v}" for k, v in self.ports.items()
+                if k not in UPSTREAM_PORTS and k not in self.shared_ports and port_in_use(v)]
         if busy:
             raise RuntimeError(f"ports already in use: {', '.join(busy)} "
                                "(a detached Tollgate? `make down` stops it)")

@@ -48,8 +48,13 @@ pub struct Limits {
     pub requests_per_day: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens_per_day: Option<u64>,
+    /// Requests in flight at once (a key's or a tenant's, never a model's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrent_requests: Option<u64>,
 }
 
+/// Largest `max_concurrent_requests`.
+pub const MAX_CONCURRENT_REQUESTS: u64 = 1_000_000;
 impl Limits {
     /// The limits as (field name, value), in the file's field order.
     pub fn fields(&self) -> [(&'static str, Option<u64>); 4] {
@@ -262,6 +267,8 @@ pub struct Tenant {
     /// Tokens reserved at Check time for a request's answer (the prompt's
     /// estimate comes on top), settled by the usage report.
     pub reserve_completion_tokens: u64,
+    /// Requests of all its keys in flight at once (`limits.max_concurrent_requests`).
+    pub max_concurrent: Option<u64>,
     /// Prompt-cache breakpoints for Anthropic requests without any.
     pub cache_breakpoints: bool,
     /// Its `mcp:` (`None`: no restriction or limit of its own).
@@ -281,6 +288,8 @@ pub struct Key {
     pub models_header: String,
     pub limits: Vec<Limit>,
     pub model_limits: HashMap<String, Vec<Limit>>,
+    /// Requests of this key in flight at once (`limits.max_concurrent_requests`).
+    pub max_concurrent: Option<u64>,
     /// The key's own `cache_breakpoints`, else its tenant's.
     pub cache_breakpoints: bool,
     /// Made through the admin API (else: the policy file's, read-only).
@@ -350,7 +359,15 @@ fn check_limits(owner: &str, field: &str, l: &Limits) -> Result<(), PolicyError>
             return err(format!("{owner}: {field}.{name} must be greater than 0"));
         }
     }
-    Ok(())
+    match l.max_concurrent_requests {
+        Some(0) => err(format!(
+            "{owner}: {field}.max_concurrent_requests must be greater than 0"
+        )),
+        Some(n) if n > MAX_CONCURRENT_REQUESTS => err(format!(
+            "{owner}: {field}.max_concurrent_requests must be at most {MAX_CONCURRENT_REQUESTS}"
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn check_model_limits(
@@ -365,6 +382,11 @@ fn check_model_limits(
             ));
         }
         check_limits(owner, &format!("model_limits.{model:?}"), limits)?;
+        if limits.max_concurrent_requests.is_some() {
+            return err(format!(
+                "{owner}: model_limits.{model:?}.max_concurrent_requests: concurrency caps are per key and per tenant, not per model"
+            ));
+        }
         out.insert(model.clone(), compile_limits(limits));
     }
     Ok(out)
@@ -400,6 +422,7 @@ fn compile_tenants(raw: &RawPolicy) -> Result<HashMap<String, Tenant>, PolicyErr
                 model_limits,
                 redis_failure: t.redis_failure.unwrap_or(default_failure),
                 reserve_completion_tokens: t.reserve_completion_tokens.unwrap_or(default_reserve),
+                max_concurrent: t.limits.max_concurrent_requests,
                 cache_breakpoints: t.cache_breakpoints.unwrap_or(false),
                 mcp: t
                     .mcp
@@ -455,6 +478,7 @@ fn compile_key(owner: &str, id: &str, tenant: &str, f: &KeyFields) -> Result<Key
         models: f.models.clone(),
         limits: compile_limits(&f.limits),
         model_limits,
+        max_concurrent: f.limits.max_concurrent_requests,
         cache_breakpoints: false,
         from_api: false,
         expires_at_ms: None,
@@ -480,9 +504,13 @@ pub fn check_key_fields(owner: &str, f: &KeyFields) -> Result<(), PolicyError> {
     Ok(())
 }
 
-/// A compiled key's limits as a policy file writes them.
-pub fn raw_limits(limits: &[Limit]) -> Limits {
-    let mut out = Limits::default();
+/// A compiled key's limits (and concurrency cap) as a policy file writes
+/// them.
+pub fn raw_limits(limits: &[Limit], max_concurrent: Option<u64>) -> Limits {
+    let mut out = Limits {
+        max_concurrent_requests: max_concurrent,
+        ..Limits::default()
+    };
     for l in limits {
         let v = Some(l.spec.capacity);
         match (l.kind, l.period) {

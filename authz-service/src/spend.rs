@@ -419,6 +419,8 @@ impl<S: Store> Spend<'_, S> {
         }
     }
 
+    // `Err` is the Check's answer (a `Decision`, sized by the admitted one).
+    #[allow(clippy::result_large_err)]
     fn money_unreachable(
         &self,
         policy: &Policy,
@@ -440,6 +442,9 @@ impl<S: Store> Spend<'_, S> {
             rate_headers: Vec::new(),
             reserved: 0,
             reserved_at: None,
+            output: None,
+            settle_now: false,
+            slot: None,
             cache_breakpoints: false,
         }) {
             Decision::Allow { .. } => Ok(None),

@@ -71,7 +71,7 @@ fn report(
         cache_write_tokens: 0,
         web_searches: 0,
         reserved,
-        reserved_at: None,
+        ..UsageReport::default()
     }
 }
 

@@ -15,7 +15,7 @@ use std::time::Instant;
 use serde_json::Value;
 use tollgate_wire::mcp::{header_safe, METHOD_HEADER, TOOLS_HEADER, TOOL_HEADER};
 
-use super::{Authorizer, CheckInput, Planned};
+use super::{Authorizer, CheckInput, Counted, Planned};
 use crate::decision::{echo, error_body, Decision};
 use crate::plan::Scope;
 use crate::policy::{Key, Kind, Limit, Policy};
@@ -172,6 +172,9 @@ impl<S: Store> Authorizer<S> {
             reserved: 0,
             reserved_at: None,
             cache_breakpoints: false,
+            output: None,
+            settle_now: false,
+            slot: None,
         };
         let aggregate = server.is_empty();
         let tool = match call.tool() {
@@ -260,7 +263,7 @@ impl<S: Store> Authorizer<S> {
                 h.extend(budget_headers.iter().cloned());
                 allow(h)
             };
-            self.take_buckets(&planned, 0, policy, key, None, with_budget)
+            self.take_buckets(&planned, 0, policy, key, None, Counted::Every, with_budget)
                 .await
         };
         if let (Some(taken), Decision::Deny { .. } | Decision::Unavailable(_)) = (&money, &d) {

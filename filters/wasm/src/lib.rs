@@ -3,7 +3,8 @@
 //! that talks to Envoy. Configuration is parsed once per VM in `on_configure`
 //! and shared with every request through an `Arc`. With usage batching on,
 //! the requests of a VM add their usage to the root's batch, which the root
-//! posts on its tick.
+//! posts on its tick; on the same tick it renews the concurrency slots its
+//! requests hold (`tollgate_core::slots`).
 //!
 //! The same module also runs as the per-attempt (upstream) filter of the
 //! provider clusters, configured with root id [`ATTEMPT_ROOT_ID`]: its
@@ -27,6 +28,7 @@ use tollgate_core::flow::Flow;
 use tollgate_core::host::{Action, Host};
 use tollgate_core::mcp::{is_mcp_path, Exchange, McpMetrics};
 use tollgate_core::metrics::Metrics;
+use tollgate_core::slots::SlotBook;
 use tollgate_core::usage::UsageBatch;
 
 use host::WasmHost;
@@ -45,6 +47,9 @@ proxy_wasm::main! {{
             context_id,
             runtime: None,
             batch: None,
+            slots: Rc::default(),
+            flush_every: 1,
+            ticks: 0,
             metrics: Rc::default(),
             mcp_metrics: Rc::default(),
             attempts: false,
@@ -57,6 +62,11 @@ struct Root {
     runtime: Option<Arc<Runtime>>,
     /// This VM's pending usage, when `usage_flush_ms` > 0.
     batch: Option<Rc<RefCell<UsageBatch>>>,
+    /// The concurrency slots this VM's requests hold.
+    slots: Rc<RefCell<SlotBook>>,
+    /// The batch is posted every this many ticks; ticks since it was.
+    flush_every: u64,
+    ticks: u64,
     /// This VM's metric ids per (tenant, key, provider, model).
     metrics: Rc<RefCell<Metrics>>,
     /// This VM's MCP metric ids.
@@ -87,6 +97,32 @@ impl Root {
         }
     }
 }
+
+impl Root {
+    /// Renew the slots held a third of their ttl since their last renewal.
+    fn renew_slots(&self) {
+        let Some(target) = self.runtime.as_ref().and_then(|rt| rt.usage.as_ref()) else {
+            return;
+        };
+        let Some(body) = self.slots.borrow_mut().due(host::now_ms()) else {
+            return;
+        };
+        let path = tollgate_core::usage::SLOTS_RENEW_PATH;
+        if !host::post(&target.cluster, path, &body, target.timeout_ms) {
+            host::log(
+                LogLevel::Warn,
+                &format!(
+                    "tollgate: could not renew concurrency slots at cluster {}",
+                    target.cluster
+                ),
+            );
+        }
+    }
+}
+
+/// The tick without usage batching: often enough to renew a slot of the
+/// shortest ttl (1 s) every third of it.
+const SLOT_TICK: Duration = Duration::from_millis(250);
 
 impl Context for Root {
     fn on_done(&mut self) -> bool {
@@ -124,10 +160,13 @@ impl RootContext for Root {
                 if flush_ms > 0 {
                     // Kept across reconfigurations: requests in flight hold it.
                     self.batch.get_or_insert_with(Rc::default);
-                    self.set_tick_period(Duration::from_millis(flush_ms));
+                    let tick = Duration::from_millis(flush_ms).min(SLOT_TICK);
+                    self.set_tick_period(tick);
+                    // Every this many ticks (1 unless flush_ms > SLOT_TICK).
+                    self.flush_every = flush_ms.div_ceil(tick.as_millis() as u64).max(1);
                 } else {
                     self.batch = None;
-                    self.set_tick_period(Duration::ZERO);
+                    self.set_tick_period(SLOT_TICK);
                 }
                 // Series are keyed by provider index: a new config starts anew.
                 self.metrics = Rc::default();
@@ -152,7 +191,9 @@ impl RootContext for Root {
         // happen once on_configure succeeded) requests get a 503.
         Some(Box::new(Http {
             flow: self.runtime.as_ref().map(|rt| {
-                let flow = Flow::new(Arc::clone(rt)).with_metrics(Rc::clone(&self.metrics));
+                let flow = Flow::new(Arc::clone(rt))
+                    .with_metrics(Rc::clone(&self.metrics))
+                    .with_slot_book(Rc::clone(&self.slots));
                 match &self.batch {
                     Some(b) => flow.with_usage_batch(Rc::clone(b)),
                     None => flow,
@@ -165,7 +206,13 @@ impl RootContext for Root {
     }
 
     fn on_tick(&mut self) {
-        self.flush_usage();
+        // The tick may be shorter than the flush interval (slot renewals).
+        self.ticks += 1;
+        if self.ticks >= self.flush_every {
+            self.ticks = 0;
+            self.flush_usage();
+        }
+        self.renew_slots();
     }
 
     fn get_type(&self) -> Option<ContextType> {
