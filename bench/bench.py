@@ -17,6 +17,8 @@ Scenarios (each on a fresh stack, all in one session so they compare fairly):
     authz        Envoy + ext_authz with Redis buckets, no Wasm
     authz-null   Envoy + ext_authz against authz-null (allows all)  authz's floor
     full         the whole gateway (OpenAI→Anthropic), non-streaming
+    full-capped  full with a key under concurrency caps it never reaches (a
+                 Redis call per Check, a report sent at once per request)
     full-stream  the whole gateway, streaming
     responses    the whole gateway, Responses API front door, translated to
                  Anthropic through chat (POST /v1/responses), non-streaming
@@ -92,8 +94,10 @@ def _hcm(cfg: dict) -> dict:
 
 
 def _route(cfg: dict) -> dict:
-    """The one route every request takes (envoy.yaml's providers route)."""
-    return _hcm(cfg)["route_config"]["virtual_hosts"][0]["routes"][0]
+    """The route every model request takes (envoy.yaml's providers route,
+    after the MCP routes)."""
+    return next(r for r in _hcm(cfg)["route_config"]["virtual_hosts"][0]["routes"]
+                if "cluster_header" in r.get("route", {}))
 
 
 def without_filters(cfg: dict, *names: str) -> dict:
@@ -238,6 +242,9 @@ class Scenario:
 # on the other key, and every request succeeds.
 RETRY_KEYS = [{"id": "bench-429", "value": "mock-anthropic-key-bench-429"},
               {"id": "anthropic-2", "value_env": "TG_KEY_ANTHROPIC_2"}]
+# config/policy.yaml's demo limits plus max_concurrent_requests on the key
+# and its tenant, never reached.
+CAPPED_KEY = "tg-bench-capped"
 RETRY_MOCK_KEY = {"name": "bench-429", "key": "mock-anthropic-key-bench-429",
                   "faults": {"seed": 3, "429": 0.2, "retry_after_s": 0}}
 
@@ -294,6 +301,9 @@ def scenarios(mock_key: str) -> list[Scenario]:
                  headers=auth, authz_null=True),
         Scenario("full", "whole gateway, OpenAI→Anthropic, non-streaming", gateway,
                  base, "anthropic/claude-sonnet-4-5", headers=auth, floor="floor"),
+        Scenario("full-capped", "full with a key under concurrency caps it never reaches (a slot taken in "
+                 "Redis per Check, released by a report sent at once)", gateway, base,
+                 "anthropic/claude-sonnet-4-5", headers={"authorization": f"Bearer {CAPPED_KEY}"}, floor="full"),
         Scenario("full-stream", "whole gateway, OpenAI→Anthropic, streaming", gateway,
                  base, "anthropic/claude-sonnet-4-5", stream=True, headers=auth, floor="floor"),
         Scenario("responses", "whole gateway, Responses API (/v1/responses) → Anthropic through chat, "

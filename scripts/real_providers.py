@@ -177,17 +177,20 @@ def local_provider(name: str, provider: dict, ps: dict, env: Mapping[str, str]) 
         if region:
             provider["region"] = region
             host = f"bedrock-runtime.{region}.amazonaws.com"
-        if env.get("AWS_SESSION_TOKEN") and not missing:
-            return None, ("AWS_SESSION_TOKEN is set: temporary AWS credentials are not supported; "
-                          "use a long-term access key"), []
     if missing:
         return host, f"{' and '.join(missing)} not set (environment or {KEYS_FILE})", []
     first = provider["keys"][0]
     key = {"id": first["id"], "value_env": var}
+    variables = [var]
     if kind == "bedrock":
         key["access_key_id"] = env["AWS_ACCESS_KEY_ID"]
+        if env.get("AWS_SESSION_TOKEN"):
+            # Temporary credentials: the token signs every request
+            # (x-amz-security-token); `make rotate-keys` applies new ones.
+            key["session_token_env"] = "AWS_SESSION_TOKEN"
+            variables.append("AWS_SESSION_TOKEN")
     provider["keys"] = [key]
-    return host, "", [var]
+    return host, "", variables
 
 
 def render_local(source: dict, settings: dict, env: Mapping[str, str]) -> tuple[dict, dict[str, str], dict[str, str]]:

@@ -17,16 +17,24 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 
+use tollgate_wire::{OutputCover, Refusal, Slot, SlotRef, TopUp, TopUpAnswer};
+
 use crate::backend::Backend;
 use crate::bucket::{format_reset, ms_until_admits, ms_until_full};
 use crate::decision::{echo, error_body};
+use crate::learned::Learned;
 use crate::lease::{Leases, Local};
 use crate::metrics::Metrics;
 use crate::plan::{plan, Planned, Scope, Take};
 use crate::policy::{Credential, Key, Kind, Policy, Tenant};
+use crate::slots::Slots;
 use crate::spend::{MoneyState, MoneyTaken, Spend};
-use crate::storage::{BucketOp, Outcome, Store, StoreError};
+use crate::storage::{
+    tenant_slots, BucketOp, Outcome, SlotMode, SlotOp, SlotOutcome, Store, StoreError,
+};
 use crate::usage::{Recorded, Settle, UsageError, UsageQueue};
+
+pub mod mcp;
 
 /// The request headers a decision needs (names as Envoy sends them, lowercase).
 #[derive(Debug, Clone, Default)]
@@ -52,33 +60,134 @@ pub use crate::decision::Decision;
 /// filters: the usage is then debited in full.
 pub use tollgate_wire::UsageReport;
 
-/// Tokens to reserve for one request: the prompt estimated from its size
-/// (4 bytes a token) plus the tenant's answer reservation, at most the
-/// smallest key or tenant token bucket (so every bucket reserves the same
-/// amount and one echoed figure settles all of them). 0 without token limits.
-fn reservation(key: &Key, tenant: Option<&Tenant>, content_length: Option<u64>) -> u64 {
-    let smallest = key
-        .limits
+/// The smallest key or tenant token bucket of `key`: what one reservation
+/// is capped at (so every bucket reserves the same amount and one echoed
+/// figure settles all of them). None without token limits.
+fn smallest_token_bucket(key: &Key, tenant: Option<&Tenant>) -> Option<u64> {
+    key.limits
         .iter()
         .chain(tenant.map(|t| t.limits.as_slice()).unwrap_or_default())
         .filter(|l| l.kind == Kind::Tokens)
         .map(|l| l.spec.capacity)
-        .min();
-    let Some(smallest) = smallest else { return 0 };
-    estimate(tenant, content_length).min(smallest)
+        .min()
 }
 
-/// The tokens a request may use, uncapped: the prompt's estimate plus the
-/// tenant's answer reservation (what money budgets reserve when no token
-/// bucket caps it).
-fn estimate(tenant: Option<&Tenant>, content_length: Option<u64>) -> u64 {
-    let answer = tenant.map_or(crate::policy::DEFAULT_RESERVE_COMPLETION_TOKENS, |t| {
+/// The tenant's answer reservation for a request that declares no output
+/// limit (`reserve_completion_tokens`).
+fn undeclared_output(tenant: Option<&Tenant>) -> u64 {
+    tenant.map_or(crate::policy::DEFAULT_RESERVE_COMPLETION_TOKENS, |t| {
         t.reserve_completion_tokens
-    });
+    })
+}
+
+/// Tokens to reserve for one request: the prompt estimated from its size
+/// (4 bytes a token) plus `output` for the answer, at most the smallest
+/// token bucket; and the answer's part when the reservation holds it
+/// whole. 0 without token limits.
+fn reservation(
+    key: &Key,
+    tenant: Option<&Tenant>,
+    content_length: Option<u64>,
+    output: OutputCover,
+) -> (u64, Option<OutputCover>) {
+    let Some(smallest) = smallest_token_bucket(key, tenant) else {
+        return (0, None);
+    };
+    let wanted = estimate(content_length, output.reserved);
+    if wanted > smallest {
+        // The whole bucket: no top-up could add to it.
+        return (smallest, None);
+    }
+    (wanted, Some(output))
+}
+
+/// The tokens a request may use, uncapped: the prompt's estimate plus
+/// `output` for the answer (what money budgets reserve when no token
+/// bucket caps it).
+fn estimate(content_length: Option<u64>, output: u64) -> u64 {
     content_length
         .unwrap_or(0)
         .div_ceil(4)
-        .saturating_add(answer)
+        .saturating_add(output)
+}
+
+/// Below this many reservations left in the tightest token bucket, a
+/// finished request's refund should land before the next request: the
+/// filter is asked to post its report at once (`;now`). At 1,000 requests
+/// a second a batch of 100 ms holds about 100 unsettled reservations.
+pub const SETTLE_NOW_RESERVATIONS: f64 = 128.0;
+
+/// Whether the tightest reserving token bucket of `planned` (levels after
+/// this request's take) holds less than [`SETTLE_NOW_RESERVATIONS`]
+/// reservations of `reserve` tokens.
+fn settle_now(planned: &[Planned], levels: &[f64], reserve: u64) -> bool {
+    reserve > 0
+        && planned
+            .iter()
+            .zip(levels)
+            .filter(|(p, _)| p.limit.kind == Kind::Tokens && p.scope.reserves())
+            .any(|(_, &level)| level < SETTLE_NOW_RESERVATIONS * reserve as f64)
+}
+
+/// The refusal a filter relays for a denied top-up: the status, the
+/// OpenAI body's message, type and code, and `retry-after`.
+fn refusal(status: u16, body: &str, headers: &[(&'static str, String)]) -> Refusal {
+    let v: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+    let field = |name: &str| {
+        v.get("error")
+            .and_then(|e| e.get(name))
+            .and_then(|m| m.as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    Refusal {
+        status,
+        message: field("message"),
+        kind: field("type"),
+        code: field("code"),
+        retry_after: headers
+            .iter()
+            .find(|(n, _)| *n == "retry-after")
+            .and_then(|(_, v)| v.parse().ok()),
+    }
+}
+
+/// How the buckets admitted a request: the tokens reserved, whether to
+/// settle at once, and whether anything was taken (false: the store
+/// failed open).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Admitted {
+    reserved: u64,
+    settle_now: bool,
+    taken: bool,
+}
+
+/// Admitted without a decision (the store failed open): nothing taken.
+const FAILED_OPEN: Admitted = Admitted {
+    reserved: 0,
+    settle_now: false,
+    taken: false,
+};
+
+/// Which outcomes of the buckets count as a Check's decision
+/// (`tollgate_authz_decisions_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Counted {
+    Every,
+    /// A capped Check: its admission is counted once its slot decided it.
+    Refusals,
+    /// A top-up: no Check.
+    Nothing,
+}
+
+/// Why a top-up was not decided.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TopUpError {
+    #[error("unknown key_id {} for tenant {}", echo(.0), echo(.1))]
+    UnknownKey(String, String),
+    /// The store failed and the tenant's `redis_failure` is `envoy`.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 /// "key demo-key", "tenant demo", "key demo-key model m", "tenant demo model m".
@@ -89,6 +198,14 @@ fn scope_label(scope: Scope, key: &Key, model: Option<&str>) -> String {
         Scope::Tenant => format!("tenant {}", key.tenant),
         Scope::KeyModel => format!("key {} model {m}", key.id),
         Scope::TenantModel => format!("tenant {} model {m}", key.tenant),
+        // The limit's name is the bucket key's last part (crate::mcp_rules).
+        Scope::KeyMcp | Scope::TenantMcp => {
+            let owner = match scope {
+                Scope::KeyMcp => format!("key {}", key.id),
+                _ => format!("tenant {}", key.tenant),
+            };
+            format!("{owner}, MCP calls of {m}")
+        }
     }
 }
 
@@ -203,6 +320,10 @@ pub struct Authorizer<S: Store> {
     usage_queue: UsageQueue,
     /// Money budgets: leases on spend counters, the wall clock.
     money: MoneyState,
+    /// Answer reservations learned per key from the filter's reports.
+    learned: Learned,
+    /// Concurrency slots: their ids, ttl and the Checks waiting for one.
+    slots: Slots,
 }
 
 impl<S: Store> Authorizer<S> {
@@ -214,6 +335,8 @@ impl<S: Store> Authorizer<S> {
             leases: Leases::new(),
             usage_queue: UsageQueue::default(),
             money: Default::default(),
+            learned: Learned::new(),
+            slots: Slots::default(),
         }
     }
 
@@ -222,6 +345,13 @@ impl<S: Store> Authorizer<S> {
     /// applies as for a slow store.
     pub fn with_refill_wait(mut self, wait: Duration) -> Self {
         self.backend.refill_wait = wait;
+        self
+    }
+
+    /// Concurrency slots live `ttl_ms` after they were taken or last
+    /// renewed ([`crate::slots::DEFAULT_TTL_MS`] by default).
+    pub fn with_slot_ttl(mut self, ttl_ms: u64) -> Self {
+        self.slots = Slots::new(ttl_ms);
         self
     }
 
@@ -246,6 +376,11 @@ impl<S: Store> Authorizer<S> {
         &self.money.leases
     }
 
+    /// Answer reservations this instance learned per key.
+    pub fn learned(&self) -> &Learned {
+        &self.learned
+    }
+
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.backend.metrics
     }
@@ -261,6 +396,8 @@ impl<S: Store> Authorizer<S> {
             leases: &self.leases,
             money: &self.money,
             queue: &self.usage_queue,
+            learned: &self.learned,
+            slots: &self.slots,
         }
     }
 
@@ -307,7 +444,9 @@ impl<S: Store> Authorizer<S> {
 
     /// The key a request presents, known to `policy` and allowed the
     /// request's model (when it states one), and that model; `Err` is the
-    /// 401 or 403.
+    /// 401 or 403 (a `Decision` like every answer of a Check: its size is
+    /// the admitted answer's, slot and reservation included).
+    #[allow(clippy::result_large_err)]
     fn authenticate<'p, 'i>(
         &self,
         policy: &'p Policy,
@@ -367,10 +506,19 @@ impl<S: Store> Authorizer<S> {
             Err(d) => return d,
         };
         let tenant = policy.tenant(&key.tenant);
-        let mut reserve = reservation(key, tenant, input.content_length);
+        let undeclared = undeclared_output(tenant);
+        let output = OutputCover {
+            reserved: self
+                .learned
+                .output(&key.id, Instant::now())
+                .unwrap_or(undeclared),
+            undeclared,
+        };
+        let (mut reserve, mut cover) = reservation(key, tenant, input.content_length, output);
         if reserve == 0 && policy.money.applies(&key.id, &key.tenant) {
             // No token bucket caps the estimate: money budgets reserve it whole.
-            reserve = estimate(tenant, input.content_length);
+            reserve = estimate(input.content_length, output.reserved);
+            cover = Some(output);
         }
         *money = match self.spend().admit(&policy, key, model, reserve).await {
             Ok(m) => m,
@@ -380,12 +528,14 @@ impl<S: Store> Authorizer<S> {
         let reserved_at = money
             .as_ref()
             .and_then(|m| u64::try_from(m.at_ms / 60_000).ok());
-        let allow = |mut rate_headers: Vec<(&'static str, String)>, reserved| {
+        let taken = std::sync::atomic::AtomicBool::new(false);
+        let allow = |mut rate_headers: Vec<(&'static str, String)>, a: Admitted| {
+            taken.store(a.taken, std::sync::atomic::Ordering::Relaxed);
             // Money was reserved for `reserve` tokens: the report settles it.
             let reserved = if budget_headers.is_some() {
                 reserve
             } else {
-                reserved
+                a.reserved
             };
             rate_headers.extend(budget_headers.iter().flatten().cloned());
             Decision::Allow {
@@ -395,23 +545,285 @@ impl<S: Store> Authorizer<S> {
                 rate_headers,
                 reserved,
                 reserved_at,
+                output: cover.filter(|_| reserved > 0),
+                settle_now: a.settle_now,
+                slot: None,
                 cache_breakpoints: key.cache_breakpoints,
             }
         };
         let planned = plan(&policy, key, model, Take::Check { reserve });
-        if planned.is_empty() {
-            self.backend.record("allowed", "no_limits");
-            return allow(Vec::new(), 0);
+        // With a cap, the decision is counted once the slot decided it.
+        let slot = self.slots.acquire(key, tenant);
+        let reason = if planned.is_empty() {
+            "no_limits"
+        } else {
+            "ok"
+        };
+        let d = if planned.is_empty() {
+            if slot.is_none() {
+                self.backend.record("allowed", reason);
+            }
+            allow(Vec::new(), FAILED_OPEN)
+        } else {
+            let counted = match slot {
+                None => Counted::Every,
+                Some(_) => Counted::Refusals,
+            };
+            self.take_buckets(&planned, reserve, &policy, key, model, counted, allow)
+                .await
+        };
+        let (Decision::Allow { .. }, Some(op)) = (&d, slot) else {
+            return d;
+        };
+        let taken = taken.load(std::sync::atomic::Ordering::Relaxed);
+        if !planned.is_empty() && !taken {
+            // The buckets failed open (no decision): no slot either.
+            return d;
         }
-        self.take_buckets(&planned, reserve, &policy, key, model, allow)
+        match self.hold_slot(&policy, key, op, d, reason).await {
+            Ok(d) => d,
+            Err(refused) => {
+                if taken {
+                    self.give_back(&planned);
+                }
+                refused
+            }
+        }
+    }
+
+    /// Take the concurrency slot `op` for a request of `key` its buckets
+    /// admitted (`allowed` then carries it, and the decision is counted
+    /// with `reason`); `Err`: the 429 at the cap, or the failure policy's
+    /// answer when the store failed.
+    async fn hold_slot(
+        &self,
+        policy: &Policy,
+        key: &Key,
+        op: SlotOp,
+        mut allowed: Decision,
+        reason: &str,
+    ) -> Result<Decision, Decision> {
+        let mut waited = false;
+        loop {
+            let call = self.backend.store.slots(&op);
+            match self.backend.timed("slot_acquire", call).await {
+                Ok(SlotOutcome { denied: None, .. }) => {
+                    self.count_slots("acquired");
+                    self.backend.record("allowed", reason);
+                    if let Decision::Allow { slot, .. } = &mut allowed {
+                        *slot = Some(Slot {
+                            id: op.slot,
+                            ttl_ms: op.ttl_ms,
+                        });
+                    }
+                    return Ok(allowed);
+                }
+                Ok(SlotOutcome {
+                    denied: Some(i), ..
+                }) if !waited && i < op.sets.len() => {
+                    // A release on its way (a sequential client's last
+                    // request) frees a slot in a moment.
+                    waited = true;
+                    self.slots.freed(&op.sets[i].0, crate::slots::WAIT).await;
+                }
+                Ok(SlotOutcome {
+                    denied: Some(i),
+                    counts,
+                }) => {
+                    self.count_slots("refused");
+                    let headers = match &allowed {
+                        Decision::Allow { rate_headers, .. } => rate_headers.clone(),
+                        _ => Vec::new(),
+                    };
+                    return Err(self.over_cap(key, &op, i, &counts, headers));
+                }
+                Err(e) => {
+                    return match self.backend.failed(policy, key, e, |_| allowed) {
+                        d @ Decision::Allow { .. } => Ok(d),
+                        d => Err(d),
+                    }
+                }
+            }
+        }
+    }
+
+    fn count_slots(&self, op: &str) {
+        self.backend.metrics.slots.with_label_values(&[op]).inc();
+    }
+
+    /// The 429 of a request refused at the cap of set `i` of `op`.
+    fn over_cap(
+        &self,
+        key: &Key,
+        op: &SlotOp,
+        i: usize,
+        counts: &[u64],
+        rate_headers: Vec<(&'static str, String)>,
+    ) -> Decision {
+        let cap = op.sets.get(i).map_or(0, |(_, cap)| *cap);
+        let tenant_set = op
+            .sets
+            .get(i)
+            .is_some_and(|(set, _)| *set == tenant_slots(&key.tenant));
+        let (scope, label) = if tenant_set {
+            ("tenant", format!("tenant {}", key.tenant))
+        } else {
+            ("key", format!("key {}", key.id))
+        };
+        let in_flight = counts.get(i).copied().unwrap_or(cap);
+        let msg = format!(
+            "Concurrency limit reached for {label}: {in_flight} requests in flight, limit {cap}. Please retry when one of them has finished."
+        );
+        self.backend.record("denied", "concurrency_limited");
+        self.backend
+            .metrics
+            .denials
+            .with_label_values(&[&key.tenant, "concurrent_requests", "in_flight", scope])
+            .inc();
+        let mut headers = vec![("retry-after", "1".to_string())];
+        headers.extend(rate_headers);
+        Decision::Deny {
+            status: 429,
+            body: error_body(&msg, "requests", "concurrency_limit_exceeded"),
+            headers,
+        }
+    }
+
+    /// Put what `planned` took back into this instance's leases (a request
+    /// refused after its buckets admitted it); a lease already dropped
+    /// keeps the units until they refill.
+    fn give_back(&self, planned: &[Planned]) {
+        let back: Vec<BucketOp> = planned
+            .iter()
+            .map(|p| BucketOp {
+                take: -p.op.take,
+                ..p.op.clone()
+            })
+            .collect();
+        let _ = self.leases.try_take(&back, Instant::now());
+    }
+
+    /// Top an admitted request's reservation up to what its output limit
+    /// needs (`POST /v1/reserve`, from the filter before it forwards the
+    /// request): `need - output` more tokens, at most what keeps the
+    /// reservation within the smallest token bucket, from the key's and
+    /// tenant's token buckets and money budgets, admitted by the same rules
+    /// as a Check's reservation. The answer says what is reserved in all,
+    /// or the refusal the client gets (the request's first reservation
+    /// stays for its usage report to refund).
+    pub async fn top_up(&self, t: &TopUp) -> Result<TopUpAnswer, TopUpError> {
+        let policy = self.policy.load();
+        let key = match policy.key_by_id(&t.key_id) {
+            Some(k) if k.tenant == t.tenant => k,
+            _ => return Err(TopUpError::UnknownKey(t.key_id.clone(), t.tenant.clone())),
+        };
+        let tenant = policy.tenant(&key.tenant);
+        let mut extra = t.need.saturating_sub(t.output);
+        if let Some(smallest) = smallest_token_bucket(key, tenant) {
+            extra = extra.min(smallest.saturating_sub(t.reserved));
+        }
+        let metric = |result: &str| {
+            self.backend
+                .metrics
+                .top_ups
+                .with_label_values(&[result])
+                .inc();
+        };
+        let covered = TopUpAnswer {
+            reserved: t.reserved,
+            refused: None,
+        };
+        if extra == 0 {
+            metric("covered");
+            return Ok(covered);
+        }
+        let model = t.model.as_deref().map(str::trim).filter(|m| !m.is_empty());
+        let refused = |d: Decision| match d {
+            Decision::Deny {
+                status,
+                body,
+                headers,
+            } => {
+                metric("refused");
+                Ok(TopUpAnswer {
+                    reserved: t.reserved,
+                    refused: Some(refusal(status, &body, &headers)),
+                })
+            }
+            Decision::Unavailable(msg) => {
+                metric("error");
+                Err(TopUpError::Unavailable(msg))
+            }
+            Decision::Allow { .. } => Ok(covered.clone()),
+        };
+        let money = match self.spend().admit(&policy, key, model, extra).await {
+            Ok(m) => m,
+            Err(d) => return refused(d),
+        };
+        let planned = plan(&policy, key, model, Take::TopUp { extra });
+        let allow = |_, a: Admitted| Decision::Allow {
+            tenant: String::new(),
+            key_id: String::new(),
+            models: String::new(),
+            rate_headers: Vec::new(),
+            reserved: a.reserved,
+            reserved_at: None,
+            output: None,
+            settle_now: false,
+            slot: None,
+            cache_breakpoints: false,
+        };
+        let d = if planned.is_empty() {
+            allow(
+                Vec::new(),
+                Admitted {
+                    reserved: extra,
+                    ..FAILED_OPEN
+                },
+            )
+        } else {
+            self.take_buckets(
+                &planned,
+                extra,
+                &policy,
+                key,
+                model,
+                Counted::Nothing,
+                allow,
+            )
             .await
+        };
+        match d {
+            Decision::Allow { reserved, .. } => {
+                // Fail-open takes nothing: the money reservation is the
+                // only one, and the report settles it.
+                let added = if money.is_some() { extra } else { reserved };
+                metric("added");
+                // The key's next Checks reserve this need at once (a
+                // refused one teaches nothing: it would lock the key's
+                // smaller requests out).
+                self.learned.observe(&key.id, t.need, Instant::now());
+                Ok(TopUpAnswer {
+                    reserved: t.reserved.saturating_add(added),
+                    refused: None,
+                })
+            }
+            d => {
+                if let Some(taken) = &money {
+                    self.spend().put_back(taken);
+                }
+                refused(d)
+            }
+        }
     }
 
     /// Take every bucket of `planned` (`reserve` tokens from those that
     /// reserve) for `key` from this instance's leases, or, when they fall
     /// short, in one store call that refills them; `allow` builds the answer
-    /// of an admitted request from its rate-limit headers and the tokens
-    /// reserved.
+    /// of an admitted request from its rate-limit headers, the tokens
+    /// reserved and whether to settle at once; `counted`: which outcomes
+    /// count as a Check's decision.
+    #[allow(clippy::too_many_arguments)]
     async fn take_buckets(
         &self,
         planned: &[Planned],
@@ -419,18 +831,35 @@ impl<S: Store> Authorizer<S> {
         policy: &Policy,
         key: &Key,
         model: Option<&str>,
-        allow: impl Fn(Vec<(&'static str, String)>, u64) -> Decision,
+        counted: Counted,
+        allow: impl Fn(Vec<(&'static str, String)>, Admitted) -> Decision,
     ) -> Decision {
         let mut ops: Vec<BucketOp> = planned.iter().map(|p| p.op.clone()).collect();
+        let admitted = |levels: &[f64]| {
+            if counted == Counted::Every {
+                self.backend.record("allowed", "ok");
+            }
+            let admitted = Admitted {
+                reserved: reserve,
+                settle_now: settle_now(planned, levels, reserve),
+                taken: true,
+            };
+            allow(rate_headers(planned, levels), admitted)
+        };
+        let rate_limited = |i: usize, levels: &[f64]| {
+            if counted != Counted::Nothing {
+                let reason = match planned.get(i).map(|p| p.limit.kind) {
+                    Some(Kind::Requests) => "rate_limited_requests",
+                    _ => "rate_limited_tokens",
+                };
+                self.backend.record("denied", reason);
+            }
+            self.rate_limited(planned, i, levels, key, model)
+        };
         // From this instance's leases and cached refusals, when they decide.
         let from_memory = |ops: &[BucketOp], now| match self.leases.try_take(ops, now) {
-            Local::Taken(levels) => {
-                self.backend.record("allowed", "ok");
-                Some(allow(rate_headers(planned, &levels), reserve))
-            }
-            Local::Denied { index, levels } => {
-                Some(self.rate_limited(planned, index, &levels, key, model))
-            }
+            Local::Taken(levels) => Some(admitted(&levels)),
+            Local::Denied { index, levels } => Some(rate_limited(index, &levels)),
             Local::Miss => None,
         };
         if let Some(d) = from_memory(&ops, Instant::now()) {
@@ -462,8 +891,7 @@ impl<S: Store> Authorizer<S> {
         match result {
             Ok(outcome @ Outcome { denied: None, .. }) => {
                 let levels = self.leases.grant(&ops, &outcome, now);
-                self.backend.record("allowed", "ok");
-                allow(rate_headers(planned, &levels), reserve)
+                admitted(&levels)
             }
             Ok(Outcome {
                 denied: Some(i),
@@ -475,7 +903,7 @@ impl<S: Store> Authorizer<S> {
                 let retry = ms_until_admits(level, p.op.take, p.limit.spec);
                 self.leases
                     .deny(&p.op, level, Duration::from_millis(retry), now);
-                self.rate_limited(planned, i, &levels, key, model)
+                rate_limited(i, &levels)
             }
             Ok(Outcome {
                 denied: Some(i), ..
@@ -507,19 +935,11 @@ impl<S: Store> Authorizer<S> {
         let retry_ms = ms_until_admits(level, p.op.take, p.limit.spec);
         let msg = format!(
             "Rate limit reached for {} on {kind} per {}: limit {}, remaining {}. Please try again in {}.",
-            scope_label(p.scope, key, model),
+            scope_label(p.scope, key, mcp::limit_name(p).or(model)),
             p.limit.period,
             p.limit.spec.capacity,
             level.floor().max(0.0) as u64,
             format_reset(retry_ms),
-        );
-        self.backend.record(
-            "denied",
-            if p.limit.kind == Kind::Requests {
-                "rate_limited_requests"
-            } else {
-                "rate_limited_tokens"
-            },
         );
         self.backend
             .metrics
@@ -545,14 +965,20 @@ impl<S: Store> Authorizer<S> {
         model: Option<&str>,
         planned: &[Planned],
         e: StoreError,
-        allow: impl FnOnce(Vec<(&'static str, String)>, u64) -> Decision,
+        allow: impl FnOnce(Vec<(&'static str, String)>, Admitted) -> Decision,
     ) -> Decision {
         let ops: Vec<BucketOp> = planned.iter().map(|p| p.op.clone()).collect();
         if let Some((i, levels)) = self.leases.known_exhausted(&ops, Instant::now()) {
             self.backend.count_store_error("check", &e);
+            let reason = match planned.get(i).map(|p| p.limit.kind) {
+                Some(Kind::Requests) => "rate_limited_requests",
+                _ => "rate_limited_tokens",
+            };
+            self.backend.record("denied", reason);
             return self.rate_limited(planned, i, &levels, key, model);
         }
-        self.backend.failed(policy, key, e, |h| allow(h, 0))
+        self.backend
+            .failed(policy, key, e, |h| allow(h, FAILED_OPEN))
     }
 
     /// Settle a usage report: debit its tokens from the token buckets of
@@ -567,10 +993,40 @@ impl<S: Store> Authorizer<S> {
         self.settle().record(&policy, report).await
     }
 
+    /// Renew the slots of requests still running (`POST /v1/slots/renew`,
+    /// from the filter every third of their ttl): each slot's deadline
+    /// moves to now + ttl where it is still held; a slot that expired is
+    /// not taken back (counted as `expired`). Returns how many were renewed.
+    pub async fn renew_slots(&self, slots: &[SlotRef]) -> usize {
+        let mut renewed = 0;
+        for s in slots {
+            if !crate::policy::valid_policy_name(&s.tenant)
+                || !crate::policy::valid_policy_name(&s.key_id)
+                || !tollgate_wire::valid_slot_id(&s.slot)
+            {
+                continue;
+            }
+            let op = self
+                .slots
+                .held(SlotMode::Renew, &s.tenant, &s.key_id, &s.slot);
+            let call = self.backend.store.slots(&op);
+            match self.backend.timed("slot_renew", call).await {
+                Ok(out) if out.counts.iter().any(|&c| c > 0) => {
+                    renewed += 1;
+                    self.count_slots("renewed");
+                }
+                Ok(_) => self.count_slots("expired"),
+                Err(e) => self.backend.count_store_error("slot_renew", &e),
+            }
+        }
+        renewed
+    }
+
     /// Periodic upkeep (every 250 ms from the server): give idle leases back
     /// to the store, then apply queued usage debits while the store takes
     /// them.
     pub async fn maintain(&self) {
+        self.learned.sweep(Instant::now());
         for op in self.leases.sweep(Instant::now()) {
             // A lost return only leaves units unused until they refill.
             let _ = self.backend.store.debit(std::slice::from_ref(&op)).await;
@@ -641,6 +1097,68 @@ mod tests {
         let h = rate_headers(&plan, &[999.9, 9_000.0, 10_500.0]);
         assert_eq!(header(&h, "x-ratelimit-remaining-requests"), "999");
         assert_eq!(header(&h, "x-ratelimit-remaining-tokens"), "9000");
+    }
+
+    #[test]
+    fn a_reservation_holds_the_answer_part_unless_it_is_the_whole_bucket() {
+        let policy = crate::policy::Policy::from_yaml(&format!(
+            "version: 1\ntenants:\n  t: {{limits: {{tokens_per_minute: 5000}}}}\n  u: {{}}\nkeys:\n  - {{id: k, tenant: t, sha256: {}, limits: {{tokens_per_minute: 2000}}}}\n  - {{id: n, tenant: u, sha256: {}}}\n",
+            crate::policy::hash_key("a"),
+            crate::policy::hash_key("b"),
+        ))
+        .unwrap();
+        let key = policy.key_by_id("k").unwrap();
+        let tenant = policy.tenant("t");
+        let out = OutputCover {
+            reserved: 16,
+            undeclared: 256,
+        };
+        assert_eq!(reservation(key, tenant, Some(100), out), (41, Some(out)));
+        assert_eq!(reservation(key, tenant, None, out), (16, Some(out)));
+        // Capped at the smallest bucket (the key's 2,000): no answer part.
+        assert_eq!(reservation(key, tenant, Some(8000), out), (2000, None));
+        let none = policy.key_by_id("n").unwrap();
+        assert_eq!(
+            reservation(none, policy.tenant("u"), Some(100), out),
+            (0, None)
+        );
+    }
+
+    #[test]
+    fn settle_now_when_the_tightest_bucket_holds_few_reservations() {
+        let plan = [
+            planned(Kind::Requests, 1_000, Scope::Key),
+            planned(Kind::Tokens, 1_000_000, Scope::Key),
+            planned(Kind::Tokens, 1_000_000, Scope::KeyModel),
+        ];
+        assert!(!settle_now(&plan, &[10.0, 900_000.0, 1.0], 100));
+        assert!(settle_now(&plan, &[10.0, 12_000.0, 1.0], 100));
+        assert!(
+            !settle_now(&plan, &[10.0, 12_000.0, 1.0], 0),
+            "nothing reserved"
+        );
+    }
+
+    #[test]
+    fn a_refusal_keeps_the_denials_message_type_code_and_retry() {
+        let body = error_body("Rate limit reached", "tokens", "rate_limit_exceeded");
+        let r = refusal(429, &body, &[("retry-after", "7".into())]);
+        assert_eq!(
+            (
+                r.status,
+                r.message.as_str(),
+                r.kind.as_str(),
+                r.code.as_str(),
+                r.retry_after
+            ),
+            (
+                429,
+                "Rate limit reached",
+                "tokens",
+                "rate_limit_exceeded",
+                Some(7)
+            )
+        );
     }
 
     fn input(auth: Option<&str>, api_key: Option<&str>) -> CheckInput {

@@ -7,6 +7,8 @@
 //! Transport-free: [`crate::service`] maps a [`Decision`] onto an ext_authz
 //! `CheckResponse`, [`crate::http`] sends the bodies of `/v1/usage`.
 
+use tollgate_wire::{OutputCover, Slot};
+
 /// What to answer.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
@@ -21,8 +23,18 @@ pub enum Decision {
         /// `x-tollgate-reserved` for the filter to echo in its usage report.
         reserved: u64,
         /// The unix minute money was reserved at (None: no money budget),
-        /// sent with `reserved` ([`tollgate_wire::reservation`]).
+        /// sent with `reserved` ([`tollgate_wire::Reservation`]).
         reserved_at: Option<u64>,
+        /// The answer's part of `reserved` (None when nothing was reserved,
+        /// or when the reservation is the smallest bucket's whole capacity,
+        /// which no top-up could add to).
+        output: Option<OutputCover>,
+        /// The tightest token bucket is nearly empty: the filter posts this
+        /// request's usage report at once.
+        settle_now: bool,
+        /// The concurrency slot the request holds (None: no
+        /// `max_concurrent_requests` applies, or the store failed open).
+        slot: Option<Slot>,
         /// The key's policy asks for prompt-cache breakpoints on Anthropic
         /// requests that carry none (`x-tollgate-cache-breakpoints: 1`).
         cache_breakpoints: bool,

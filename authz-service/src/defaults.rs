@@ -17,3 +17,8 @@ pub const REDIS_TIMEOUT_MS: u64 = 10;
 pub const REDIS_BUSY_TIMEOUT_MS: u64 = 250;
 pub const REDIS_MAX_IN_FLIGHT: usize = 256;
 pub const RELOAD_INTERVAL_MS: u64 = 500;
+/// A concurrency slot lives this long after it was taken or last renewed
+/// (a dead gateway's slots come back within it).
+pub const SLOT_TTL_MS: u64 = 30_000;
+/// The shortest `--slot-ttl-ms` (the filter renews every third of it).
+pub const SLOT_TTL_MIN_MS: u64 = 1_000;

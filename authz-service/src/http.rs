@@ -1,4 +1,6 @@
-//! The HTTP side: `GET /healthz`, `GET /metrics`, `POST /v1/usage`.
+//! The HTTP side: `GET /healthz`, `GET /metrics`, and the gateway's calls:
+//! `POST /v1/usage` (usage reports), `POST /v1/reserve` (reservation
+//! top-ups), `POST /v1/slots/renew` (concurrency slots of long requests).
 
 use std::sync::Arc;
 
@@ -9,9 +11,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use serde::Deserialize;
-use tollgate_wire::UsageReport;
+use tollgate_wire::{SlotRef, TopUp, UsageReport};
 
-use crate::authz::Authorizer;
+use crate::authz::{Authorizer, TopUpError};
 use crate::decision::{clip, error_body, ECHO_MAX_CHARS};
 use crate::storage::Store;
 use crate::usage::{Recorded, UsageError};
@@ -29,6 +31,8 @@ pub fn router<S: Store>(authz: Arc<Authorizer<S>>, usage_token: Option<UsageToke
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics::<S>))
         .route("/v1/usage", post(usage::<S>))
+        .route(tollgate_wire::RESERVE_PATH, post(reserve::<S>))
+        .route(tollgate_wire::SLOTS_RENEW_PATH, post(renew::<S>))
         .fallback(not_found)
         .with_state(Arc::new(HttpState { authz, usage_token }))
 }
@@ -73,31 +77,39 @@ enum Reports {
     Many(Vec<UsageReport>),
 }
 
+/// The 401 for a caller without the gateway's usage token, counted as
+/// `unauthorized` in `refusals` (None: the caller may go on).
+fn not_the_gateway<S: Store>(
+    state: &HttpState<S>,
+    headers: &HeaderMap,
+    refusals: &prometheus::IntCounterVec,
+) -> Option<Response> {
+    let token = state.usage_token.as_ref()?;
+    let presented = headers
+        .get(tollgate_wire::header::USAGE_TOKEN)
+        .map(|v| v.as_bytes());
+    if presented.is_some_and(|p| token.matches(p)) {
+        return None;
+    }
+    refusals.with_label_values(&["unauthorized"]).inc();
+    Some(json(
+        StatusCode::UNAUTHORIZED,
+        error_body(
+            "Usage reports are accepted only from the gateway.",
+            "authentication_error",
+            "usage_unauthorized",
+        ),
+    ))
+}
+
 async fn usage<S: Store>(
     State(state): State<Arc<HttpState<S>>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let authz = &state.authz;
-    if let Some(token) = &state.usage_token {
-        let presented = headers
-            .get(tollgate_wire::header::USAGE_TOKEN)
-            .map(|v| v.as_bytes());
-        if !presented.is_some_and(|p| token.matches(p)) {
-            authz
-                .metrics()
-                .usage_reports
-                .with_label_values(&["unauthorized"])
-                .inc();
-            return json(
-                StatusCode::UNAUTHORIZED,
-                error_body(
-                    "Usage reports are accepted only from the gateway.",
-                    "authentication_error",
-                    "usage_unauthorized",
-                ),
-            );
-        }
+    if let Some(refused) = not_the_gateway(&state, &headers, &authz.metrics().usage_reports) {
+        return refused;
     }
     let reports = match parse_reports(&body) {
         Ok(reports) => reports,
@@ -137,6 +149,84 @@ async fn usage<S: Store>(
         .into_response();
     };
     not_recorded(&e, failed, total)
+}
+
+/// `POST /v1/reserve`: top a request's reservation up to what its output
+/// limit needs ([`Authorizer::top_up`]). 200 with a
+/// [`tollgate_wire::TopUpAnswer`] once decided (a refusal included); 400
+/// for a malformed body or an unknown key; 503 when the store failed and
+/// the tenant's `redis_failure` is `envoy`.
+async fn reserve<S: Store>(
+    State(state): State<Arc<HttpState<S>>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let authz = &state.authz;
+    let count = |result: &str| authz.metrics().top_ups.with_label_values(&[result]).inc();
+    if let Some(refused) = not_the_gateway(&state, &headers, &authz.metrics().top_ups) {
+        return refused;
+    }
+    let top_up: TopUp = match serde_json::from_slice(&body) {
+        Ok(t) => t,
+        Err(e) => {
+            count("bad_request");
+            return malformed("top-up", "invalid_top_up", &e);
+        }
+    };
+    match authz.top_up(&top_up).await {
+        Ok(answer) => json(
+            StatusCode::OK,
+            serde_json::to_string(&answer).unwrap_or_default(),
+        ),
+        Err(e @ TopUpError::UnknownKey(..)) => {
+            count("unknown_key");
+            json(
+                StatusCode::BAD_REQUEST,
+                error_body(&format!("{e}."), "invalid_request_error", "unknown_key"),
+            )
+        }
+        Err(TopUpError::Unavailable(_)) => json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            error_body(
+                "The rate-limit store is unavailable.",
+                "server_error",
+                "store_unavailable",
+            ),
+        ),
+    }
+}
+
+/// `POST /v1/slots/renew`: renew the concurrency slots of requests still
+/// running (an array of [`SlotRef`]): 204; 400 for a malformed body.
+async fn renew<S: Store>(
+    State(state): State<Arc<HttpState<S>>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let authz = &state.authz;
+    if let Some(refused) = not_the_gateway(&state, &headers, &authz.metrics().slots) {
+        return refused;
+    }
+    match serde_json::from_slice::<Vec<SlotRef>>(&body) {
+        Ok(slots) => {
+            authz.renew_slots(&slots).await;
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Err(e) => malformed("slot renewal", "invalid_slot_renewal", &e),
+    }
+}
+
+/// The 400 for a body that is not a `what`: serde's message, which can
+/// quote the input, cut like any echo.
+fn malformed(what: &str, code: &str, e: &serde_json::Error) -> Response {
+    let msg = format!(
+        "Invalid {what}: {}",
+        clip(&e.to_string(), 3 * ECHO_MAX_CHARS)
+    );
+    json(
+        StatusCode::BAD_REQUEST,
+        error_body(&msg, "invalid_request_error", code),
+    )
 }
 
 /// The body of `POST /v1/usage`: one report or an array of them; `Err` is

@@ -148,6 +148,18 @@ impl Entry {
         }
     }
 
+    /// Whether the level last seen (plus the units leased) holds `op`'s
+    /// take: a cached refusal does not apply to it (a smaller take than the
+    /// one refused, or a refund this instance settled since).
+    fn holds(&self, op: &BucketOp) -> bool {
+        let left = self.level + self.units as f64;
+        if op.take == 0 {
+            left > 0.0
+        } else {
+            op.take as f64 <= left
+        }
+    }
+
     /// Unused for [`IDLE`] and nothing exhausted to remember.
     fn idle(&self, now: Tick) -> bool {
         now.since(self.last_used) >= IDLE
@@ -335,7 +347,7 @@ impl Leases {
                         }
                         continue;
                     }
-                    if e.denied_until.is_some_and(|t| t.is_later_than(now)) {
+                    if e.denied_until.is_some_and(|t| t.is_later_than(now)) && !e.holds(op) {
                         put_back(&mut map, ops, &before);
                         return Local::Denied {
                             index,
@@ -418,8 +430,9 @@ impl Leases {
     }
 
     /// The store refused bucket `op` at `level`; it admits again in
-    /// `retry`. Refuse it from memory for at most [`DENIAL_CACHE`], and
-    /// while the store is unreachable until it can have refilled.
+    /// `retry`. Refuse takes that `level` (as settlements since change it)
+    /// does not hold from memory for at most [`DENIAL_CACHE`], and while
+    /// the store is unreachable until it can have refilled.
     pub fn deny(&self, op: &BucketOp, level: f64, retry: Duration, now: Instant) {
         let now = self.tick(now);
         let mut map = self.map();
@@ -580,6 +593,27 @@ mod tests {
         // a is used up: nothing is taken from b either.
         assert_eq!(l.try_take(&ops, t0), Local::Miss);
         assert_eq!(l.try_take(&[op("b", 3)], t0), Local::Taken(vec![94.0]));
+    }
+
+    #[test]
+    fn a_refused_take_does_not_refuse_what_the_level_holds() {
+        // A top-up of 390 refused at a level of 350: a Check reserving 40
+        // goes to the store, and so does one of 600 once this instance
+        // settled a refund that brought the level to 988.
+        let l = Leases::new();
+        let t0 = Instant::now();
+        l.deny(&op("a", 390), 350.0, Duration::from_secs(30), t0);
+        assert!(matches!(
+            l.try_take(&[op("a", 400)], t0),
+            Local::Denied { .. }
+        ));
+        assert_eq!(l.try_take(&[op("a", 40)], t0), Local::Miss);
+        assert!(matches!(
+            l.try_take(&[op("a", 600)], t0),
+            Local::Denied { .. }
+        ));
+        l.observe(&[op("a", -620)], &[988.0]);
+        assert_eq!(l.try_take(&[op("a", 600)], t0), Local::Miss);
     }
 
     #[test]

@@ -25,15 +25,15 @@
 //! the bottom up; authz-service/README.md, "Source layout", lists them.
 //!
 //! 1. [`bucket`], [`rolling`], [`prices`], [`decision`], [`metrics`],
-//!    [`defaults`], [`usage_token`], [`admin_client`]: math, answers,
-//!    settings and the admin API's client, using no other module
+//!    [`defaults`], [`usage_token`], [`admin_client`], [`learned`]: math,
+//!    answers, settings and the admin API's client, using no other module
 //! 2. [`storage`] (buckets and spend counters, in memory or in Redis),
 //!    [`anthropic`]
 //! 3. [`budget`] (the money part of a policy), [`lease`]
 //! 4. [`policy`] (the file's keys and the admin API's, compiled)
 //! 5. [`plan`] (the buckets of a request), [`backend`] (the store as the
 //!    decisions reach it), [`keygen`], [`keystore`] (the admin API's keys,
-//!    in memory or in Redis)
+//!    in memory or in Redis), [`slots`] (concurrency slots)
 //! 6. [`spend`] (money budgets reserved and settled)
 //! 7. [`usage`] (usage reports settled, debits queued)
 //! 8. [`authz`] (the Check decision and the [`authz::Authorizer`])
@@ -58,7 +58,9 @@ pub mod http;
 pub mod keygen;
 pub mod keystore;
 pub mod keysync;
+pub mod learned;
 pub mod lease;
+pub mod mcp_rules;
 pub mod metrics;
 pub mod plan;
 pub mod policy;
@@ -67,6 +69,7 @@ pub mod reload;
 pub mod rolling;
 pub mod server;
 pub mod service;
+pub mod slots;
 pub mod sources;
 pub mod spend;
 pub mod storage;

@@ -94,6 +94,9 @@ struct Grants {
     requests_per_day: Option<u64>,
     #[arg(long, value_name = "N")]
     tokens_per_day: Option<u64>,
+    /// Requests of the key in flight at once, across every gateway.
+    #[arg(long, value_name = "N")]
+    max_concurrent_requests: Option<u64>,
     /// Money budget per calendar day in the tenant's time zone, US dollars.
     #[arg(long, value_name = "USD")]
     usd_per_day: Option<String>,
@@ -168,7 +171,7 @@ struct Serve {
     /// Also serve ext_authz Check on this Unix domain socket (replaced at start).
     #[arg(long, value_name = "PATH")]
     grpc_uds: Option<PathBuf>,
-    /// GET /healthz, GET /metrics, POST /v1/usage.
+    /// GET /healthz, GET /metrics, POST /v1/usage, /v1/reserve, /v1/slots/renew.
     #[arg(long, value_name = "ADDR", default_value_t = defaults::HTTP_LISTEN)]
     http_listen: SocketAddr,
     /// redis://host:port, redis+cluster://h1:p1,h2:p2, or memory:// (per-process buckets).
@@ -202,6 +205,18 @@ struct Serve {
     /// How often the admin API's keys are polled for changes (at least 20).
     #[arg(long, value_name = "MS", default_value_t = defaults::KEYS_POLL_MS)]
     keys_poll_ms: u64,
+    /// How long a concurrency slot (max_concurrent_requests) lives after it
+    /// was taken or last renewed: a dead gateway's slots are free after it.
+    #[arg(long, value_name = "MS", default_value_t = defaults::SLOT_TTL_MS,
+          value_parser = slot_ttl)]
+    slot_ttl_ms: u64,
+}
+
+fn slot_ttl(s: &str) -> Result<u64, String> {
+    s.parse::<u64>()
+        .ok()
+        .filter(|n| *n >= defaults::SLOT_TTL_MIN_MS)
+        .ok_or_else(|| format!("need at least {} (ms)", defaults::SLOT_TTL_MIN_MS))
 }
 
 fn name(s: &str) -> Result<String, String> {
@@ -313,6 +328,7 @@ fn grants_body(
         ("tokens_per_minute", g.tokens_per_minute),
         ("requests_per_day", g.requests_per_day),
         ("tokens_per_day", g.tokens_per_day),
+        ("max_concurrent_requests", g.max_concurrent_requests),
     ]
     .into_iter()
     .filter_map(|(k, v)| v.map(|v| (k.to_string(), json!(v))))
@@ -470,6 +486,7 @@ fn serve(s: Serve) -> ExitCode {
     cfg.redis_busy_timeout = Duration::from_millis(s.redis_busy_timeout_ms);
     cfg.redis_max_in_flight = s.redis_max_in_flight;
     cfg.reload_interval = Duration::from_millis(s.reload_interval_ms.max(50));
+    cfg.slot_ttl = Duration::from_millis(s.slot_ttl_ms);
     cfg.admin_listen = s.admin_listen;
     cfg.keys_poll = Duration::from_millis(s.keys_poll_ms.max(20));
     if let Some(path) = &s.admin_token_file {

@@ -42,6 +42,13 @@ pub struct Metrics {
     /// `tollgate_authz_denials_total{tenant, limit, period, scope}`: 429s by
     /// the limit that refused them; every label value comes from the policy.
     pub denials: IntCounterVec,
+    /// `tollgate_authz_top_ups_total{result}`: reservations the filter
+    /// asked to top up (`added`, `covered`, `refused`, `error`).
+    pub top_ups: IntCounterVec,
+    /// `tollgate_authz_slots_total{op}`: concurrency slots `acquired`,
+    /// `refused`, `released`, `renewed`, `expired` (gone when their release
+    /// or renewal came).
+    pub slots: IntCounterVec,
     /// `tollgate_authz_key_syncs_total{result}`: polls of the admin API's
     /// keys that applied a change (`applied`) or failed (`failed`).
     pub key_syncs: IntCounterVec,
@@ -156,6 +163,22 @@ impl Metrics {
             &["tenant", "limit", "period", "scope"],
         )?;
         registry.register(Box::new(denials.clone()))?;
+        let top_ups = IntCounterVec::new(
+            Opts::new(
+                "tollgate_authz_top_ups_total",
+                "Reservations topped up for a request's own output limit, by result",
+            ),
+            &["result"],
+        )?;
+        registry.register(Box::new(top_ups.clone()))?;
+        let slots = IntCounterVec::new(
+            Opts::new(
+                "tollgate_authz_slots_total",
+                "Concurrency slots by operation",
+            ),
+            &["op"],
+        )?;
+        registry.register(Box::new(slots.clone()))?;
         let key_syncs = IntCounterVec::new(
             Opts::new(
                 "tollgate_authz_key_syncs_total",
@@ -203,6 +226,8 @@ impl Metrics {
             spend_usd,
             budget_soft_cap,
             denials,
+            top_ups,
+            slots,
             key_syncs,
             admin_requests,
         })

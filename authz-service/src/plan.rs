@@ -13,6 +13,11 @@ pub enum Scope {
     Tenant,
     KeyModel,
     TenantModel,
+    /// MCP tool calls of a key (`crate::mcp_rules`): bucket scope
+    /// `kx:<key id>:<limit name>`.
+    KeyMcp,
+    /// MCP tool calls of a tenant: `tx:<limit name>`.
+    TenantMcp,
 }
 
 impl Scope {
@@ -29,6 +34,8 @@ impl Scope {
             Scope::Tenant => "tenant",
             Scope::KeyModel => "key_model",
             Scope::TenantModel => "tenant_model",
+            Scope::KeyMcp => "key_mcp",
+            Scope::TenantMcp => "tenant_mcp",
         }
     }
 }
@@ -50,6 +57,9 @@ pub enum Take {
     /// A usage report: `tokens` minus `reserved` from the buckets that held
     /// the reservation, `tokens` from the others.
     Settle { tokens: u64, reserved: u64 },
+    /// A top-up of an admitted request's reservation: `extra` more from
+    /// the key and tenant token buckets, nothing from the others.
+    TopUp { extra: u64 },
 }
 
 /// The buckets of a request of `key` (on `model`, when known): the key's
@@ -69,6 +79,8 @@ pub fn plan(policy: &Policy, key: &Key, model: Option<&str>, how: Take) -> Vec<P
                 (Take::Check { .. }, Kind::Requests) => 1,
                 (Take::Check { reserve }, Kind::Tokens) if scope.reserves() => reserve as i64,
                 (Take::Check { .. }, Kind::Tokens) => 0,
+                (Take::TopUp { extra }, Kind::Tokens) if scope.reserves() => extra as i64,
+                (Take::TopUp { .. }, _) => continue,
             };
             let kp = match (l.kind, l.period) {
                 (Kind::Requests, "day") => "rd",

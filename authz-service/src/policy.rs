@@ -48,8 +48,13 @@ pub struct Limits {
     pub requests_per_day: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens_per_day: Option<u64>,
+    /// Requests in flight at once (a key's or a tenant's, never a model's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrent_requests: Option<u64>,
 }
 
+/// Largest `max_concurrent_requests`.
+pub const MAX_CONCURRENT_REQUESTS: u64 = 1_000_000;
 impl Limits {
     /// The limits as (field name, value), in the file's field order.
     pub fn fields(&self) -> [(&'static str, Option<u64>); 4] {
@@ -92,6 +97,9 @@ struct RawTenant {
     /// Add prompt-cache breakpoints to Anthropic requests that carry none.
     #[serde(default)]
     cache_breakpoints: Option<bool>,
+    /// MCP servers and tools of every key of the tenant (`crate::mcp_rules`).
+    #[serde(default)]
+    mcp: Option<crate::mcp_rules::RawMcp>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -111,6 +119,9 @@ struct RawKey {
     /// Overrides the tenant's `cache_breakpoints`.
     #[serde(default)]
     cache_breakpoints: Option<bool>,
+    /// The MCP servers and tools this key may use (`crate::mcp_rules`).
+    #[serde(default)]
+    mcp: Option<crate::mcp_rules::RawMcp>,
 }
 
 fn default_models() -> Vec<String> {
@@ -125,6 +136,7 @@ impl RawKey {
             model_limits: self.model_limits.clone(),
             budgets: self.budgets.clone(),
             cache_breakpoints: self.cache_breakpoints,
+            mcp: self.mcp.clone(),
         }
     }
 }
@@ -145,6 +157,10 @@ pub struct KeyFields {
     /// Overrides the tenant's `cache_breakpoints`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_breakpoints: Option<bool>,
+    /// The MCP servers and tools the key may use (`crate::mcp_rules`);
+    /// without it, none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<crate::mcp_rules::RawMcp>,
 }
 
 impl Default for KeyFields {
@@ -155,6 +171,7 @@ impl Default for KeyFields {
             model_limits: BTreeMap::new(),
             budgets: None,
             cache_breakpoints: None,
+            mcp: None,
         }
     }
 }
@@ -189,6 +206,9 @@ struct RawPolicy {
     /// Price overrides and additions (see `crate::prices`).
     #[serde(default)]
     prices: BTreeMap<String, crate::prices::RawPrice>,
+    /// US dollars per MCP tool call (`crate::mcp_rules`).
+    #[serde(default)]
+    mcp_prices: BTreeMap<String, crate::prices::Decimal>,
 }
 
 /// What a limit counts.
@@ -247,8 +267,12 @@ pub struct Tenant {
     /// Tokens reserved at Check time for a request's answer (the prompt's
     /// estimate comes on top), settled by the usage report.
     pub reserve_completion_tokens: u64,
+    /// Requests of all its keys in flight at once (`limits.max_concurrent_requests`).
+    pub max_concurrent: Option<u64>,
     /// Prompt-cache breakpoints for Anthropic requests without any.
     pub cache_breakpoints: bool,
+    /// Its `mcp:` (`None`: no restriction or limit of its own).
+    pub mcp: Option<crate::mcp_rules::McpRules>,
 }
 
 /// Default of `reserve_completion_tokens`.
@@ -264,6 +288,8 @@ pub struct Key {
     pub models_header: String,
     pub limits: Vec<Limit>,
     pub model_limits: HashMap<String, Vec<Limit>>,
+    /// Requests of this key in flight at once (`limits.max_concurrent_requests`).
+    pub max_concurrent: Option<u64>,
     /// The key's own `cache_breakpoints`, else its tenant's.
     pub cache_breakpoints: bool,
     /// Made through the admin API (else: the policy file's, read-only).
@@ -272,6 +298,8 @@ pub struct Key {
     pub expires_at_ms: Option<i64>,
     /// Unix ms at which the key was revoked: refused since.
     pub revoked_at_ms: Option<i64>,
+    /// Its `mcp:`; without one, no MCP server.
+    pub mcp: crate::mcp_rules::McpRules,
 }
 
 /// A presented secret found by its hash: the key, and until when this
@@ -300,6 +328,8 @@ pub struct Policy {
     tenants: HashMap<String, Tenant>,
     /// Prices, time zones and money budgets (`crate::budget`).
     pub money: crate::budget::Money,
+    /// Prices of MCP tool calls.
+    pub mcp_prices: crate::mcp_rules::McpPrices,
 }
 
 /// A policy that failed to load; `Display` is the exact, user-facing message.
@@ -329,7 +359,15 @@ fn check_limits(owner: &str, field: &str, l: &Limits) -> Result<(), PolicyError>
             return err(format!("{owner}: {field}.{name} must be greater than 0"));
         }
     }
-    Ok(())
+    match l.max_concurrent_requests {
+        Some(0) => err(format!(
+            "{owner}: {field}.max_concurrent_requests must be greater than 0"
+        )),
+        Some(n) if n > MAX_CONCURRENT_REQUESTS => err(format!(
+            "{owner}: {field}.max_concurrent_requests must be at most {MAX_CONCURRENT_REQUESTS}"
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn check_model_limits(
@@ -344,6 +382,11 @@ fn check_model_limits(
             ));
         }
         check_limits(owner, &format!("model_limits.{model:?}"), limits)?;
+        if limits.max_concurrent_requests.is_some() {
+            return err(format!(
+                "{owner}: model_limits.{model:?}.max_concurrent_requests: concurrency caps are per key and per tenant, not per model"
+            ));
+        }
         out.insert(model.clone(), compile_limits(limits));
     }
     Ok(out)
@@ -379,7 +422,14 @@ fn compile_tenants(raw: &RawPolicy) -> Result<HashMap<String, Tenant>, PolicyErr
                 model_limits,
                 redis_failure: t.redis_failure.unwrap_or(default_failure),
                 reserve_completion_tokens: t.reserve_completion_tokens.unwrap_or(default_reserve),
+                max_concurrent: t.limits.max_concurrent_requests,
                 cache_breakpoints: t.cache_breakpoints.unwrap_or(false),
+                mcp: t
+                    .mcp
+                    .as_ref()
+                    .map(|m| crate::mcp_rules::compile(&owner, m))
+                    .transpose()
+                    .map_err(PolicyError)?,
             },
         );
     }
@@ -414,6 +464,13 @@ fn compile_key(owner: &str, id: &str, tenant: &str, f: &KeyFields) -> Result<Key
     }
     check_limits(owner, "limits", &f.limits)?;
     let model_limits = check_model_limits(owner, &f.model_limits)?;
+    let mcp = match &f.mcp {
+        Some(m) => crate::mcp_rules::compile(owner, m).map_err(PolicyError)?,
+        None => crate::mcp_rules::McpRules {
+            tools: Some(Vec::new()),
+            limits: Vec::new(),
+        },
+    };
     Ok(Key {
         id: id.to_string(),
         tenant: tenant.to_string(),
@@ -421,10 +478,12 @@ fn compile_key(owner: &str, id: &str, tenant: &str, f: &KeyFields) -> Result<Key
         models: f.models.clone(),
         limits: compile_limits(&f.limits),
         model_limits,
+        max_concurrent: f.limits.max_concurrent_requests,
         cache_breakpoints: false,
         from_api: false,
         expires_at_ms: None,
         revoked_at_ms: None,
+        mcp,
     })
 }
 
@@ -445,9 +504,13 @@ pub fn check_key_fields(owner: &str, f: &KeyFields) -> Result<(), PolicyError> {
     Ok(())
 }
 
-/// A compiled key's limits as a policy file writes them.
-pub fn raw_limits(limits: &[Limit]) -> Limits {
-    let mut out = Limits::default();
+/// A compiled key's limits (and concurrency cap) as a policy file writes
+/// them.
+pub fn raw_limits(limits: &[Limit], max_concurrent: Option<u64>) -> Limits {
+    let mut out = Limits {
+        max_concurrent_requests: max_concurrent,
+        ..Limits::default()
+    };
     for l in limits {
         let v = Some(l.spec.capacity);
         match (l.kind, l.period) {
@@ -598,12 +661,15 @@ impl Policy {
             }
         }
         let money = compile_money(&raw, &added)?;
+        let mcp_prices =
+            crate::mcp_rules::McpPrices::compile(&raw.mcp_prices).map_err(PolicyError)?;
         let policy = Policy {
             by_hash,
             by_id,
             keys,
             tenants,
             money,
+            mcp_prices,
         };
         Ok((policy, left_out))
     }

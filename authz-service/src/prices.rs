@@ -11,7 +11,7 @@
 //!
 //! let p = Prices::shipped().unwrap();
 //! // 1,000 prompt tokens (200 of them cached) and 500 completion tokens.
-//! let t = Tokens { prompt: 1_000, completion: 500, cached: 200, cache_write: 0 };
+//! let t = Tokens { prompt: 1_000, completion: 500, cached: 200, cache_write: 0, web_searches: 0 };
 //! // 800 × $0.15/M + 200 × $0.075/M + 500 × $0.60/M = $0.000435
 //! assert_eq!(p.cost("openai/gpt-4o-mini", &t).0, 435_000);
 //! ```
@@ -93,6 +93,9 @@ pub struct RawPrice {
     cached_input: Option<Decimal>,
     #[serde(default)]
     cache_write: Option<Decimal>,
+    /// US dollars per 1,000 web searches the provider runs for an answer.
+    #[serde(default)]
+    web_search: Option<Decimal>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -109,10 +112,12 @@ pub struct Price {
     pub output: i64,
     pub cached_input: i64,
     pub cache_write: i64,
+    /// Micro-dollars per 1,000 web searches (nano-dollars per search).
+    pub web_search: i64,
 }
 
 impl Price {
-    /// The highest of the four.
+    /// The highest of the four token prices.
     pub fn highest(&self) -> i64 {
         self.input
             .max(self.output)
@@ -129,6 +134,7 @@ pub struct Tokens {
     pub completion: u64,
     pub cached: u64,
     pub cache_write: u64,
+    pub web_searches: u64,
 }
 
 /// A price table: shipped models plus a deployment's overrides.
@@ -170,6 +176,12 @@ pub fn compile_price(model: &str, p: &RawPrice) -> Result<Price, String> {
             .map(|d| f("cache_write", d))
             .transpose()?
             .unwrap_or(input),
+        web_search: p
+            .web_search
+            .as_ref()
+            .map(|d| f("web_search", d))
+            .transpose()?
+            .unwrap_or(0),
     })
 }
 
@@ -208,6 +220,7 @@ impl Prices {
             f.output = f.output.max(p.output);
             f.cached_input = f.cached_input.max(p.cached_input);
             f.cache_write = f.cache_write.max(p.cache_write);
+            f.web_search = f.web_search.max(p.web_search);
         }
         self.fallback = f;
         Ok(())
@@ -260,7 +273,8 @@ pub fn cost_nano(p: &Price, t: &Tokens) -> i64 {
         .iter()
         .map(|&(n, price)| n as u128 * price.max(0) as u128)
         .sum();
-    i64::try_from(micro_per_million.div_ceil(1000)).unwrap_or(i64::MAX)
+    let searches = t.web_searches as u128 * p.web_search.max(0) as u128;
+    i64::try_from(micro_per_million.div_ceil(1000) + searches).unwrap_or(i64::MAX)
 }
 
 /// Tokens × price (micro-dollars per million) in nano-dollars, rounded up:
@@ -306,7 +320,8 @@ mod tests {
                 input: 3_000_000,
                 output: 15_000_000,
                 cached_input: 300_000,
-                cache_write: 3_750_000
+                cache_write: 3_750_000,
+                web_search: 10_000_000,
             }
         );
         // 1,000,000 prompt tokens: 100,000 read, 200,000 written, the rest plain.
@@ -315,6 +330,7 @@ mod tests {
             completion: 100_000,
             cached: 100_000,
             cache_write: 200_000,
+            web_searches: 0,
         };
         // 0.7 × 3 + 0.1 × 0.30 + 0.2 × 3.75 + 0.1 × 15 = 2.1 + 0.03 + 0.75 + 1.5
         assert_eq!(
@@ -336,6 +352,7 @@ mod tests {
             output: 600_000,
             cached_input: 75_000,
             cache_write: 150_000,
+            web_search: 10_000_000,
         };
         // 1 token at $0.15/M = 150 nano-dollars; 1 at $0.000001/M rounds up to 1.
         let one = Tokens {
@@ -356,6 +373,13 @@ mod tests {
         };
         assert_eq!(cost_nano(&p, &odd), 750_000u64.div_ceil(1000) as i64);
         assert_eq!(reserve_nano(1000, 15_000_000), 15_000_000);
+        // Three web searches at $10 per 1,000: 3 cents, beside the tokens.
+        let searched = Tokens {
+            prompt: 1,
+            web_searches: 3,
+            ..Tokens::default()
+        };
+        assert_eq!(cost_nano(&p, &searched), 150 + 30_000_000);
     }
 
     #[test]

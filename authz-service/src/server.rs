@@ -44,6 +44,8 @@ pub struct ServeConfig {
     /// [`tollgate_wire::header::USAGE_TOKEN`]; `None` accepts any caller
     /// (development only: anyone who reaches the port can charge a tenant).
     pub usage_token: Option<UsageToken>,
+    /// How long a concurrency slot lives after it was taken or renewed.
+    pub slot_ttl: Duration,
     /// The admin API's address (served only with `admin_token`).
     pub admin_listen: SocketAddr,
     /// The token the admin API requires; `None`: the admin API is off.
@@ -65,6 +67,7 @@ impl ServeConfig {
             redis_max_in_flight: defaults::REDIS_MAX_IN_FLIGHT,
             reload_interval: Duration::from_millis(defaults::RELOAD_INTERVAL_MS),
             usage_token: None,
+            slot_ttl: Duration::from_millis(defaults::SLOT_TTL_MS),
             admin_listen: defaults::ADMIN_LISTEN,
             admin_token: None,
             keys_poll: Duration::from_millis(defaults::KEYS_POLL_MS),
@@ -286,7 +289,11 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, String> {
     // in envoy.yaml, stays above it).
     let refill_wait =
         (cfg.redis_timeout.max(cfg.redis_busy_timeout) * 2).max(Duration::from_millis(100));
-    let authz = Arc::new(Authorizer::new(policy, store, metrics).with_refill_wait(refill_wait));
+    let authz = Arc::new(
+        Authorizer::new(policy, store, metrics)
+            .with_refill_wait(refill_wait)
+            .with_slot_ttl(cfg.slot_ttl.as_millis() as u64),
+    );
     let (tx, rx) = watch::channel(false);
     let mut tasks = Vec::new();
 

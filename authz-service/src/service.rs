@@ -21,8 +21,11 @@ use envoy_types::pb::envoy::service::auth::v3::{
 use envoy_types::pb::google::rpc;
 
 use tollgate_wire::header as wire;
+use tollgate_wire::Reservation;
 
 use crate::authz::{Authorizer, CheckInput};
+
+pub mod mcp;
 use crate::decision::Decision;
 use crate::storage::Store;
 
@@ -113,26 +116,40 @@ pub fn to_response(decision: Decision) -> Result<CheckResponse, tonic::Status> {
             rate_headers,
             reserved,
             reserved_at,
+            output,
+            settle_now,
+            slot,
             cache_breakpoints,
         } => {
+            let reservation = Reservation {
+                tokens: reserved,
+                at_minute: reserved_at,
+                output,
+                settle_now,
+            };
+            let mut headers = vec![
+                header(wire::TENANT, tenant),
+                header(wire::KEY_ID, key_id),
+                header(wire::MODELS, models),
+                // Always set ("0" when nothing was reserved), so a
+                // client cannot forge it; the filter echoes it.
+                header(wire::RESERVED, reservation.header()),
+                // Always set too, so a client cannot opt itself in.
+                header(
+                    wire::CACHE_BREAKPOINTS,
+                    if cache_breakpoints { "1" } else { "0" }.to_string(),
+                ),
+            ];
+            let mut headers_to_remove: Vec<String> =
+                HEADERS_TO_REMOVE.iter().map(|s| s.to_string()).collect();
+            match slot {
+                Some(slot) => headers.push(header(wire::SLOT, slot.header())),
+                // A client's copy never reaches the filter.
+                None => headers_to_remove.push(wire::SLOT.to_string()),
+            }
             let ok = OkHttpResponse {
-                headers: vec![
-                    header(wire::TENANT, tenant),
-                    header(wire::KEY_ID, key_id),
-                    header(wire::MODELS, models),
-                    // Always set ("0" when nothing was reserved), so a
-                    // client cannot forge it; the filter echoes it.
-                    header(
-                        wire::RESERVED,
-                        tollgate_wire::reservation(reserved, reserved_at),
-                    ),
-                    // Always set too, so a client cannot opt itself in.
-                    header(
-                        wire::CACHE_BREAKPOINTS,
-                        if cache_breakpoints { "1" } else { "0" }.to_string(),
-                    ),
-                ],
-                headers_to_remove: HEADERS_TO_REMOVE.iter().map(|s| s.to_string()).collect(),
+                headers,
+                headers_to_remove,
                 response_headers_to_add: rate_headers
                     .into_iter()
                     .map(|(k, v)| header(k, v))
@@ -204,6 +221,11 @@ impl<S: Store> Authorization for AuthzService<S> {
         request: tonic::Request<CheckRequest>,
     ) -> Result<tonic::Response<CheckResponse>, tonic::Status> {
         let input = check_input(request.get_ref());
+        if let Some(call) = mcp::call_of(request.get_ref()) {
+            return mcp::check(&self.inner, &input, &call)
+                .await
+                .map(tonic::Response::new);
+        }
         let mut decision = self.inner.check(&input).await;
         if is_messages_request(request.get_ref()) {
             decision = crate::anthropic::for_messages(decision, crate::anthropic::now_ms());

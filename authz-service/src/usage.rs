@@ -7,16 +7,19 @@
 
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
 
 use tollgate_wire::UsageReport;
 
 use crate::backend::Backend;
 use crate::decision::echo;
+use crate::learned::Learned;
 use crate::lease::Leases;
 use crate::plan::{plan, Take};
-use crate::policy::Policy;
+use crate::policy::{valid_policy_name, Policy};
+use crate::slots::Slots;
 use crate::spend::{MoneyState, Spend};
-use crate::storage::{BucketOp, Store, StoreError};
+use crate::storage::{BucketOp, SlotMode, Store, StoreError};
 
 /// What became of a usage report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +60,10 @@ pub struct Settle<'a, S: Store> {
     pub leases: &'a Leases,
     pub money: &'a MoneyState,
     pub queue: &'a UsageQueue,
+    /// Where the reports' output needs are learned.
+    pub learned: &'a Learned,
+    /// Concurrency slots, released by the reports that name one.
+    pub slots: &'a Slots,
 }
 
 impl<S: Store> Settle<'_, S> {
@@ -71,6 +78,11 @@ impl<S: Store> Settle<'_, S> {
         policy: &Policy,
         report: &UsageReport,
     ) -> Result<Recorded, UsageError> {
+        if let Some(slot) = &report.slot {
+            // First, and whatever the key's fate: a removed key's request
+            // still gives its slot back.
+            self.release(&report.tenant, &report.key_id, slot).await;
+        }
         let key = match policy.key_by_id(&report.key_id) {
             Some(k) if k.tenant == report.tenant => k,
             _ => {
@@ -85,6 +97,9 @@ impl<S: Store> Settle<'_, S> {
                 ));
             }
         };
+        if let Some(need) = report.output_limit {
+            self.learned.observe(&key.id, need, Instant::now());
+        }
         let tokens = report
             .prompt_tokens
             .saturating_add(report.completion_tokens);
@@ -128,6 +143,30 @@ impl<S: Store> Settle<'_, S> {
             (Some(Err(e)), _) | (_, Err(e)) => Err(e),
             (Some(Ok(Recorded::Queued)), _) | (_, Ok(Recorded::Queued)) => Ok(Recorded::Queued),
             _ => Ok(Recorded::Debited),
+        }
+    }
+
+    /// Release a request's concurrency slot, and wake the Checks of this
+    /// instance waiting for one. A release the store did not take leaves
+    /// the slot to expire by itself (never queued: its ttl bounds it).
+    async fn release(&self, tenant: &str, key_id: &str, slot: &str) {
+        if !valid_policy_name(tenant)
+            || !valid_policy_name(key_id)
+            || !tollgate_wire::valid_slot_id(slot)
+        {
+            return;
+        }
+        let op = self.slots.held(SlotMode::Release, tenant, key_id, slot);
+        let call = self.backend.store.slots(&op);
+        match self.backend.timed("slot_release", call).await {
+            Ok(out) => {
+                // Not held any more: it expired first.
+                let held = out.counts.iter().any(|&c| c > 0);
+                let what = if held { "released" } else { "expired" };
+                self.backend.metrics.slots.with_label_values(&[what]).inc();
+                self.slots.released(&op.sets);
+            }
+            Err(e) => self.backend.count_store_error("slot_release", &e),
         }
     }
 
@@ -223,8 +262,15 @@ impl<S: Store> Settle<'_, S> {
                     self.queue().push_front(debit);
                     break;
                 }
-                // Sent but unanswered: may have been applied; not retried.
-                Err(_) => {}
+                // Sent but unanswered: may have been applied; not retried,
+                // counted like a report's own ambiguous failure.
+                Err(_) => {
+                    self.backend
+                        .metrics
+                        .usage_reports
+                        .with_label_values(&["store_error"])
+                        .inc();
+                }
             }
         }
         self.backend

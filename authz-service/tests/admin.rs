@@ -1,7 +1,8 @@
 //! The admin API: keys made, changed, revoked and rotated on one instance
 //! reach another sharing the same real Redis within 1 s (measured and
 //! printed); rotation grace and expiry end on both; the API's errors, the
-//! policy file's keys read-only, usage read from the store; bad input
+//! policy file's keys read-only, usage read from the store (slots in
+//! flight of a key's `max_concurrent_requests` too); bad input
 //! fuzzed (seeded, bounded); and, with the binary run as the user runs it
 //! (the `keys` CLI against two `serve` processes logging at debug), the
 //! admin token and every secret absent from every log and metric.
@@ -691,6 +692,8 @@ async fn cli_verbs_and_no_secret_in_logs_or_metrics() {
             "cli-key",
             "--requests-per-minute",
             "100",
+            "--max-concurrent-requests",
+            "4",
             "--usd-per-day",
             "3",
             "--model",
@@ -701,6 +704,7 @@ async fn cli_verbs_and_no_secret_in_logs_or_metrics() {
     assert!(err.contains("shown only once"));
     secrets.push(v["secret"].as_str().unwrap().to_string());
     assert_eq!(v["key"]["limits"]["requests_per_minute"], 100);
+    assert_eq!(v["key"]["limits"]["max_concurrent_requests"], 4);
     let (code, v, _) = cli(
         b,
         &[
@@ -789,4 +793,86 @@ async fn cli_verbs_and_no_secret_in_logs_or_metrics() {
             assert!(!t.contains(&s[3..]), "a secret's body in text {i}");
         }
     }
+}
+
+/// The key's `max_concurrent_requests` row of its usage: (capacity,
+/// remaining).
+fn concurrency_row(v: &Value) -> Option<(u64, i64)> {
+    v["usage"]["limits"]
+        .as_array()?
+        .iter()
+        .find(|l| l["limit"] == "max_concurrent_requests")
+        .map(|l| {
+            (
+                l["capacity"].as_u64().unwrap(),
+                l["remaining"].as_i64().unwrap(),
+            )
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_key_takes_a_concurrency_cap_like_a_file_key() {
+    let redis = RedisServer::start();
+    let (_dir, path) = temp_policy(&policy_yaml());
+    let a = start_admin(&path, &redis.url()).await;
+    let mut c = client(&a).await;
+    let limit = Duration::from_secs(1);
+    let body = r#"{"tenant":"team","id":"capped","limits":{"max_concurrent_requests":2}}"#;
+    let (s, v) = create(&a, body).await;
+    assert_eq!(s, 201, "{v}");
+    assert_eq!(v["key"]["limits"], json!({"max_concurrent_requests": 2}));
+    assert_eq!(concurrency_row(&v["key"]), Some((2, 2)), "none in flight");
+    let secret = v["secret"].as_str().unwrap().to_string();
+    // Two requests in flight (their slots never released), the third over
+    // the cap.
+    until(&mut c, &secret, limit, |r| http_status(r) == 200).await;
+    let r = check_key(&mut c, &secret).await.unwrap();
+    assert_eq!(http_status(&r), 200);
+    let r = check_key(&mut c, &secret).await.unwrap();
+    assert_eq!(
+        (http_status(&r), denial_code(&r)),
+        (429, "concurrency_limit_exceeded".into())
+    );
+    // Its usage shows the slots held.
+    let (s, v) = call(&a, "GET", "/admin/keys/capped", "").await;
+    assert_eq!(s, 200);
+    assert_eq!(concurrency_row(&v), Some((2, 0)), "{v}");
+    // Raised to 3: one more admitted once the change applied.
+    let (s, v) = call(
+        &a,
+        "PATCH",
+        "/admin/keys/capped",
+        r#"{"limits":{"max_concurrent_requests":3}}"#,
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    until(&mut c, &secret, limit, |r| http_status(r) == 200).await;
+    let (_, v) = call(&a, "GET", "/admin/keys/capped", "").await;
+    assert_eq!(concurrency_row(&v), Some((3, 0)), "{v}");
+    // A cap per model, or of 0, is refused as a policy file's would be.
+    for (patch, needle) in [
+        (
+            r#"{"model_limits":{"openai/gpt-4o":{"max_concurrent_requests":1}}}"#,
+            "concurrency caps are per key and per tenant",
+        ),
+        (
+            r#"{"limits":{"max_concurrent_requests":0}}"#,
+            "max_concurrent_requests must be greater than 0",
+        ),
+    ] {
+        let (s, v) = call(&a, "PATCH", "/admin/keys/capped", patch).await;
+        assert_eq!(
+            (s, v["error"]["code"].as_str()),
+            (400, Some("invalid_key")),
+            "{v}"
+        );
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(needle),
+            "{v}"
+        );
+    }
+    // A file key without a cap lists none.
+    let (_, v) = call(&a, "GET", "/admin/keys/file-key", "").await;
+    assert_eq!(concurrency_row(&v), None);
+    a.shutdown().await;
 }

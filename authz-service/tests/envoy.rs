@@ -230,20 +230,24 @@ async fn answers_as_seen_through_envoy() {
             ("x-tollgate-key-id", "forged"),
             ("x-tollgate-models", "forged"),
             ("x-tollgate-reserved", "999999"),
+            ("x-tollgate-slot", "forged;ttl=99999"),
         ],
         "{}",
     )
     .await;
     assert_eq!(status, 200, "{body}");
     // The reservation: the 2-byte body is 1 token of prompt, plus the
-    // default 256 for the answer; a forged value is overwritten.
-    assert_eq!(seen_reserved(&body), "257");
+    // default 256 for the answer (its part, and what a request declaring
+    // no limit needs); a forged value is overwritten.
+    assert_eq!(seen_reserved(&body), "257;o=256;u=256");
     let seen: BTreeMap<String, Vec<String>> = serde_json::from_str(&body).unwrap();
     assert_eq!(seen["x-tollgate-tenant"], vec!["demo"]);
     assert_eq!(seen["x-tollgate-key-id"], vec!["demo-key"]);
     assert_eq!(seen["x-tollgate-models"], vec!["*"]);
     assert!(!seen.contains_key("authorization"), "{seen:?}");
     assert!(!seen.contains_key("x-api-key"), "{seen:?}");
+    // No cap applies to this key: a client's slot never reaches the filter.
+    assert!(!seen.contains_key("x-tollgate-slot"), "{seen:?}");
     assert_eq!(all(&hs, "x-ratelimit-limit-requests"), vec!["1000000"]);
     assert_eq!(all(&hs, "x-ratelimit-remaining-requests"), vec!["999999"]);
     assert_eq!(all(&hs, "x-ratelimit-limit-tokens"), vec!["10000000000"]);

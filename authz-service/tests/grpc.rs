@@ -125,7 +125,12 @@ async fn check_over_grpc_with_redis() {
     assert_eq!(req.get("x-tollgate-models").map(String::as_str), Some("*"));
     assert_eq!(
         removed,
-        vec!["authorization".to_string(), "x-api-key".to_string()]
+        vec![
+            "authorization".to_string(),
+            "x-api-key".to_string(),
+            // No cap applies: a client's slot header never reaches the filter.
+            "x-tollgate-slot".to_string()
+        ]
     );
     assert_eq!(
         resp.get("x-ratelimit-limit-requests").map(String::as_str),
@@ -147,7 +152,8 @@ async fn check_over_grpc_with_redis() {
     );
     assert_eq!(
         req.get("x-tollgate-reserved").map(String::as_str),
-        Some("256")
+        Some("256;o=256;u=256"),
+        "256 in all, all of it for the answer, which is what a request declaring no limit needs"
     );
     assert_eq!(
         resp.get("x-ratelimit-reset-tokens").map(String::as_str),
@@ -190,9 +196,11 @@ async fn check_over_grpc_with_redis() {
 
     // TPM 100: the Check reserves the whole 100 (the reservation is capped at
     // the bucket); a usage report of 150 tokens settling that reservation
-    // drives it to -50, then it is refused with type "tokens".
+    // drives it to -50, then it is refused with type "tokens". A whole
+    // bucket has no answer part to top up, and holds under 128
+    // reservations: the filter settles it at once (`;now`).
     let (req, _, resp) = ok_headers(&check_key(&mut client, "tg-test-tpm").await.unwrap());
-    assert_eq!(req["x-tollgate-reserved"], "100");
+    assert_eq!(req["x-tollgate-reserved"], "100;now");
     assert_eq!(resp["x-ratelimit-remaining-tokens"], "0");
     let http = svc.http_addr.to_string();
     let status = post_usage(&http, r#"{"tenant":"test-tpm","key_id":"tpm-key","model":"openai/gpt-4o-mini","prompt_tokens":100,"completion_tokens":50,"reserved":100}"#).await;

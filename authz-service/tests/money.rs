@@ -69,8 +69,9 @@ fn report(
         completion_tokens: completion,
         cached_tokens: cached,
         cache_write_tokens: 0,
+        web_searches: 0,
         reserved,
-        reserved_at: None,
+        ..UsageReport::default()
     }
 }
 

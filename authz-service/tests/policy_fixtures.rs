@@ -21,11 +21,11 @@ const CASES: &[(&str, &str)] = &[
     ("bad_version.yaml", "unsupported policy version 2 (expected 1)"),
     (
         "unknown_field.yaml",
-        "tenants.demo.limits: unknown field `requests_per_minut`, expected one of `requests_per_minute`, `tokens_per_minute`, `requests_per_day`, `tokens_per_day` at line 5 column 7",
+        "tenants.demo.limits: unknown field `requests_per_minut`, expected one of `requests_per_minute`, `tokens_per_minute`, `requests_per_day`, `tokens_per_day`, `max_concurrent_requests` at line 5 column 7",
     ),
     (
         "plaintext_key_field.yaml",
-        "keys[0]: unknown field `key`, expected one of `id`, `tenant`, `sha256`, `models`, `limits`, `model_limits`, `budgets`, `cache_breakpoints` at line 7 column 5",
+        "keys[0]: unknown field `key`, expected one of `id`, `tenant`, `sha256`, `models`, `limits`, `model_limits`, `budgets`, `cache_breakpoints`, `mcp` at line 7 column 5",
     ),
     ("missing_sha256.yaml", "keys[0]: missing field `sha256` at line 5 column 5"),
     (
@@ -38,6 +38,12 @@ const CASES: &[(&str, &str)] = &[
     ),
     ("zero_limit.yaml", "tenant \"demo\": limits.tokens_per_minute must be greater than 0"),
     ("zero_key_limit.yaml", "key \"k1\": limits.requests_per_day must be greater than 0"),
+    ("zero_concurrency.yaml", "tenant \"demo\": limits.max_concurrent_requests must be greater than 0"),
+    ("huge_concurrency.yaml", "key \"k1\": limits.max_concurrent_requests must be at most 1000000"),
+    (
+        "model_concurrency.yaml",
+        "tenant \"demo\": model_limits.\"openai/gpt-4o\".max_concurrent_requests: concurrency caps are per key and per tenant, not per model",
+    ),
     ("bad_tenant_name.yaml", "tenant \"demo{x}\": name must match [A-Za-z0-9._-]{1,64}"),
     ("bad_key_id.yaml", "key \"key with spaces\": id must match [A-Za-z0-9._-]{1,64}"),
     ("unknown_tenant.yaml", "key \"k1\": unknown tenant \"nobody\""),
@@ -137,7 +143,7 @@ fn validate_flag_exits_0_or_1_with_a_clear_message() {
         .output()
         .unwrap();
     assert_eq!(ok.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&ok.stdout).contains(": OK (7 tenants, 7 keys)"));
+    assert!(String::from_utf8_lossy(&ok.stdout).contains(": OK (10 tenants, 10 keys)"));
 
     let bad = bin()
         .arg("--validate")

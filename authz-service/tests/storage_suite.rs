@@ -1,5 +1,6 @@
 //! One behaviour suite for every bucket store: the in-memory store and the
-//! Redis store (against a real redis-server) must agree.
+//! Redis store (against a real redis-server) must agree, on buckets and on
+//! concurrency slots.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -9,7 +10,8 @@ use std::time::Duration;
 
 use tollgate_authz::bucket::BucketSpec;
 use tollgate_authz::storage::{
-    bucket_key, BucketOp, MemoryStore, RedisStore, RedisStoreConfig, Store, SystemClock,
+    bucket_key, key_slots, tenant_slots, BucketOp, MemoryStore, RedisStore, RedisStoreConfig,
+    SlotMode, SlotOp, Store, SystemClock,
 };
 
 use common::RedisServer;
@@ -177,6 +179,50 @@ async fn empty_request_is_admitted<S: Store>(s: &S) {
     assert!(o.levels.is_empty());
 }
 
+fn slot(t: &str, mode: SlotMode, id: &str, caps: (u64, u64), ttl_ms: u64) -> SlotOp {
+    SlotOp {
+        mode,
+        sets: vec![(key_slots(t, "a"), caps.0), (tenant_slots(t), caps.1)],
+        slot: id.to_string(),
+        ttl_ms,
+    }
+}
+
+async fn slots_are_taken_in_every_set_or_none_and_expire<S: Store>(s: &S, t: &str) {
+    use SlotMode::{Acquire, Count, Release, Renew};
+    let take = |id: &str, ttl| slot(t, Acquire, id, (2, 3), ttl);
+    let o = s.slots(&take("s1", 60_000)).await.unwrap();
+    assert_eq!((o.denied, o.counts), (None, vec![1, 1]));
+    assert_eq!(s.slots(&take("s2", 300)).await.unwrap().denied, None);
+    // The key's set is full: refused, and the tenant's set not written.
+    let o = s.slots(&take("s3", 60_000)).await.unwrap();
+    assert_eq!((o.denied, o.counts), (Some(0), vec![2, 2]));
+    // Another key of the tenant: the tenant's set takes one more, then no.
+    let other = |id: &str| SlotOp {
+        sets: vec![(key_slots(t, "b"), 5), (tenant_slots(t), 3)],
+        ..slot(t, Acquire, id, (0, 0), 60_000)
+    };
+    assert_eq!(s.slots(&other("s4")).await.unwrap().denied, None);
+    assert_eq!(s.slots(&other("s5")).await.unwrap().denied, Some(1));
+    // Release: gone from both sets; a second release finds nothing.
+    let o = s.slots(&slot(t, Release, "s1", (0, 0), 0)).await.unwrap();
+    assert_eq!(o.counts, vec![1, 1]);
+    let o = s.slots(&slot(t, Release, "s1", (0, 0), 0)).await.unwrap();
+    assert_eq!(o.counts, vec![0, 0]);
+    // s2 (300 ms) expires unless renewed: renewed once, then left alone.
+    let o = s.slots(&slot(t, Renew, "s2", (0, 0), 300)).await.unwrap();
+    assert_eq!(o.counts, vec![1, 1]);
+    let o = s.slots(&slot(t, Count, "", (0, 0), 0)).await.unwrap();
+    assert_eq!((o.denied, o.counts), (None, vec![1, 2]));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let o = s.slots(&slot(t, Count, "", (0, 0), 0)).await.unwrap();
+    assert_eq!(o.counts, vec![0, 1], "s2 expired; s4 of key b holds");
+    // An expired slot is not renewed back.
+    let o = s.slots(&slot(t, Renew, "s2", (0, 0), 300)).await.unwrap();
+    assert_eq!(o.counts, vec![0, 0]);
+    assert_eq!(s.slots(&take("s6", 60_000)).await.unwrap().denied, None);
+}
+
 async fn suite<S: Store>(s: Arc<S>) {
     admits_capacity_then_refuses(&*s, "t1").await;
     refused_request_takes_nothing(&*s, "t2").await;
@@ -187,6 +233,7 @@ async fn suite<S: Store>(s: Arc<S>) {
     concurrent_requests_admit_exactly_capacity(s.clone(), "t7").await;
     leases_are_granted_with_the_take_and_refunds_capped(&*s, "t8").await;
     empty_request_is_admitted(&*s).await;
+    slots_are_taken_in_every_set_or_none_and_expire(&*s, "t9").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -287,10 +334,13 @@ async fn redis_cluster_store_behaviour() {
         .filter(|n| n.cli(&["DBSIZE"]) != "0")
         .count();
     assert!(nodes_with_keys >= 2, "keys on {nodes_with_keys} node(s)");
-    // One request's keys share a slot: key + tenant buckets of tenant t2.
+    // One request's keys share a slot: key + tenant buckets of tenant t2,
+    // and its concurrency sets.
     let a = cluster.nodes[0].cli(&["CLUSTER", "KEYSLOT", "tg:{t2}:rm:k:a"]);
     let b = cluster.nodes[0].cli(&["CLUSTER", "KEYSLOT", "tg:{t2}:rm:t"]);
-    assert_eq!(a, b);
+    let c = cluster.nodes[0].cli(&["CLUSTER", "KEYSLOT", &key_slots("t2", "a")]);
+    let d = cluster.nodes[0].cli(&["CLUSTER", "KEYSLOT", &tenant_slots("t2")]);
+    assert_eq!((&a, &a, &a), (&b, &c, &d));
     // NOSCRIPT on the node that owns the slot: reloaded and retried.
     for n in &cluster.nodes {
         n.cli(&["SCRIPT", "FLUSH"]);

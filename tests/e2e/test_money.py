@@ -226,3 +226,71 @@ def test_a_rolling_budget_spent_gets_the_openai_429(make_stack, tmp_path):
     out = spend_cli(s, "--tenant", "rolling", "--key", "rolling-key")
     row = next(line for line in out.splitlines() if line.startswith("key rolling-key"))
     assert row.split()[2:6] == ["rolling", "24h", usd(spent_nano), "0.002"], out
+
+
+# Prices of config/prices.yaml in nano-dollars: per prompt token, per
+# completion token, per web search ($10 per 1,000).
+PRICES = {"openai/gpt-4o-mini": (150, 600), "anthropic/claude-haiku-4-5": (1000, 5000)}
+SEARCH_NANO = 10_000_000
+
+
+def spend_nano(stack, model: str) -> int:
+    return round(metric(metrics(stack), "tollgate_authz_spend_usd_total", key="demo-key", model=model) * 1e9)
+
+
+def test_web_searches_are_priced_per_search(make_stack):
+    """The provider's web searches (OpenAI's web_search_call items,
+    Anthropic's server_tool_use.web_search_requests) are counted in spend at
+    the table's price per search, whole answers and streams alike, on
+    OpenAI passthrough, Anthropic passthrough and Responses to Anthropic."""
+    import anthropic
+
+    s = make_stack()
+    oa = openai.OpenAI(base_url=s.base_url, api_key="tg-demo-key", max_retries=0, timeout=20)
+    an = anthropic.Anthropic(base_url=s.base_url.removesuffix("/v1"), api_key="tg-demo-key",
+                             max_retries=0, timeout=20)
+
+    def responses(model, searches, stream):
+        kw = dict(model=model, input="what is new?", tools=[{"type": "web_search"}],
+                  extra_headers={"x-mock-web-searches": str(searches)})
+        if not stream:
+            r = oa.responses.create(**kw)
+        else:
+            with oa.responses.stream(**kw) as st:
+                r = st.get_final_response()
+        if model.startswith("openai/"):
+            assert [i.type for i in r.output].count("web_search_call") == searches, r.output
+        return r.usage.input_tokens, r.usage.output_tokens
+
+    def messages(searches, stream):
+        kw = dict(model="anthropic/claude-haiku-4-5", max_tokens=256,
+                  messages=[{"role": "user", "content": "what is new?"}],
+                  tools=[{"type": "web_search_20250305", "name": "web_search"}],
+                  extra_headers={"x-mock-web-searches": str(searches)})
+        if not stream:
+            m = an.messages.create(**kw)
+        else:
+            with an.messages.stream(**kw) as st:
+                m = st.get_final_message()
+        assert m.usage.server_tool_use.web_search_requests == searches
+        assert [b.type for b in m.content].count("server_tool_use") == searches
+        return m.usage.input_tokens, m.usage.output_tokens
+
+    cases = [
+        ("openai/gpt-4o-mini", lambda: responses("openai/gpt-4o-mini", 2, False), 2),
+        ("openai/gpt-4o-mini", lambda: responses("openai/gpt-4o-mini", 1, True), 1),
+        ("openai/gpt-4o-mini", lambda: responses("openai/gpt-4o-mini", 0, False), 0),
+        ("anthropic/claude-haiku-4-5", lambda: messages(3, False), 3),
+        ("anthropic/claude-haiku-4-5", lambda: messages(2, True), 2),
+        ("anthropic/claude-haiku-4-5", lambda: responses("anthropic/claude-haiku-4-5", 1, False), 1),
+        ("anthropic/claude-haiku-4-5", lambda: responses("anthropic/claude-haiku-4-5", 2, True), 2),
+    ]
+    for model, run, searches in cases:
+        before = spend_nano(s, model)
+        prompt, completion = run()
+        p_in, p_out = PRICES[model]
+        want = before + p_in * prompt + p_out * completion + searches * SEARCH_NANO
+        deadline = time.monotonic() + 5
+        while (got := spend_nano(s, model)) != want and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert got == want, (model, searches, got - before, want - before)

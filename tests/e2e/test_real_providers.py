@@ -277,6 +277,18 @@ def test_the_rendered_config_holds_no_key_and_trusts_only_the_system_bundle(real
         assert not [s for s in secrets if s in text]
     assert oct((real.run_dir / "envoy.yaml").stat().st_mode & 0o777) == "0o600"
 
+    # Temporary AWS credentials: the session token is named by variable too.
+    token = "FwoGZXIvYXdzEXAMPLEsessiontoken"
+    config, live, _ = real_providers.render_local(source, real_providers.load_yaml(real_providers.SETTINGS),
+                                                  {**KEYS, "AWS_SESSION_TOKEN": token})
+    assert "bedrock" in live
+    plugin = real_providers.wasm_config(config)
+    assert "AWS_SESSION_TOKEN" in plugin["vm_config"]["environment_variables"]["host_env_keys"]
+    bedrock = json.loads(plugin["configuration"]["value"])["providers"]["bedrock"]
+    assert bedrock["keys"] == [{"id": bedrock["keys"][0]["id"], "value_env": "AWS_SECRET_ACCESS_KEY",
+                                "access_key_id": KEYS["AWS_ACCESS_KEY_ID"], "session_token_env": "AWS_SESSION_TOKEN"}]
+    assert token not in real_providers.dump(config)
+
 
 @pytest.fixture(scope="module")
 def failing(request, stand_ins, tmp_path_factory):

@@ -109,7 +109,9 @@ def test_redis_killed_and_restarted_under_load(make_stack, tmp_path):
     # A debit sent as Redis died and never answered may have been applied, so
     # it is not sent again (never debited twice) and is counted as a store
     # error: only then may tokens be missing, and only those of the reports
-    # that were on their way at the kill (answers ended within a second of it;
+    # that were on their way at the kill or queued during the outage (a
+    # queued debit whose call, as Redis came back, went unanswered: answers
+    # ended from a second before the kill to a second after Redis answered;
     # the filter sends a batch every 100 ms).
     assert authz_metric(s, 'tollgate_authz_usage_reports_total{result="queued"}') > 0
     want = spent_tokens + sum(r[4]["usage"]["total_tokens"] for r in results if r[3] == 200)
@@ -121,7 +123,7 @@ def test_redis_killed_and_restarted_under_load(make_stack, tmp_path):
         assert debited == want
     else:
         at_kill = sum(r[4]["usage"]["total_tokens"] for r in results
-                      if r[3] == 200 and abs(r[1] - t_kill) < 1.0)
+                      if r[3] == 200 and t_kill - 1.0 < r[1] < t_up + 1.0)
         assert want - at_kill <= debited <= want, (debited, want, at_kill)
     assert authz_metric(s, "tollgate_authz_usage_queued") == 0
     assert authz_metric(s, "tollgate_authz_usage_dropped_total") == 0

@@ -26,6 +26,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod mcp;
+
 /// Request headers set by authz-service for the filter (and, for
 /// [`MODEL`](header::MODEL), by clients), and those the filter sets itself.
 /// authz-service removes any client-sent copy of the ones it owns.
@@ -42,11 +44,18 @@ pub mod header {
     pub const MODEL: &str = "x-tollgate-model";
     /// The provider cluster the filter routes to (filter → router).
     pub const CLUSTER: &str = "x-tollgate-cluster";
-    /// Tokens authz-service reserved at Check time (request, set by
-    /// ext_authz), and when money was reserved for them the minute it was
-    /// (`<tokens>@<unix minute>`, see [`crate::reservation`]); the filter
-    /// echoes both in the usage report (`reserved`, `reserved_at`).
+    /// What authz-service reserved at Check time (request, set by
+    /// ext_authz): the tokens, the minute money was reserved for them, the
+    /// answer's part and whether to settle at once ([`crate::Reservation`]);
+    /// the filter echoes the tokens and the minute in the usage report
+    /// (`reserved`, `reserved_at`) and tops the reservation up when the
+    /// request's own output limit needs more ([`crate::TopUp`]).
     pub const RESERVED: &str = "x-tollgate-reserved";
+    /// The concurrency slot the request holds (request, set by ext_authz
+    /// when a `max_concurrent_requests` applies): `<id>;ttl=<ms>`
+    /// ([`crate::Slot`]). The filter renews it while the request runs and
+    /// releases it in the request's usage report.
+    pub const SLOT: &str = "x-tollgate-slot";
     /// The provider that answered (filter → client).
     pub const PROVIDER: &str = "x-tollgate-provider";
     /// Response: the provider's own request id (OpenAI `x-request-id`,
@@ -66,11 +75,17 @@ pub mod header {
 
 /// Path on authz-service's HTTP port that takes usage reports.
 pub const USAGE_PATH: &str = "/v1/usage";
+/// Path on authz-service's HTTP port that tops a reservation up
+/// ([`TopUp`] in, [`TopUpAnswer`] out).
+pub const RESERVE_PATH: &str = "/v1/reserve";
+/// Path on authz-service's HTTP port that renews concurrency slots (a JSON
+/// array of [`SlotRef`]).
+pub const SLOTS_RENEW_PATH: &str = "/v1/slots/renew";
 
 /// One answer's (or one batch entry's) usage, debited from the tenant's and
 /// the key's token budgets. The filter posts one object, or a JSON array of
 /// them (a batch), to [`USAGE_PATH`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UsageReport {
     pub tenant: String,
@@ -90,6 +105,9 @@ pub struct UsageReport {
     /// `prompt_tokens`), priced as cache writes.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cache_write_tokens: u64,
+    /// Web searches the provider ran for the answer, priced per search.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub web_searches: u64,
     /// Tokens authz-service reserved at Check time (`x-tollgate-reserved`),
     /// settled against the usage; absent in reports that settle nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -99,24 +117,201 @@ pub struct UsageReport {
     /// arrival (a request admitted before midnight is charged to that day).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reserved_at: Option<u64>,
+    /// The output tokens the requests needed: their declared output limit
+    /// (`max_tokens`, `max_completion_tokens`, `max_output_tokens`, after
+    /// the gateway lowered it), or for a request that declared none what
+    /// the Check covers for it ([`OutputCover::undeclared`]); the largest
+    /// of a batch's requests. authz-service learns the key's answer
+    /// reservation from it. Absent when nothing was reserved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_limit: Option<u64>,
+    /// The concurrency slot the request held ([`header::SLOT`]): the report
+    /// releases it. Reports holding a slot are never batched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<String>,
 }
 
-/// The [`header::RESERVED`] value: `<tokens>`, or `<tokens>@<unix minute>`
-/// when money was reserved at that minute.
-pub fn reservation(tokens: u64, at_minute: Option<u64>) -> String {
-    match at_minute {
-        Some(m) => format!("{tokens}@{m}"),
-        None => tokens.to_string(),
+/// Of a reservation, the answer's part: the output tokens it covers, and
+/// what a request that declares no output limit needs (the tenant's
+/// `reserve_completion_tokens`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutputCover {
+    pub reserved: u64,
+    pub undeclared: u64,
+}
+
+impl OutputCover {
+    /// The output tokens a request needs: its declared limit, or
+    /// [`OutputCover::undeclared`].
+    pub fn need(&self, declared: Option<u64>) -> u64 {
+        declared.unwrap_or(self.undeclared)
+    }
+
+    /// How many more tokens a request declaring `declared` needs than
+    /// were reserved for its answer (0: covered).
+    pub fn shortfall(&self, declared: Option<u64>) -> u64 {
+        self.need(declared).saturating_sub(self.reserved)
     }
 }
 
-/// Reads a [`header::RESERVED`] value written by [`reservation`]; None
-/// when it is not one.
-pub fn parse_reservation(value: &str) -> Option<(u64, Option<u64>)> {
-    match value.split_once('@') {
-        Some((tokens, minute)) => Some((tokens.parse().ok()?, Some(minute.parse().ok()?))),
-        None => Some((value.parse().ok()?, None)),
+/// A Check's reservation as [`header::RESERVED`] carries it:
+/// `<tokens>[@<unix minute>][;o=<output>;u=<undeclared>][;now]`.
+///
+/// - `tokens`: reserved from the key's and tenant's token buckets (and
+///   priced on money budgets);
+/// - `@minute`: the minute money was reserved at;
+/// - `o`, `u`: the answer's part ([`OutputCover`]), present when tokens
+///   were reserved: a request whose output limit needs more than `o` is
+///   topped up before it is forwarded ([`TopUp`]);
+/// - `now`: the bucket is nearly empty: the filter posts this request's
+///   usage report at once rather than with its batch, so the refund of a
+///   short answer lands before the client's next request.
+///
+/// Parts the reader does not know are skipped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reservation {
+    pub tokens: u64,
+    pub at_minute: Option<u64>,
+    pub output: Option<OutputCover>,
+    pub settle_now: bool,
+}
+
+impl Reservation {
+    /// The header value.
+    pub fn header(&self) -> String {
+        let mut v = self.tokens.to_string();
+        if let Some(m) = self.at_minute {
+            v.push('@');
+            v.push_str(&m.to_string());
+        }
+        if let Some(o) = self.output {
+            v.push_str(&format!(";o={};u={}", o.reserved, o.undeclared));
+        }
+        if self.settle_now {
+            v.push_str(";now");
+        }
+        v
     }
+
+    /// Reads a header value written by [`Reservation::header`]; None when
+    /// it is not one.
+    pub fn parse(value: &str) -> Option<Reservation> {
+        let mut parts = value.split(';');
+        let head = parts.next()?;
+        let (tokens, at_minute) = match head.split_once('@') {
+            Some((tokens, minute)) => (tokens.parse().ok()?, Some(minute.parse().ok()?)),
+            None => (head.parse().ok()?, None),
+        };
+        let mut r = Reservation {
+            tokens,
+            at_minute,
+            ..Reservation::default()
+        };
+        let (mut o, mut u) = (None, None);
+        for part in parts {
+            match part.split_once('=') {
+                Some(("o", n)) => o = Some(n.parse().ok()?),
+                Some(("u", n)) => u = Some(n.parse().ok()?),
+                None if part == "now" => r.settle_now = true,
+                _ => {}
+            }
+        }
+        if let (Some(reserved), Some(undeclared)) = (o, u) {
+            r.output = Some(OutputCover {
+                reserved,
+                undeclared,
+            });
+        }
+        Some(r)
+    }
+}
+
+/// A concurrency slot as [`header::SLOT`] carries it: `<id>;ttl=<ms>`. The
+/// slot expires `ttl_ms` after it was taken or last renewed; the filter
+/// renews it every third of that while its request runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Slot {
+    pub id: String,
+    pub ttl_ms: u64,
+}
+
+/// Longest slot id: `[A-Za-z0-9]`, at most this many bytes.
+pub const SLOT_ID_MAX_LEN: usize = 40;
+
+/// Is `id` a slot id authz-service could have made?
+pub fn valid_slot_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= SLOT_ID_MAX_LEN && id.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+impl Slot {
+    pub fn header(&self) -> String {
+        format!("{};ttl={}", self.id, self.ttl_ms)
+    }
+
+    /// Reads a header value written by [`Slot::header`]; None when it is
+    /// not one.
+    pub fn parse(value: &str) -> Option<Slot> {
+        let (id, ttl) = value.split_once(";ttl=")?;
+        let ttl_ms = ttl.parse().ok().filter(|&t| t > 0)?;
+        valid_slot_id(id).then(|| Slot {
+            id: id.to_string(),
+            ttl_ms,
+        })
+    }
+}
+
+/// One slot to renew ([`SLOTS_RENEW_PATH`] takes an array of them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlotRef {
+    pub tenant: String,
+    pub key_id: String,
+    pub slot: String,
+}
+
+/// A request whose output limit needs more than its Check reserved, as the
+/// filter sends it to [`RESERVE_PATH`] before forwarding the request.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopUp {
+    pub tenant: String,
+    pub key_id: String,
+    /// The client's `x-tollgate-model` declaration, as the Check saw it
+    /// (per-model money budgets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// What the Check reserved ([`Reservation::tokens`]).
+    pub reserved: u64,
+    /// Its answer's part ([`OutputCover::reserved`]).
+    pub output: u64,
+    /// The output tokens the request needs ([`OutputCover::need`]).
+    pub need: u64,
+}
+
+/// authz-service's answer to a [`TopUp`] (always HTTP 200 once decided):
+/// the tokens now reserved for the request, or the refusal the client gets.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopUpAnswer {
+    /// Tokens reserved for the request in all: what the usage report
+    /// echoes as `reserved`.
+    pub reserved: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<Refusal>,
+}
+
+/// A refusal to relay to the client in its API's shape.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Refusal {
+    pub status: u16,
+    pub message: String,
+    /// OpenAI's error `type` (`tokens`, `insufficient_quota`…).
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub code: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after: Option<u64>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -303,8 +498,7 @@ mod tests {
             completion_tokens: 4,
             cached_tokens: 0,
             cache_write_tokens: 0,
-            reserved: None,
-            reserved_at: None,
+            ..UsageReport::default()
         };
         let bytes = serde_json::to_vec(&r).unwrap();
         assert_eq!(
@@ -335,15 +529,58 @@ mod tests {
 
     #[test]
     fn reservation_header_round_trip() {
-        assert_eq!(reservation(500, None), "500");
-        assert_eq!(reservation(500, Some(29_000_000)), "500@29000000");
-        assert_eq!(parse_reservation("500"), Some((500, None)));
+        let tokens = |tokens, at_minute| Reservation {
+            tokens,
+            at_minute,
+            ..Reservation::default()
+        };
+        assert_eq!(tokens(500, None).header(), "500");
+        assert_eq!(tokens(500, Some(29_000_000)).header(), "500@29000000");
+        let full = Reservation {
+            output: Some(OutputCover {
+                reserved: 16,
+                undeclared: 256,
+            }),
+            settle_now: true,
+            ..tokens(40, Some(29_000_000))
+        };
+        assert_eq!(full.header(), "40@29000000;o=16;u=256;now");
+        for r in [tokens(500, None), tokens(500, Some(29_000_000)), full] {
+            assert_eq!(Reservation::parse(&r.header()), Some(r));
+        }
+        // Unknown parts are skipped; an output part needs both figures.
         assert_eq!(
-            parse_reservation("500@29000000"),
-            Some((500, Some(29_000_000)))
+            Reservation::parse("40;x=1;o=16;later"),
+            Some(tokens(40, None))
         );
-        for bad in ["", "x", "500@", "@1", "5@x", "-1", "1@2@3"] {
-            assert_eq!(parse_reservation(bad), None, "{bad:?}");
+        for bad in ["", "x", "500@", "@1", "5@x", "-1", "1@2@3", "1;o=x;u=2"] {
+            assert_eq!(Reservation::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn output_cover_needs() {
+        let o = OutputCover {
+            reserved: 16,
+            undeclared: 256,
+        };
+        assert_eq!(o.shortfall(Some(16)), 0);
+        assert_eq!(o.shortfall(Some(8)), 0);
+        assert_eq!(o.shortfall(Some(100)), 84);
+        assert_eq!(o.shortfall(None), 240, "undeclared: the default");
+    }
+
+    #[test]
+    fn slot_header_round_trip() {
+        let s = Slot {
+            id: "a1B2".into(),
+            ttl_ms: 30_000,
+        };
+        assert_eq!(s.header(), "a1B2;ttl=30000");
+        assert_eq!(Slot::parse(&s.header()), Some(s));
+        let long = format!("{};ttl=1", "a".repeat(SLOT_ID_MAX_LEN + 1));
+        for bad in ["", "a", "a;ttl=", "a;ttl=0", ";ttl=5", "a-b;ttl=5", &long] {
+            assert_eq!(Slot::parse(bad), None, "{bad:?}");
         }
     }
 

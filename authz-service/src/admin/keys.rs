@@ -112,11 +112,11 @@ fn file_view(key: &Key) -> KeyView {
         state: "active",
         applied: true,
         models: key.models.clone(),
-        limits: raw_limits(&key.limits),
+        limits: raw_limits(&key.limits, key.max_concurrent),
         model_limits: key
             .model_limits
             .iter()
-            .map(|(m, l)| (m.clone(), raw_limits(l)))
+            .map(|(m, l)| (m.clone(), raw_limits(l, None)))
             .collect(),
         budgets: None,
         cache_breakpoints: None,

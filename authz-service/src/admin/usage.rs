@@ -2,7 +2,8 @@
 //! budgets, read from the store the Checks use: token buckets with a
 //! debit of 0 (`bucket.lua` writes nothing for it), spend counters with a
 //! spend debit of 0 (an `INCRBY 0` that sets the expiry the counter already
-//! has). Tenant limits and budgets are shared by every key of the tenant
+//! has), the concurrency cap's slots counted (`slots.lua`'s `count`, which
+//! only drops expired slots). Tenant limits and budgets are shared by every key of the tenant
 //! and are not listed per key.
 //!
 //! Trade-off: what running instances hold as leases (at most an eighth of
@@ -15,7 +16,7 @@ use crate::budget::{Scope as MoneyScope, WindowCache};
 use crate::plan::{plan, Scope, Take};
 use crate::policy::{Key, Policy};
 use crate::prices::format_usd;
-use crate::storage::{BucketOp, Store};
+use crate::storage::{key_slots, BucketOp, SlotMode, SlotOp, Store};
 
 /// One token bucket of the key.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -95,6 +96,23 @@ pub async fn read<S: Store>(
             limit: limit_name(p),
             capacity: p.limit.spec.capacity,
             remaining: level.floor() as i64,
+        });
+    }
+    // The concurrency cap: slots held now, on every gateway.
+    if let Some(cap) = key.max_concurrent {
+        let op = SlotOp {
+            mode: SlotMode::Count,
+            sets: vec![(key_slots(&key.tenant, &key.id), cap)],
+            slot: String::new(),
+            ttl_ms: 0,
+        };
+        let held = store.slots(&op).await.map_err(|e| e.to_string())?;
+        let in_flight = held.counts.first().copied().unwrap_or(0);
+        out.limits.push(LimitUsage {
+            scope: "key".into(),
+            limit: "max_concurrent_requests".into(),
+            capacity: cap,
+            remaining: cap as i64 - in_flight as i64,
         });
     }
     // Money budgets: the key's own, then each of its per-model ones.

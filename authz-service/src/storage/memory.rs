@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::{BucketOp, Outcome, Store, StoreError};
+use super::{BucketOp, Outcome, SlotMode, SlotOp, SlotOutcome, Store, StoreError};
 use crate::bucket::{self, BucketState};
 
 /// Source of milliseconds since the Unix epoch.
@@ -68,6 +68,8 @@ pub struct MemoryStore {
     inner: Mutex<Inner>,
     /// Money budgets' spend counters.
     pub counters: MemoryCounters,
+    /// Concurrency slots.
+    pub slots: MemorySlots,
 }
 
 struct Inner {
@@ -89,6 +91,7 @@ impl MemoryStore {
                 sweep_at: 1024,
             }),
             counters: Default::default(),
+            slots: Default::default(),
         }
     }
 
@@ -178,6 +181,85 @@ impl Store for MemoryStore {
 
     async fn spend_debit(&self, ops: &[BucketOp]) -> Result<Outcome, StoreError> {
         Ok(self.counters.apply(ops, false))
+    }
+
+    async fn slots(&self, op: &SlotOp) -> Result<SlotOutcome, StoreError> {
+        Ok(self.slots.apply(op, self.clock.now_ms()))
+    }
+}
+
+/// Concurrency slot sets in process memory: the rules of `slots.lua`, each
+/// set a map of slot id to the unix ms it expires at.
+#[derive(Default)]
+pub struct MemorySlots {
+    sets: std::sync::Mutex<HashMap<String, HashMap<String, u64>>>,
+}
+
+impl MemorySlots {
+    pub fn apply(&self, op: &SlotOp, now: u64) -> SlotOutcome {
+        let mut sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
+        let mut counts = Vec::with_capacity(op.sets.len());
+        if op.mode == SlotMode::Release {
+            for (key, _) in &op.sets {
+                let held = sets.get_mut(key).and_then(|s| s.remove(&op.slot));
+                counts.push(u64::from(held.is_some()));
+            }
+            sets.retain(|_, s| !s.is_empty());
+            return SlotOutcome {
+                denied: None,
+                counts,
+            };
+        }
+        for (key, _) in &op.sets {
+            if let Some(s) = sets.get_mut(key) {
+                s.retain(|_, expires| *expires > now);
+            }
+        }
+        let held = |sets: &HashMap<String, HashMap<String, u64>>, key: &str| {
+            sets.get(key).map_or(0, |s| s.len() as u64)
+        };
+        if op.mode == SlotMode::Count {
+            return SlotOutcome {
+                denied: None,
+                counts: op.sets.iter().map(|(key, _)| held(&sets, key)).collect(),
+            };
+        }
+        let expires = now.saturating_add(op.ttl_ms);
+        if op.mode == SlotMode::Renew {
+            for (key, _) in &op.sets {
+                let held = sets.get_mut(key).and_then(|s| s.get_mut(&op.slot));
+                counts.push(u64::from(held.is_some()));
+                if let Some(e) = held {
+                    *e = expires;
+                }
+            }
+            return SlotOutcome {
+                denied: None,
+                counts,
+            };
+        }
+        let denied = op
+            .sets
+            .iter()
+            .position(|(key, cap)| held(&sets, key) >= *cap);
+        for (key, _) in &op.sets {
+            if denied.is_none() {
+                sets.entry(key.clone())
+                    .or_default()
+                    .insert(op.slot.clone(), expires);
+            }
+            counts.push(held(&sets, key));
+        }
+        SlotOutcome { denied, counts }
+    }
+
+    /// Slots held in set `key` at `now` (tests).
+    pub fn held(&self, key: &str, now: u64) -> usize {
+        self.sets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .map_or(0, |s| s.values().filter(|e| **e > now).count())
     }
 }
 

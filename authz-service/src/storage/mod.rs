@@ -11,7 +11,7 @@ use crate::bucket::BucketSpec;
 pub mod memory;
 pub mod redis;
 
-pub use memory::{Clock, ManualClock, MemoryStore, SystemClock};
+pub use memory::{Clock, ManualClock, MemorySlots, MemoryStore, SystemClock};
 pub use redis::{RedisStore, RedisStoreConfig};
 
 /// One bucket touched by a request.
@@ -37,6 +37,64 @@ pub struct Outcome {
     pub levels: Vec<f64>,
     /// Lease granted per bucket (in ops order; zeros unless admitted).
     pub granted: Vec<u64>,
+}
+
+/// What a [`SlotOp`] does to a request's concurrency slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotMode {
+    /// Take the slot in every set, or in none when one is full.
+    Acquire,
+    /// Remove the slot from every set.
+    Release,
+    /// Push the slot's deadline to now + ttl where it is still held.
+    Renew,
+    /// Count the slots each set holds (expired ones dropped).
+    Count,
+}
+
+impl SlotMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SlotMode::Acquire => "acquire",
+            SlotMode::Release => "release",
+            SlotMode::Renew => "renew",
+            SlotMode::Count => "count",
+        }
+    }
+}
+
+/// One request's concurrency slot in the slot sets of its key and tenant
+/// (`slots.lua`: contract at its top).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotOp {
+    pub mode: SlotMode,
+    /// Each set's storage key ([`key_slots`], [`tenant_slots`]) and cap (most slots it may
+    /// hold; read by [`SlotMode::Acquire`] only).
+    pub sets: Vec<(String, u64)>,
+    pub slot: String,
+    /// A slot expires this long after it was taken or last renewed.
+    pub ttl_ms: u64,
+}
+
+/// Result of a [`SlotOp`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotOutcome {
+    /// Acquire: index (into the sets) of the first full set, if any.
+    pub denied: Option<usize>,
+    /// Acquire and count: the slots each set holds after the call;
+    /// release and renew: 1 where the set held the slot, else 0.
+    pub counts: Vec<u64>,
+}
+
+/// Storage key of a key's slot set. The tenant is the hash tag, as for
+/// buckets, so a request's sets share a Redis Cluster slot.
+pub fn key_slots(tenant: &str, key_id: &str) -> String {
+    format!("tg:{{{tenant}}}:cc:k:{key_id}")
+}
+
+/// Storage key of a tenant's slot set.
+pub fn tenant_slots(tenant: &str) -> String {
+    format!("tg:{{{tenant}}}:cc:t")
 }
 
 /// A storage failure: the request's fate is decided by the failure policy.
@@ -75,6 +133,8 @@ pub trait Store: Send + Sync + 'static {
         &self,
         ops: &[BucketOp],
     ) -> impl Future<Output = Result<Outcome, StoreError>> + Send;
+    /// Acquire, release or renew a concurrency slot in all its sets at once.
+    fn slots(&self, op: &SlotOp) -> impl Future<Output = Result<SlotOutcome, StoreError>> + Send;
 }
 
 /// Storage key of one bucket. `kind_period` is `rm`, `rd`, `tm` or `td`;
@@ -116,6 +176,13 @@ impl Store for AnyStore {
         match self {
             AnyStore::Memory(s) => s.spend_debit(ops).await,
             AnyStore::Redis(s) => s.spend_debit(ops).await,
+        }
+    }
+
+    async fn slots(&self, op: &SlotOp) -> Result<SlotOutcome, StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.slots(op).await,
+            AnyStore::Redis(s) => s.slots(op).await,
         }
     }
 }

@@ -24,12 +24,14 @@ use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 use tokio::sync::{OnceCell, Semaphore};
 
-use super::{BucketOp, Outcome, Store, StoreError};
+use super::{BucketOp, Outcome, SlotMode, SlotOp, SlotOutcome, Store, StoreError};
 
 /// The Lua script, with its KEYS/ARGV contract at its top.
 pub const BUCKET_LUA: &str = include_str!("bucket.lua");
 /// The money budgets' script (spend counters), contract at its top.
 pub const SPEND_LUA: &str = include_str!("spend.lua");
+/// The concurrency slots' script, contract at its top.
+pub const SLOTS_LUA: &str = include_str!("slots.lua");
 
 /// How to reach Redis.
 #[derive(Debug, Clone)]
@@ -121,6 +123,7 @@ pub struct RedisStore {
     conn: Conn,
     sha: String,
     spend_sha: String,
+    slots_sha: String,
     timeout: Duration,
     busy_timeout: Duration,
     breaker: Duration,
@@ -194,6 +197,7 @@ impl RedisStore {
             conn,
             sha,
             spend_sha: redis::Script::new(SPEND_LUA).get_hash().to_string(),
+            slots_sha: redis::Script::new(SLOTS_LUA).get_hash().to_string(),
             timeout: cfg.timeout,
             busy_timeout: cfg.busy_timeout.max(cfg.timeout),
             breaker: cfg.breaker,
@@ -310,6 +314,58 @@ impl RedisStore {
                 granted: Vec::new(),
             });
         }
+        let cmd = if lua == SPEND_LUA {
+            self.spend_command(ops, mode)
+        } else {
+            self.command(ops, mode, sha)
+        };
+        let value = self.call(cmd, op, lua).await?;
+        // Bucket levels come in thousandths, spend counters in whole units.
+        let per_unit = if lua == BUCKET_LUA { 1000.0 } else { 1.0 };
+        parse_outcome(value, ops.len(), per_unit)
+    }
+
+    /// `slots.lua`'s call for `op`.
+    async fn run_slots(&self, op: &SlotOp) -> Result<SlotOutcome, StoreError> {
+        let n = op.sets.len();
+        if n == 0 {
+            return Ok(SlotOutcome {
+                denied: None,
+                counts: Vec::new(),
+            });
+        }
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&self.slots_sha).arg(n);
+        for (key, _) in &op.sets {
+            cmd.arg(key);
+        }
+        cmd.arg(op.mode.as_str()).arg(&op.slot).arg(op.ttl_ms);
+        for (_, cap) in &op.sets {
+            cmd.arg(*cap);
+        }
+        let name = match op.mode {
+            SlotMode::Acquire => "slot_acquire",
+            SlotMode::Release => "slot_release",
+            SlotMode::Renew => "slot_renew",
+            SlotMode::Count => "slot_count",
+        };
+        let value = self.call(cmd, name, SLOTS_LUA).await?;
+        let ints = reply_ints(value, n + 1)?;
+        Ok(SlotOutcome {
+            denied: denied_index(ints[0], n, "set")?,
+            counts: ints[1..].iter().map(|&c| c.max(0) as u64).collect(),
+        })
+    }
+
+    /// One script call (`cmd`, an EVALSHA of `lua`) within the deadlines,
+    /// counted under `op`: the reply, or the error (a connection error
+    /// opens the breaker).
+    async fn call(
+        &self,
+        cmd: redis::Cmd,
+        op: &'static str,
+        lua: &'static str,
+    ) -> Result<Value, StoreError> {
         if self.now_ms() < self.down_until.load(Ordering::Relaxed) {
             return Err(StoreError::Unavailable(
                 "redis marked down after an error; retrying shortly".into(),
@@ -317,11 +373,6 @@ impl RedisStore {
         }
         let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
             return Err(StoreError::Overloaded);
-        };
-        let cmd = if lua == SPEND_LUA {
-            self.spend_command(ops, mode)
-        } else {
-            self.command(ops, mode, sha)
         };
         let conn = self.conn.clone();
         let calls = self.calls.clone();
@@ -347,30 +398,28 @@ impl RedisStore {
             }
             Ok(Ok(r)) => r,
         };
-        let value = match value {
+        match value {
             Err(e) => {
                 let err = to_store_error(&e);
                 if matches!(err, StoreError::Unavailable(_)) {
                     let until = self.now_ms() + self.breaker.as_millis() as u64;
                     self.down_until.store(until, Ordering::Relaxed);
                 }
-                return Err(err);
+                Err(err)
             }
             Ok(v) => {
                 self.answered_at
                     .store(self.now_ms().max(1), Ordering::Relaxed);
-                v
+                Ok(v)
             }
-        };
-        // Bucket levels come in thousandths, spend counters in whole units.
-        let per_unit = if lua == BUCKET_LUA { 1000.0 } else { 1.0 };
-        parse_outcome(value, ops.len(), per_unit)
+        }
     }
 }
 
-fn parse_outcome(value: Value, n: usize, per_unit: f64) -> Result<Outcome, StoreError> {
+/// A script's reply: exactly `len` integers.
+fn reply_ints(value: Value, len: usize) -> Result<Vec<i64>, StoreError> {
     let items = match value {
-        Value::Array(items) if items.len() == 2 * n + 1 => items,
+        Value::Array(items) if items.len() == len => items,
         other => {
             return Err(StoreError::Protocol(format!(
                 "unexpected script reply {other:?}"
@@ -388,17 +437,25 @@ fn parse_outcome(value: Value, n: usize, per_unit: f64) -> Result<Outcome, Store
             }
         }
     }
-    let denied = match ints[0] {
-        0 => None,
-        i if i >= 1 && (i as usize) <= n => Some(i as usize - 1),
-        i => {
-            return Err(StoreError::Protocol(format!(
-                "script refused bucket {i} of {n}"
-            )))
-        }
-    };
+    Ok(ints)
+}
+
+/// A script's first reply value: 0 (nothing refused) or the 1-based index
+/// of the first refusing one of `n` (`what`: bucket, set).
+fn denied_index(i: i64, n: usize, what: &str) -> Result<Option<usize>, StoreError> {
+    match i {
+        0 => Ok(None),
+        i if i >= 1 && (i as usize) <= n => Ok(Some(i as usize - 1)),
+        i => Err(StoreError::Protocol(format!(
+            "script refused {what} {i} of {n}"
+        ))),
+    }
+}
+
+fn parse_outcome(value: Value, n: usize, per_unit: f64) -> Result<Outcome, StoreError> {
+    let ints = reply_ints(value, 2 * n + 1)?;
     Ok(Outcome {
-        denied,
+        denied: denied_index(ints[0], n, "bucket")?,
         levels: ints[1..=n].iter().map(|&m| m as f64 / per_unit).collect(),
         granted: ints[n + 1..].iter().map(|&g| g.max(0) as u64).collect(),
     })
@@ -421,5 +478,9 @@ impl Store for RedisStore {
     async fn spend_debit(&self, ops: &[BucketOp]) -> Result<Outcome, StoreError> {
         self.run_script(ops, "debit", "spend_debit", SPEND_LUA, &self.spend_sha)
             .await
+    }
+
+    async fn slots(&self, op: &SlotOp) -> Result<SlotOutcome, StoreError> {
+        self.run_slots(op).await
     }
 }

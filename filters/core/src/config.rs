@@ -262,6 +262,9 @@ struct RawKey {
     /// Bedrock: optional session token (temporary credentials).
     #[serde(default)]
     session_token: Option<String>,
+    /// Bedrock: the environment variable holding the session token.
+    #[serde(default)]
+    session_token_env: Option<String>,
 }
 
 /// One upstream credential. `value` (and `session_token`) are secret: never
@@ -922,17 +925,30 @@ fn compile_key(
     if k.weight == 0 || k.weight > 1000 {
         return err(format!("{kat}.weight: must be between 1 and 1000"));
     }
+    let from_env = |field: &str, var: &str| {
+        env(var).ok_or_else(|| {
+            ConfigError(format!(
+                "{kat}.{field}: environment variable {var} is not set (list it in vm_config.environment_variables.host_env_keys)"
+            ))
+        })
+    };
     let value = match (k.value, k.value_env) {
         (Some(v), None) => v,
-        (None, Some(var)) => match env(&var) {
-            Some(v) => v,
-            None => {
-                return err(format!(
-                    "{kat}.value_env: environment variable {var} is not set (list it in vm_config.environment_variables.host_env_keys)"
-                ))
-            }
-        },
-        _ => return err(format!("{kat}: exactly one of value and value_env is required")),
+        (None, Some(var)) => from_env("value_env", &var)?,
+        _ => {
+            return err(format!(
+                "{kat}: exactly one of value and value_env is required"
+            ))
+        }
+    };
+    let session_token = match (k.session_token, k.session_token_env) {
+        (t, None) => t,
+        (None, Some(var)) => Some(from_env("session_token_env", &var)?),
+        (Some(_), Some(_)) => {
+            return err(format!(
+                "{kat}: at most one of session_token and session_token_env"
+            ))
+        }
     };
     if value.is_empty() {
         return err(format!("{kat}: the key value is empty"));
@@ -953,10 +969,10 @@ fn compile_key(
         (_, Some(_)) => return err(format!("{kat}.access_key_id: only valid for kind bedrock")),
         (_, None) => {}
     }
-    if kind != Kind::Bedrock && k.session_token.is_some() {
+    if kind != Kind::Bedrock && session_token.is_some() {
         return err(format!("{kat}.session_token: only valid for kind bedrock"));
     }
-    if k.session_token
+    if session_token
         .as_ref()
         .is_some_and(|t| t.is_empty() || t.bytes().any(|b| b < 0x20 || b == 0x7f))
     {
@@ -968,7 +984,7 @@ fn compile_key(
         id: k.id,
         value,
         access_key_id: k.access_key_id,
-        session_token: k.session_token,
+        session_token,
     })
 }
 

@@ -13,6 +13,16 @@
 //! The calls a request makes itself, inside its own stream (a fan-out, a
 //! fallback to the alias's next target), are [`crate::calls`]'s: the
 //! phases call it where the plan asks for them and where an answer fails.
+//! One more call comes before a request is forwarded when its own output
+//! limit needs more tokens than its Check reserved: the top-up
+//! ([`crate::usage::top_up`]); the request waits for it, paused.
+//!
+//! Every request that ext_authz admitted ends with a usage report, sent
+//! when its answer ends (before Envoy passes the answer's last bytes on)
+//! or else from [`Flow::on_log`], which Envoy calls on every end: the
+//! usage of an answer, a refund of the reservation when the gateway
+//! answered itself before any provider call, and the release of the
+//! request's concurrency slot ([`crate::slots`]).
 //!
 //! Each [`Phase`] owns what is valid in it: the request's headers while its
 //! body is awaited, the route and the response state once routed.
@@ -24,9 +34,9 @@ use std::sync::Arc;
 use percent_encoding::percent_decode_str;
 use serde_json::json;
 use tollgate_wire::header::{
-    CACHE_BREAKPOINTS, KEY_ID, MODEL, MODELS, PROVIDER, PROVIDER_REQUEST_ID, RESERVED, TENANT,
+    CACHE_BREAKPOINTS, KEY_ID, MODEL, MODELS, PROVIDER, PROVIDER_REQUEST_ID, RESERVED, SLOT, TENANT,
 };
-use tollgate_wire::models_allowed;
+use tollgate_wire::{models_allowed, Reservation, Slot, RESERVE_PATH};
 
 use crate::calls::{self, Answer, FanOut, Retained};
 use crate::config::Runtime;
@@ -39,9 +49,10 @@ use crate::plan::{
     RequestFacts, Route,
 };
 use crate::session;
+use crate::slots::SlotBook;
 use crate::translate::{for_route, map_error_status, Endpoint, Front, StreamTranslator, Usage};
 use crate::translate::{DROPPED_HEADER, LOWERED_HEADER};
-use crate::usage::{report_body, Report, UsageBatch};
+use crate::usage::{self, report_body, Report, TopUpResult, UsageBatch};
 
 /// The host's answer to a callback, also named `flow::Action` by the
 /// crate's tests.
@@ -79,6 +90,9 @@ enum Phase {
     Draining { drained: u64 },
     /// Waiting for the answers of a fan-out's calls ([`crate::calls`]).
     FanOut { routed: Box<Routed>, calls: FanOut },
+    /// Rewritten for its provider, paused until authz-service tops its
+    /// reservation up (the call `token`).
+    TopUp { routed: Box<Routed>, token: u32 },
     /// Sent to a provider.
     Routed(Box<Routed>),
     /// We answered locally.
@@ -91,9 +105,8 @@ struct Pending {
     front: Front,
     tenant: Option<String>,
     key_id: Option<String>,
-    /// `x-tollgate-reserved`: tokens authz-service reserved for this
-    /// request, and the unix minute its money reservation was made.
-    reserved: Option<(u64, Option<u64>)>,
+    /// `x-tollgate-reserved`: what authz-service reserved for this request.
+    reserved: Option<Reservation>,
     /// `x-tollgate-models`.
     allowed: Option<String>,
     /// `x-tollgate-model`, the client's declaration that authz-service used
@@ -111,7 +124,12 @@ struct Routed {
     route: Route,
     tenant: Option<String>,
     key_id: Option<String>,
-    reserved: Option<(u64, Option<u64>)>,
+    /// What the request has reserved (a top-up included).
+    reserved: Option<Reservation>,
+    /// The output tokens it needs, for the report (authz-service learns
+    /// the key's answer reservation from it); None for the gateway's own
+    /// answers.
+    output_need: Option<u64>,
     resp: RespMode,
     usage: Option<Usage>,
     first_token: bool,
@@ -143,13 +161,17 @@ impl Routed {
         route: Route,
         tenant: Option<String>,
         key_id: Option<String>,
-        reserved: Option<(u64, Option<u64>)>,
+        reserved: Option<Reservation>,
     ) -> Routed {
+        let output_need = reserved
+            .and_then(|r| r.output)
+            .map(|o| o.need(route.output_limit));
         Routed {
             route,
             tenant,
             key_id,
             reserved,
+            output_need,
             resp: RespMode::None,
             usage: None,
             first_token: false,
@@ -202,12 +224,25 @@ enum RespMode {
     Stream(Box<dyn StreamTranslator>),
 }
 
+/// Whose request this is, as ext_authz said: what it reserved and the
+/// concurrency slot it holds.
+struct Account {
+    tenant: String,
+    key_id: String,
+    reserved: Option<Reservation>,
+    slot: Option<Slot>,
+}
+
 pub struct Flow {
     rt: Arc<Runtime>,
     phase: Phase,
     logged: bool,
+    /// The request's account, when ext_authz admitted it.
+    account: Option<Account>,
     /// The worker's usage batch, when batching is on.
     batch: Option<Rc<RefCell<UsageBatch>>>,
+    /// The worker's held concurrency slots, renewed on its tick.
+    slots: Option<Rc<RefCell<SlotBook>>>,
     /// The worker's metric ids.
     metrics: Rc<RefCell<Metrics>>,
     /// The request came in on the Anthropic Messages routes: errors are
@@ -221,7 +256,9 @@ impl Flow {
             rt,
             phase: Phase::Idle,
             logged: false,
+            account: None,
             batch: None,
+            slots: None,
             metrics: Rc::default(),
             anthropic: false,
         }
@@ -240,7 +277,19 @@ impl Flow {
         self
     }
 
+    /// Put the request's concurrency slot in a worker's book, renewed
+    /// while the request runs; without one the slot is only released.
+    pub fn with_slot_book(mut self, slots: Rc<RefCell<SlotBook>>) -> Flow {
+        self.slots = Some(slots);
+        self
+    }
+
+    /// Answers the client with `e`, before any provider call. The report
+    /// (the whole reservation refunded, the slot released) goes first, so
+    /// that the client's next Check finds them.
     fn reply(&mut self, h: &mut dyn Host, e: &ApiError) -> Action {
+        self.phase = Phase::Replied;
+        self.settle(h);
         let retry_after = e.retry_after.map(|s| s.to_string());
         let mut headers = vec![("content-type", "application/json")];
         if let Some(s) = &retry_after {
@@ -252,7 +301,6 @@ impl Flow {
             &format!("tollgate.rejected.{}", e.code.as_deref().unwrap_or("error")),
             1,
         );
-        self.phase = Phase::Replied;
         Action::Pause
     }
 
@@ -268,17 +316,31 @@ impl Flow {
         let full_path = header(":path").unwrap_or_default();
         let allowed = header(MODELS);
         let content_length = header("content-length");
+        let reserved = header(RESERVED).and_then(|v| Reservation::parse(&v));
+        let slot = header(SLOT).and_then(|v| Slot::parse(&v));
         let pending = Pending {
             endpoint: Endpoint::Chat,
             front: Front::OpenAi,
             tenant: header(TENANT),
             key_id: header(KEY_ID),
-            reserved: header(RESERVED).and_then(|v| tollgate_wire::parse_reservation(&v)),
+            reserved,
             allowed: None,
             declared_model: header(MODEL),
             cache_breakpoints: header(CACHE_BREAKPOINTS).as_deref() == Some("1"),
             headers: all,
         };
+        if let (Some(tenant), Some(key_id)) = (&pending.tenant, &pending.key_id) {
+            if let (Some(slot), Some(book)) = (&slot, &self.slots) {
+                let now = h.now_ms();
+                book.borrow_mut().hold(slot, tenant, key_id, now);
+            }
+            self.account = Some(Account {
+                tenant: tenant.clone(),
+                key_id: key_id.clone(),
+                reserved,
+                slot,
+            });
+        }
         let path = full_path.split('?').next().unwrap_or("");
         self.anthropic = tollgate_wire::is_messages_path(path);
         if self.anthropic {
@@ -362,8 +424,9 @@ impl Flow {
             None => json!({"object": "list", "data": data}),
         };
         let bytes = serde_json::to_vec(&body).unwrap_or_default();
-        h.send_local_reply(200, &[("content-type", "application/json")], &bytes);
         self.phase = Phase::Replied;
+        self.settle(h);
+        h.send_local_reply(200, &[("content-type", "application/json")], &bytes);
         Action::Pause
     }
 
@@ -377,7 +440,7 @@ impl Flow {
             Phase::Draining { .. } => return self.drain(h, body_size, end_of_stream),
             Phase::AwaitBody(_) => {}
             Phase::Replied => return Action::Pause,
-            Phase::FanOut { .. } => return Action::Pause,
+            Phase::FanOut { .. } | Phase::TopUp { .. } => return Action::Pause,
             Phase::Idle | Phase::Routed(_) => return Action::Continue,
         }
         if body_size as u64 > self.rt.max_body_bytes {
@@ -392,7 +455,7 @@ impl Flow {
         };
         let body = h.request_body(body_size).unwrap_or_default();
         match self.route_request(h, &body, *pending) {
-            Ok(phase @ Phase::FanOut { .. }) => {
+            Ok(phase @ (Phase::FanOut { .. } | Phase::TopUp { .. })) => {
                 self.phase = phase;
                 Action::Pause
             }
@@ -468,8 +531,77 @@ impl Flow {
         }
         let mut routed = routed_on(planned.route);
         routed.retained = retained;
+        if let Some(token) = self.top_up(h, &routed, pending.declared_model.as_deref()) {
+            return Ok(Phase::TopUp {
+                routed: Box::new(routed),
+                token,
+            });
+        }
         self.count_request(h, &mut routed);
         Ok(Phase::Routed(Box::new(routed)))
+    }
+
+    /// When the request's output limit needs more than its Check reserved,
+    /// asks authz-service for the rest ([`usage::top_up`]): the call's
+    /// token. Its answer comes to [`Flow::top_up_answer`].
+    fn top_up(&self, h: &mut dyn Host, routed: &Routed, declared: Option<&str>) -> Option<u32> {
+        let target = self.rt.usage.as_ref()?;
+        let (tenant, key_id) = (routed.tenant.as_deref()?, routed.key_id.as_deref()?);
+        let t = usage::top_up(
+            tenant,
+            key_id,
+            declared,
+            routed.reserved.as_ref()?,
+            routed.route.output_limit,
+        )?;
+        let body = serde_json::to_vec(&t).unwrap_or_default();
+        let headers = [
+            (":method", "POST"),
+            (":path", RESERVE_PATH),
+            (":authority", target.cluster.as_str()),
+            ("content-type", "application/json"),
+        ];
+        let token = h.call(&target.cluster, &headers, &body, target.timeout_ms);
+        if token.is_none() {
+            // Forwarded with the reservation it has: its report settles
+            // the difference.
+            h.log(
+                Level::Warn,
+                &format!(
+                    "tollgate: could not call cluster {} to top a reservation up",
+                    target.cluster
+                ),
+            );
+        }
+        token
+    }
+
+    /// authz-service's answer to the request's top-up: the request goes on
+    /// with its reservation raised, or the client gets the refusal (a 429
+    /// in its API's shape, or a 503 when no answer came).
+    fn top_up_answer(&mut self, h: &mut dyn Host, status: u16, body: &[u8]) {
+        let Phase::TopUp { mut routed, .. } = std::mem::replace(&mut self.phase, Phase::Idle)
+        else {
+            return;
+        };
+        match usage::read_top_up(status, body) {
+            TopUpResult::Reserved(tokens) => {
+                if let Some(r) = routed.reserved.as_mut() {
+                    r.tokens = tokens;
+                }
+                self.count_request(h, &mut routed);
+                self.phase = Phase::Routed(routed);
+                if !h.resume_request() {
+                    h.log(
+                        Level::Error,
+                        "tollgate: the host refused to resume a request",
+                    );
+                }
+            }
+            TopUpResult::Refused(e) => {
+                self.reply(h, &e);
+            }
+        }
     }
 
     /// The request's facts gathered (its headers' names, the time, a random
@@ -519,6 +651,7 @@ impl Flow {
     /// used, so the usage report (0) refunds the reservation.
     fn answer_locally(&self, h: &mut dyn Host, mut routed: Routed, body: &[u8]) -> Phase {
         self.count_request(h, &mut routed);
+        routed.output_need = None;
         routed.usage = Some(Usage::default());
         routed.fanned_out = true;
         routed.upstream_status = 200;
@@ -590,6 +723,16 @@ impl Flow {
     /// the client gets the merged answers, or the first failure in request
     /// order as an OpenAI error.
     pub fn on_call_response(&mut self, h: &mut dyn Host, token: u32, status: u16, body: Vec<u8>) {
+        if self.logged {
+            // The stream has ended: nothing left to answer.
+            return;
+        }
+        if let Phase::TopUp { token: t, .. } = &self.phase {
+            if *t == token {
+                self.top_up_answer(h, status, &body);
+            }
+            return;
+        }
         if let Phase::Routed(r) = &self.phase {
             if r.fallback_call == Some(token) {
                 self.fallback_answer(h, status, body);
@@ -844,10 +987,17 @@ impl Flow {
         end_of_stream: bool,
     ) -> Action {
         let action = self.response_body(h, body_size, end_of_stream);
-        if end_of_stream {
+        if end_of_stream && action == Action::Continue {
             // Before Envoy finishes the span (its tags are read then).
-            if let Phase::Routed(r) = &mut self.phase {
-                expose_usage(h, r);
+            let answered = match &mut self.phase {
+                Phase::Routed(r) => {
+                    expose_usage(h, r);
+                    r.fallback_call.is_none()
+                }
+                _ => false,
+            };
+            if answered {
+                self.settle(h);
             }
         }
         action
@@ -941,70 +1091,69 @@ impl Flow {
         }
     }
 
-    /// Stream end (success or not): stats and the usage report. Idempotent.
+    /// Stream end (success or not, on every end): stats and the usage
+    /// report, unless the answer's end sent it already. Idempotent.
+    ///
+    /// The report carries the answer's usage; for a request the gateway
+    /// answered itself before any provider call (an error, a refused
+    /// top-up, a client that left first) a refund of its reservation; and
+    /// the release of its concurrency slot. Reports that release a slot, or
+    /// whose Check asked for it, go at once; others join the batch.
     pub fn on_log(&mut self, h: &mut dyn Host) {
         if self.logged {
             return;
         }
         self.logged = true;
-        let Phase::Routed(r) = &mut self.phase else {
+        if let Phase::Routed(r) = &mut self.phase {
+            routed_stats(h, r);
+        }
+        self.settle(h);
+    }
+
+    /// The request's usage report (see [`Flow::on_log`]), once: at the end
+    /// of its answer, before Envoy passes the last bytes on to the client,
+    /// or just before the gateway's own reply, so that a sequential
+    /// client's next Check finds the refund and the released slot; else
+    /// (the client left, the stream was cut) when the stream is logged.
+    /// Nothing when ext_authz did not admit the request here (no account
+    /// headers).
+    fn settle(&mut self, h: &mut dyn Host) {
+        let Some(account) = self.account.take() else {
             return;
         };
-        let rt = &self.rt;
-        if let RespMode::Stream(t) = &r.resp {
-            r.usage = t.usage();
+        let slot = account.slot.as_ref().map(|s| s.id.clone());
+        if let (Some(id), Some(book)) = (&slot, &self.slots) {
+            book.borrow_mut().release(id);
         }
-        let class = ErrorClass::of(r.upstream_status, r.envoy_reply);
-        if let (Some(c), Some(s)) = (class, &r.series) {
-            metrics::record(h, MetricKind::Counter, s.error(c), 1);
-        }
-        let Some(u) = r.usage else { return };
-        if let Some(s) = &r.series {
-            use MetricKind::{Counter, Histogram};
-            metrics::record(h, Counter, s.prompt_tokens, u.prompt_tokens);
-            metrics::record(h, Counter, s.completion_tokens, u.completion_tokens);
-            metrics::record(h, Counter, s.cached_tokens, u.cached_tokens);
-            if u.completion_tokens > 0 && class.is_none() {
-                // Generation speed: from the first token for streams, from
-                // the request for whole answers.
-                let from = if r.first_token_ms > 0 {
-                    r.first_token_ms
-                } else {
-                    r.route.sent_ms
-                };
-                let ms = h.now_ms().saturating_sub(from);
-                let tps = metrics::tokens_per_second(u.completion_tokens, ms);
-                metrics::record(h, Histogram, s.tokens_per_second, tps);
+        let mut report = match &mut self.phase {
+            Phase::Routed(r) => r.usage.map(|u| answer_report(&account, r, u)),
+            // The calls may have run: the reservation stays.
+            Phase::FanOut { .. } | Phase::Idle => None,
+            // Never forwarded: nothing was used.
+            Phase::AwaitBody(_) | Phase::Draining { .. } | Phase::Replied | Phase::TopUp { .. } => {
+                account.reserved.filter(|r| r.tokens > 0).map(|r| Report {
+                    tenant: account.tenant.clone(),
+                    key_id: account.key_id.clone(),
+                    reserved: Some(r.tokens),
+                    reserved_at: r.at_minute,
+                    ..Report::default()
+                })
             }
+        };
+        if report.is_none() && slot.is_some() {
+            // Nothing to settle (the reservation stays), a slot to release.
+            report = Some(Report {
+                tenant: account.tenant.clone(),
+                key_id: account.key_id.clone(),
+                ..Report::default()
+            });
         }
-        // A stream the client left: the usage seen so far.
-        expose_usage(h, r);
-        let (Some(target), Some(tenant), Some(key_id)) =
-            (rt.usage.as_ref(), r.tenant.as_ref(), r.key_id.as_ref())
-        else {
+        let (Some(mut report), Some(target)) = (report, self.rt.usage.as_ref()) else {
             return;
         };
-        let report = Report {
-            tenant: tenant.clone(),
-            key_id: key_id.clone(),
-            model: Some(r.route.canonical.clone()),
-            prompt_tokens: u.prompt_tokens,
-            completion_tokens: u.completion_tokens,
-            cached_tokens: u.cached_tokens,
-            cache_write_tokens: u.cache_write_tokens,
-            // A stream cut before its end reports only what the filter saw
-            // (the provider's final usage never came): it is not settled, so
-            // the reservation stays charged and the usage seen is added.
-            reserved: match r.resp {
-                RespMode::Stream(_) if !r.stream_ended => None,
-                _ => r.reserved.map(|(tokens, _)| tokens),
-            },
-            // Charged to the budgets' windows of the reservation's minute.
-            reserved_at: r.reserved.and_then(|(_, minute)| minute),
-        };
+        report.slot = slot;
         let body = match &self.batch {
-            None => report_body(&report),
-            Some(b) => {
+            Some(b) if !usage::at_once(&report, account.reserved.as_ref()) => {
                 let mut b = b.borrow_mut();
                 if !b.add(report) {
                     return;
@@ -1015,6 +1164,7 @@ impl Flow {
                     None => return,
                 }
             }
+            _ => report_body(&report),
         };
         if !h.post(&target.cluster, &target.path, &body, target.timeout_ms) {
             h.log(
@@ -1025,6 +1175,64 @@ impl Flow {
                 ),
             );
         }
+    }
+}
+
+/// An answered request's stats at its end: its error class, its tokens,
+/// the generation speed; its usage exposed to the access log.
+fn routed_stats(h: &mut dyn Host, r: &mut Routed) {
+    if let RespMode::Stream(t) = &r.resp {
+        r.usage = t.usage();
+    }
+    let class = ErrorClass::of(r.upstream_status, r.envoy_reply);
+    if let (Some(c), Some(s)) = (class, &r.series) {
+        metrics::record(h, MetricKind::Counter, s.error(c), 1);
+    }
+    let Some(u) = r.usage else { return };
+    if let Some(s) = &r.series {
+        use MetricKind::{Counter, Histogram};
+        metrics::record(h, Counter, s.prompt_tokens, u.prompt_tokens);
+        metrics::record(h, Counter, s.completion_tokens, u.completion_tokens);
+        metrics::record(h, Counter, s.cached_tokens, u.cached_tokens);
+        if u.completion_tokens > 0 && class.is_none() {
+            // Generation speed: from the first token for streams, from
+            // the request for whole answers.
+            let from = if r.first_token_ms > 0 {
+                r.first_token_ms
+            } else {
+                r.route.sent_ms
+            };
+            let ms = h.now_ms().saturating_sub(from);
+            let tps = metrics::tokens_per_second(u.completion_tokens, ms);
+            metrics::record(h, Histogram, s.tokens_per_second, tps);
+        }
+    }
+    // A stream the client left: the usage seen so far.
+    expose_usage(h, r);
+}
+
+/// The usage report of an answer.
+fn answer_report(account: &Account, r: &Routed, u: Usage) -> Report {
+    Report {
+        tenant: account.tenant.clone(),
+        key_id: account.key_id.clone(),
+        model: Some(r.route.canonical.clone()),
+        prompt_tokens: u.prompt_tokens,
+        completion_tokens: u.completion_tokens,
+        cached_tokens: u.cached_tokens,
+        cache_write_tokens: u.cache_write_tokens,
+        web_searches: u.web_searches,
+        // A stream cut before its end reports only what the filter saw
+        // (the provider's final usage never came): it is not settled, so
+        // the reservation stays charged and the usage seen is added.
+        reserved: match r.resp {
+            RespMode::Stream(_) if !r.stream_ended => None,
+            _ => r.reserved.map(|r| r.tokens),
+        },
+        // Charged to the budgets' windows of the reservation's minute.
+        reserved_at: r.reserved.and_then(|r| r.at_minute),
+        output_limit: r.output_need,
+        slot: None,
     }
 }
 

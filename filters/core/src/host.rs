@@ -68,6 +68,9 @@ pub trait Host {
     /// reply of Envoy's (connect failure, timeout, overflow)?
     fn response_from_upstream(&self) -> bool;
     fn send_local_reply(&mut self, status: u16, headers: &[(&str, &str)], body: &[u8]);
+    /// Let a request paused in its body callback go on (after a call made
+    /// on its behalf answered). Returns false when the host refused.
+    fn resume_request(&mut self) -> bool;
     /// Foreign function `clear_route_cache`.
     fn clear_route_cache(&mut self) -> bool;
     /// Wall clock, milliseconds since the Unix epoch.
@@ -129,6 +132,8 @@ pub mod fake {
         /// Simulates an Envoy local reply on the response path.
         pub envoy_local_response: bool,
         pub route_cleared: bool,
+        /// [`Host::resume_request`] calls.
+        pub resumed: u32,
         pub now: u64,
         pub random: Vec<u32>,
         pub shared: RefCell<HashMap<String, Vec<u8>>>,
@@ -266,6 +271,11 @@ pub mod fake {
                     .collect(),
                 body.to_vec(),
             ));
+        }
+        fn resume_request(&mut self) -> bool {
+            self.note("resume_request");
+            self.resumed += 1;
+            true
         }
         fn clear_route_cache(&mut self) -> bool {
             self.note("clear_route_cache");

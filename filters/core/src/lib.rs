@@ -36,7 +36,9 @@
 //! makes itself: a fan-out, a fallback to the next target, and the answer
 //! made from theirs), [`cooldown`] (provider keys skipped after refusals),
 //! [`attempt`] (the per-attempt key choice of retries, in an upstream
-//! filter), [`usage`] (usage reports and their batches), [`metrics`] (the
+//! filter), [`usage`] (usage reports and their batches, reservation
+//! top-ups), [`slots`] (concurrency slots renewed while their requests
+//! run), [`metrics`] (the
 //! per-request metrics and the facts exposed to the access log and tracer),
 //! [`error`] (the OpenAI-shaped errors), [`host`] (the one host boundary).
 
@@ -57,9 +59,11 @@ pub mod hash;
 pub mod host;
 pub mod keys;
 pub mod lift;
+pub mod mcp;
 pub mod metrics;
 pub mod plan;
 pub mod scan;
 pub mod session;
+pub mod slots;
 pub mod translate;
 pub mod usage;

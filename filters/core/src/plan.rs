@@ -10,7 +10,7 @@ use std::borrow::Cow;
 
 use serde_json::Value;
 
-use tollgate_wire::header::{CLUSTER, KEY_ID, MODEL, MODELS, RESERVED, TENANT};
+use tollgate_wire::header::{CLUSTER, KEY_ID, MODEL, MODELS, RESERVED, SLOT, TENANT};
 use tollgate_wire::models_allowed;
 
 use crate::config::{Key, Kind, ModelCfg, Provider, Resolved, Runtime};
@@ -80,6 +80,11 @@ pub struct Route {
     /// The hash of the request's session, when it has one
     /// ([`crate::session`]).
     pub session: Option<u64>,
+    /// The most output tokens the request may produce: its declared limit
+    /// (`max_completion_tokens`, `max_tokens`, `max_output_tokens`) at most
+    /// the model's `max_output_tokens`, 0 for embeddings; None when it
+    /// declares none. Its reservation is topped up to it (`crate::usage`).
+    pub output_limit: Option<u64>,
 }
 
 impl Route {
@@ -236,7 +241,7 @@ pub fn provider_request_id_header(kind: Kind) -> Option<&'static str> {
 /// Removed when the host cannot list the request's headers: the client's
 /// credentials, the gateway's own headers, and encodings the filter cannot
 /// rewrite through.
-const REMOVED: [&str; 9] = [
+const REMOVED: [&str; 10] = [
     "authorization",
     "x-api-key",
     TENANT,
@@ -244,6 +249,7 @@ const REMOVED: [&str; 9] = [
     MODELS,
     MODEL,
     RESERVED,
+    SLOT,
     "accept-encoding",
     "transfer-encoding",
 ];
@@ -270,7 +276,16 @@ pub fn plan(
         Parsed::Document(_, model) => model.clone(),
     };
     let resolved = admit(rt, facts, &model)?;
+    let declared = declared_output(&parsed);
     let (resolved, t) = serving_target(rt, resolved, &model, facts, &parsed, cooling)?;
+    let output_limit = match facts.endpoint {
+        Endpoint::Embeddings => Some(0),
+        _ => declared.map(|d| {
+            t.model_cfg
+                .max_output_tokens
+                .map_or(d, |max| d.min(u64::from(max)))
+        }),
+    };
     let alias_fallbacks = rt.fallbacks(&model);
     let canonical_is_fallback = alias_fallbacks.contains(&resolved);
     let fallbacks = !alias_fallbacks.is_empty();
@@ -300,6 +315,7 @@ pub fn plan(
             lowered: up.lowered.join(","),
             fallback: canonical_is_fallback,
             session: t.session.map(|s| s.hash),
+            output_limit,
         },
         headers,
         body: up.body,
@@ -469,6 +485,17 @@ impl<'a> Parsed<'a> {
         }
         TopLevel::parse(body).map(Parsed::Top)
     }
+}
+
+/// The output limit a client body declares: `max_completion_tokens`, else
+/// `max_tokens` (chat, Messages), else `max_output_tokens` (Responses).
+fn declared_output(parsed: &Parsed<'_>) -> Option<u64> {
+    ["max_completion_tokens", "max_tokens", "max_output_tokens"]
+        .iter()
+        .find_map(|name| match parsed {
+            Parsed::Top(top) => top.get(name).and_then(|v| v.trim().parse().ok()),
+            Parsed::Document(v, _) => v.get(*name).and_then(Value::as_u64),
+        })
 }
 
 /// Are the body's long texts lifted out before it is built for `tr`?

@@ -6,8 +6,22 @@
 //! the debit costs one callout per interval instead of one per answer. The
 //! authz service adds them up either way. The report type is the wire
 //! contract's ([`tollgate_wire::UsageReport`]).
+//!
+//! Two kinds of report go at once instead: one that releases a
+//! concurrency slot (`slot`), and one whose Check asked for it (`;now` in
+//! `x-tollgate-reserved`: the key's token bucket is nearly empty, so the
+//! refund of a short answer should land before the client's next request).
+//!
+//! A request whose own output limit needs more than its Check reserved is
+//! topped up first ([`top_up`]): the filter asks authz-service for the rest
+//! and forwards the request only once it has it.
+
+use tollgate_wire::{OutputCover, Refusal, Reservation, TopUp, TopUpAnswer};
+
+use crate::error::{ApiError, RATE_LIMIT, SERVER};
 
 pub use tollgate_wire::UsageReport as Report;
+pub use tollgate_wire::SLOTS_RENEW_PATH;
 
 /// One report as the body of its own `POST`.
 pub fn report_body(r: &Report) -> Vec<u8> {
@@ -40,10 +54,12 @@ impl UsageBatch {
                 e.completion_tokens = e.completion_tokens.saturating_add(r.completion_tokens);
                 e.cached_tokens = e.cached_tokens.saturating_add(r.cached_tokens);
                 e.cache_write_tokens = e.cache_write_tokens.saturating_add(r.cache_write_tokens);
+                e.web_searches = e.web_searches.saturating_add(r.web_searches);
                 e.reserved = match (e.reserved, r.reserved) {
                     (Some(a), Some(b)) => Some(a.saturating_add(b)),
                     (a, b) => a.or(b),
                 };
+                e.output_limit = e.output_limit.max(r.output_limit);
             }
             None => self.entries.push(r),
         }
@@ -70,6 +86,87 @@ impl UsageBatch {
     }
 }
 
+/// Should a report go at once rather than with its batch?
+pub fn at_once(r: &Report, reservation: Option<&Reservation>) -> bool {
+    r.slot.is_some() || reservation.is_some_and(|r| r.settle_now)
+}
+
+/// The top-up a request needs before it is forwarded: its reservation's
+/// answer part falls short of its output limit (`declared`, None when it
+/// declared none). None when the reservation covers it.
+pub fn top_up(
+    tenant: &str,
+    key_id: &str,
+    model: Option<&str>,
+    reservation: &Reservation,
+    declared: Option<u64>,
+) -> Option<TopUp> {
+    let cover: OutputCover = reservation.output?;
+    if cover.shortfall(declared) == 0 {
+        return None;
+    }
+    Some(TopUp {
+        tenant: tenant.to_string(),
+        key_id: key_id.to_string(),
+        model: model.map(str::to_string),
+        reserved: reservation.tokens,
+        output: cover.reserved,
+        need: cover.need(declared),
+    })
+}
+
+/// What became of a top-up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TopUpResult {
+    /// The request may go on with this many tokens reserved in all.
+    Reserved(u64),
+    /// The client's answer: a refusal (429 at a limit or budget), or 503
+    /// when authz-service could not decide.
+    Refused(ApiError),
+}
+
+/// authz-service's answer to a top-up call (`status` 0: no answer).
+pub fn read_top_up(status: u16, body: &[u8]) -> TopUpResult {
+    let answer = (status == 200)
+        .then(|| serde_json::from_slice::<TopUpAnswer>(body).ok())
+        .flatten();
+    match answer {
+        Some(TopUpAnswer {
+            refused: Some(r), ..
+        }) => TopUpResult::Refused(refusal(r)),
+        Some(a) => TopUpResult::Reserved(a.reserved),
+        None => TopUpResult::Refused(ApiError {
+            retry_after: Some(1),
+            ..ApiError::new(
+                503,
+                SERVER,
+                "authz_unavailable",
+                "The gateway could not reserve this request's output tokens. Please retry in 1 second.",
+            )
+        }),
+    }
+}
+
+/// A refusal from authz-service as the client's error.
+fn refusal(r: Refusal) -> ApiError {
+    // OpenAI's `type` values authz-service answers with; any other is a
+    // rate-limit error.
+    let kind = [
+        "tokens",
+        "requests",
+        "insufficient_quota",
+        "invalid_request_error",
+        "server_error",
+    ]
+    .into_iter()
+    .find(|k| *k == r.kind)
+    .unwrap_or(RATE_LIMIT);
+    ApiError {
+        retry_after: r.retry_after,
+        ..ApiError::new(r.status, kind, &r.code, r.message)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,11 +179,84 @@ mod tests {
             model: Some(model.into()),
             prompt_tokens: p,
             completion_tokens: c,
-            cached_tokens: 0,
-            cache_write_tokens: 0,
-            reserved: None,
-            reserved_at: None,
+            ..Report::default()
         }
+    }
+
+    #[test]
+    fn a_batch_keeps_the_largest_output_need() {
+        let mut b = UsageBatch::default();
+        let need = |n| Report {
+            output_limit: n,
+            ..report("t", "k", "openai/m", 1, 2)
+        };
+        b.add(need(Some(16)));
+        b.add(need(None));
+        b.add(need(Some(256)));
+        b.add(need(Some(32)));
+        let v: Value = serde_json::from_slice(&b.take_body().unwrap_or_default()).unwrap();
+        assert_eq!(v[0]["output_limit"], 256);
+    }
+
+    #[test]
+    fn a_top_up_asks_for_the_shortfall_only() {
+        let r = Reservation {
+            tokens: 40,
+            at_minute: Some(7),
+            output: Some(OutputCover {
+                reserved: 16,
+                undeclared: 256,
+            }),
+            settle_now: false,
+        };
+        assert_eq!(top_up("t", "k", None, &r, Some(16)), None);
+        assert_eq!(top_up("t", "k", None, &r, Some(4)), None);
+        let t = top_up("t", "k", Some("openai/m"), &r, Some(1000)).unwrap();
+        assert_eq!((t.reserved, t.output, t.need), (40, 16, 1000));
+        assert_eq!(t.model.as_deref(), Some("openai/m"));
+        // No declared limit: the tenant's default.
+        assert_eq!(top_up("t", "k", None, &r, None).map(|t| t.need), Some(256));
+        // No answer part (nothing reserved, or the whole bucket): never.
+        let whole = Reservation { output: None, ..r };
+        assert_eq!(top_up("t", "k", None, &whole, Some(100_000)), None);
+    }
+
+    #[test]
+    fn top_up_answers() {
+        assert_eq!(
+            read_top_up(200, br#"{"reserved":1040}"#),
+            TopUpResult::Reserved(1040)
+        );
+        let refused = br#"{"reserved":40,"refused":{"status":429,"message":"Rate limit reached","type":"tokens","code":"rate_limit_exceeded","retry_after":7}}"#;
+        let TopUpResult::Refused(e) = read_top_up(200, refused) else {
+            panic!("refused")
+        };
+        assert_eq!((e.status, e.kind, e.retry_after), (429, "tokens", Some(7)));
+        assert_eq!(e.code.as_deref(), Some("rate_limit_exceeded"));
+        assert_eq!(e.message, "Rate limit reached");
+        for (status, body) in [(0, &b""[..]), (503, b"{}"), (200, b"nope")] {
+            let TopUpResult::Refused(e) = read_top_up(status, body) else {
+                panic!("{status}")
+            };
+            assert_eq!((e.status, e.retry_after), (503, Some(1)));
+        }
+    }
+
+    #[test]
+    fn slot_and_settle_now_reports_go_at_once() {
+        let r = report("t", "k", "a/m", 1, 1);
+        assert!(!at_once(&r, None));
+        let now = Reservation {
+            settle_now: true,
+            ..Reservation::default()
+        };
+        assert!(at_once(&r, Some(&now)));
+        assert!(!at_once(&r, Some(&Reservation::default())));
+        let slot = Report {
+            slot: Some("a1".into()),
+            ..r
+        };
+        assert!(at_once(&slot, None));
     }
 
     #[test]

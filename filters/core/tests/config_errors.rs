@@ -79,6 +79,10 @@ fn invalid_configs_exact_messages() {
             "providers.p.keys[0].access_key_id: only valid for kind bedrock".into()),
         (one(r#"{"kind":"gemini","cluster":"c","models":["m"],"keys":[{"id":"k","value":"v","session_token":"t"}]}"#),
             "providers.p.keys[0].session_token: only valid for kind bedrock".into()),
+        (one(r#"{"kind":"bedrock","cluster":"c","region":"us-east-1","models":["m"],"keys":[{"id":"k","value":"v","access_key_id":"AK","session_token":"t","session_token_env":"TG_TEST_ANTHROPIC_KEY"}]}"#),
+            "providers.p.keys[0]: at most one of session_token and session_token_env".into()),
+        (one(r#"{"kind":"bedrock","cluster":"c","region":"us-east-1","models":["m"],"keys":[{"id":"k","value":"v","access_key_id":"AK","session_token_env":"NOPE"}]}"#),
+            "providers.p.keys[0].session_token_env: environment variable NOPE is not set (list it in vm_config.environment_variables.host_env_keys)".into()),
         (one(&format!(r#"{{"kind":"openai","cluster":"c","api_version":"2024-10-21","models":["m"],"keys":{key}}}"#)), "providers.p.api_version: only valid for kind azure".into()),
         (one(&format!(r#"{{"kind":"azure","cluster":"c","api_version":"a b","models":["m"],"keys":{key}}}"#)), "providers.p.api_version: must be a version such as 2024-10-21".into()),
         (one(&format!(r#"{{"kind":"gemini","cluster":"c","deployments":{{"m":"d"}},"models":["m"],"keys":{key}}}"#)), "providers.p.deployments: only valid for kind azure".into()),
@@ -86,7 +90,7 @@ fn invalid_configs_exact_messages() {
         (one(&format!(r#"{{"kind":"azure","cluster":"c","deployments":{{"m":"d/e"}},"models":["m"],"keys":{key}}}"#)),
             "providers.p.deployments.m: deployment names may contain only letters, digits, '-', '_' and '.'".into()),
         (one(r#"{"kind":"openai","cluster":"c","models":["m"],"keys":[{"id":"k","value":"v","weigth":2}]}"#),
-            "providers.p.keys[0].weigth: unknown field `weigth`, expected one of `id`, `value`, `value_env`, `weight`, `models`, `access_key_id`, `session_token` at line 1 column 104".into()),
+            "providers.p.keys[0].weigth: unknown field `weigth`, expected one of `id`, `value`, `value_env`, `weight`, `models`, `access_key_id`, `session_token`, `session_token_env` at line 1 column 104".into()),
         (one(&format!(r#"{{"kind":"openai","cluster":"","models":["m"],"keys":{key}}}"#)), "providers.p.cluster: must not be empty".into()),
         (one(&format!(r#"{{"kind":"openai","cluster":"c","base_path":"v1","models":["m"],"keys":{key}}}"#)), "providers.p.base_path: must start with '/'".into()),
         (one(&format!(r#"{{"kind":"openai","cluster":"c","models":[],"keys":{key}}}"#)), "providers.p.models: at least one model is required".into()),
@@ -152,4 +156,14 @@ fn allow_list_patterns() {
     assert!(!model_allowed("openai/gpt-4o", &["openai/gpt-4o-mini"]));
     assert!(!model_allowed("", &["openai/gpt-4o"]));
     assert!(!model_allowed(" , ", &["openai/gpt-4o"]));
+}
+
+#[test]
+fn a_session_token_is_read_from_the_environment() {
+    let json = one(
+        r#"{"kind":"bedrock","cluster":"c","region":"us-east-1","models":["m"],"keys":[{"id":"k","value":"v","access_key_id":"AK","session_token_env":"TG_TEST_ANTHROPIC_KEY"}]}"#,
+    );
+    let rt = Runtime::from_json(json.as_bytes(), &common::env).unwrap();
+    let key = &rt.provider(0).unwrap().keys[0];
+    assert_eq!(key.session_token.as_deref(), Some("ak-two"));
 }

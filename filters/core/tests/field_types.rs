@@ -315,6 +315,7 @@ fn openai_usage() {
                 completion_tokens: 2,
                 cached_tokens: 1,
                 cache_write_tokens: 0,
+                web_searches: 0,
             }),
             "{kind:?}"
         );

@@ -124,10 +124,7 @@ fn a_full_batch_is_posted_by_the_answer_that_fills_it() {
             model: Some("openai/gpt-4o-mini".into()),
             prompt_tokens: 1,
             completion_tokens: 1,
-            cached_tokens: 0,
-            cache_write_tokens: 0,
-            reserved: None,
-            reserved_at: None,
+            ..Report::default()
         });
     }
     let h = answer_into(&batch);

@@ -265,6 +265,18 @@ fn passthrough_stream_every_split_is_untouched_with_usage() {
 }
 
 #[test]
+fn passthrough_counts_anthropic_web_searches() {
+    // The final message_delta's usage is cumulative: its count stands.
+    let input = ANTHROPIC_STREAM.replace(
+        r#""usage":{"output_tokens""#,
+        r#""usage":{"server_tool_use":{"web_search_requests":3},"output_tokens""#,
+    );
+    assert_ne!(input, ANTHROPIC_STREAM);
+    let (_, usage) = every_split(Kind::Anthropic, input.as_bytes());
+    assert_eq!(usage.map(|u| u.web_searches), Some(3));
+}
+
+#[test]
 fn byte_by_byte_matches_whole() {
     for (kind, input) in [
         (Kind::Openai, openai_stream()),

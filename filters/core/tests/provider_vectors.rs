@@ -406,6 +406,7 @@ fn gemini_response_vectors() {
             completion_tokens: 7,
             cached_tokens: 4,
             cache_write_tokens: 0,
+            web_searches: 0,
         })
     );
     assert_eq!(v["usage"]["total_tokens"], 17);
@@ -481,6 +482,7 @@ fn bedrock_response_vectors() {
             completion_tokens: 8,
             cached_tokens: 5,
             cache_write_tokens: 0,
+            web_searches: 0,
         })
     );
     assert_eq!(v["model"], "m-1");
@@ -813,6 +815,7 @@ fn every_split(model: &str, input: &[u8], id: &str) {
                 completion_tokens: 6,
                 cached_tokens: 0,
                 cache_write_tokens: 0,
+                web_searches: 0,
             })
         );
         for i in 0..=input.len() {

@@ -332,6 +332,7 @@ fn native_streams_pass_through_and_give_usage_at_every_split() {
             completion_tokens: 6,
             cached_tokens: 4,
             cache_write_tokens: 0,
+            web_searches: 0,
         });
         let input = NATIVE.as_bytes();
         for i in 0..=input.len() {
@@ -357,6 +358,21 @@ fn native_streams_pass_through_and_give_usage_at_every_split() {
         let body = br#"{"id":"resp_1","output":[],"usage":{"input_tokens":3,"output_tokens":2,"total_tokens":5}}"#;
         let got = t.response(&ctx(), body).unwrap();
         assert_eq!((got.body, got.usage.map(|u| u.total())), (None, Some(5)));
+        // The provider's web searches are counted from its output items,
+        // in a whole answer and in the stream's final response.
+        let searched = json!({"id": "resp_1", "output": [
+            {"type": "web_search_call", "id": "ws_1", "status": "completed"},
+            {"type": "web_search_call", "id": "ws_2", "status": "completed"},
+            {"type": "message", "id": "m", "content": []}],
+            "usage": {"input_tokens": 3, "output_tokens": 2}});
+        let got = t.response(&ctx(), searched.to_string().as_bytes()).unwrap();
+        assert_eq!(got.usage.map(|u| u.web_searches), Some(2));
+        let event = json!({"type": "response.completed", "response": searched});
+        let stream = format!("event: response.completed\ndata: {event}\n\n");
+        assert_eq!(
+            run(t, &[stream.as_bytes()]).1.map(|u| u.web_searches),
+            Some(2)
+        );
     }
 }
 

@@ -127,6 +127,7 @@ fn anthropic_tool_stream_every_split() {
                 completion_tokens: 89,
                 cached_tokens: 100,
                 cache_write_tokens: 5,
+                web_searches: 0,
             })
         );
         for i in 0..=input.len() {
@@ -259,6 +260,7 @@ fn openai_stream_every_split() {
                 completion_tokens: 4,
                 cached_tokens: 0,
                 cache_write_tokens: 0,
+                web_searches: 0,
             })
         );
         for i in 0..=input.len() {

@@ -243,6 +243,11 @@ thread_local! {
     static RNG: RefCell<Option<XorShift>> = const { RefCell::new(None) };
 }
 
+/// Wall clock, milliseconds since the Unix epoch (for the root context).
+pub fn now_ms() -> u64 {
+    now_nanos() / 1_000_000
+}
+
 fn now_nanos() -> u64 {
     let mut t = 0u64;
     // SAFETY: valid out-pointer.
@@ -348,6 +353,9 @@ impl Host for WasmHost {
         if st != Status::Ok {
             log(LogLevel::Error, "tollgate: send_local_response failed");
         }
+    }
+    fn resume_request(&mut self) -> bool {
+        proxy_wasm::hostcalls::resume_http_request().is_ok()
     }
     fn clear_route_cache(&mut self) -> bool {
         let name = "clear_route_cache";

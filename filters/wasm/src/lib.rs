@@ -3,7 +3,8 @@
 //! that talks to Envoy. Configuration is parsed once per VM in `on_configure`
 //! and shared with every request through an `Arc`. With usage batching on,
 //! the requests of a VM add their usage to the root's batch, which the root
-//! posts on its tick.
+//! posts on its tick; on the same tick it renews the concurrency slots its
+//! requests hold (`tollgate_core::slots`).
 //!
 //! The same module also runs as the per-attempt (upstream) filter of the
 //! provider clusters, configured with root id [`ATTEMPT_ROOT_ID`]: its
@@ -25,7 +26,9 @@ use tollgate_core::config::Runtime;
 use tollgate_core::error::{ApiError, SERVER};
 use tollgate_core::flow::Flow;
 use tollgate_core::host::{Action, Host};
+use tollgate_core::mcp::{is_mcp_path, Exchange, McpMetrics};
 use tollgate_core::metrics::Metrics;
+use tollgate_core::slots::SlotBook;
 use tollgate_core::usage::UsageBatch;
 
 use host::WasmHost;
@@ -44,7 +47,11 @@ proxy_wasm::main! {{
             context_id,
             runtime: None,
             batch: None,
+            slots: Rc::default(),
+            flush_every: 1,
+            ticks: 0,
             metrics: Rc::default(),
+            mcp_metrics: Rc::default(),
             attempts: false,
         })
     });
@@ -55,8 +62,15 @@ struct Root {
     runtime: Option<Arc<Runtime>>,
     /// This VM's pending usage, when `usage_flush_ms` > 0.
     batch: Option<Rc<RefCell<UsageBatch>>>,
+    /// The concurrency slots this VM's requests hold.
+    slots: Rc<RefCell<SlotBook>>,
+    /// The batch is posted every this many ticks; ticks since it was.
+    flush_every: u64,
+    ticks: u64,
     /// This VM's metric ids per (tenant, key, provider, model).
     metrics: Rc<RefCell<Metrics>>,
+    /// This VM's MCP metric ids.
+    mcp_metrics: Rc<RefCell<McpMetrics>>,
     /// This root serves the per-attempt filter.
     attempts: bool,
 }
@@ -83,6 +97,32 @@ impl Root {
         }
     }
 }
+
+impl Root {
+    /// Renew the slots held a third of their ttl since their last renewal.
+    fn renew_slots(&self) {
+        let Some(target) = self.runtime.as_ref().and_then(|rt| rt.usage.as_ref()) else {
+            return;
+        };
+        let Some(body) = self.slots.borrow_mut().due(host::now_ms()) else {
+            return;
+        };
+        let path = tollgate_core::usage::SLOTS_RENEW_PATH;
+        if !host::post(&target.cluster, path, &body, target.timeout_ms) {
+            host::log(
+                LogLevel::Warn,
+                &format!(
+                    "tollgate: could not renew concurrency slots at cluster {}",
+                    target.cluster
+                ),
+            );
+        }
+    }
+}
+
+/// The tick without usage batching: often enough to renew a slot of the
+/// shortest ttl (1 s) every third of it.
+const SLOT_TICK: Duration = Duration::from_millis(250);
 
 impl Context for Root {
     fn on_done(&mut self) -> bool {
@@ -120,10 +160,13 @@ impl RootContext for Root {
                 if flush_ms > 0 {
                     // Kept across reconfigurations: requests in flight hold it.
                     self.batch.get_or_insert_with(Rc::default);
-                    self.set_tick_period(Duration::from_millis(flush_ms));
+                    let tick = Duration::from_millis(flush_ms).min(SLOT_TICK);
+                    self.set_tick_period(tick);
+                    // Every this many ticks (1 unless flush_ms > SLOT_TICK).
+                    self.flush_every = flush_ms.div_ceil(tick.as_millis() as u64).max(1);
                 } else {
                     self.batch = None;
-                    self.set_tick_period(Duration::ZERO);
+                    self.set_tick_period(SLOT_TICK);
                 }
                 // Series are keyed by provider index: a new config starts anew.
                 self.metrics = Rc::default();
@@ -148,18 +191,28 @@ impl RootContext for Root {
         // happen once on_configure succeeded) requests get a 503.
         Some(Box::new(Http {
             flow: self.runtime.as_ref().map(|rt| {
-                let flow = Flow::new(Arc::clone(rt)).with_metrics(Rc::clone(&self.metrics));
+                let flow = Flow::new(Arc::clone(rt))
+                    .with_metrics(Rc::clone(&self.metrics))
+                    .with_slot_book(Rc::clone(&self.slots));
                 match &self.batch {
                     Some(b) => flow.with_usage_batch(Rc::clone(b)),
                     None => flow,
                 }
             }),
+            mcp: None,
+            mcp_metrics: Rc::clone(&self.mcp_metrics),
             host: WasmHost::new(context_id, self.context_id),
         }))
     }
 
     fn on_tick(&mut self) {
-        self.flush_usage();
+        // The tick may be shorter than the flush interval (slot renewals).
+        self.ticks += 1;
+        if self.ticks >= self.flush_every {
+            self.ticks = 0;
+            self.flush_usage();
+        }
+        self.renew_slots();
     }
 
     fn get_type(&self) -> Option<ContextType> {
@@ -169,6 +222,10 @@ impl RootContext for Root {
 
 struct Http {
     flow: Option<Flow>,
+    /// A request of the MCP routes (`/mcp/<server>`): handled by
+    /// `tollgate_core::mcp` instead of the flow.
+    mcp: Option<Exchange>,
+    mcp_metrics: Rc<RefCell<McpMetrics>>,
     host: WasmHost,
 }
 
@@ -208,6 +265,16 @@ impl Context for Http {
 
 impl HttpContext for Http {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> WasmAction {
+        if self
+            .host
+            .request_header(":path")
+            .is_some_and(|p| is_mcp_path(&p))
+        {
+            let mut x = Exchange::new(Rc::clone(&self.mcp_metrics));
+            let a = x.on_request_headers(&mut self.host);
+            self.mcp = Some(x);
+            return action(a);
+        }
         match self.flow.as_mut() {
             Some(f) => action(f.on_request_headers(&mut self.host, end_of_stream)),
             None => {
@@ -225,24 +292,37 @@ impl HttpContext for Http {
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> WasmAction {
+        if self.mcp.is_some() {
+            return WasmAction::Continue;
+        }
         self.flow.as_mut().map_or(WasmAction::Continue, |f| {
             action(f.on_request_body(&mut self.host, body_size, end_of_stream))
         })
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> WasmAction {
+        if let Some(x) = self.mcp.as_mut() {
+            return action(x.on_response_headers(&mut self.host, end_of_stream));
+        }
         self.flow.as_mut().map_or(WasmAction::Continue, |f| {
             action(f.on_response_headers(&mut self.host, end_of_stream))
         })
     }
 
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> WasmAction {
+        if let Some(x) = self.mcp.as_mut() {
+            return action(x.on_response_body(&mut self.host, body_size, end_of_stream));
+        }
         self.flow.as_mut().map_or(WasmAction::Continue, |f| {
             action(f.on_response_body(&mut self.host, body_size, end_of_stream))
         })
     }
 
     fn on_log(&mut self) {
+        if let Some(x) = self.mcp.as_mut() {
+            x.on_log(&mut self.host);
+            return;
+        }
         if let Some(f) = self.flow.as_mut() {
             f.on_log(&mut self.host);
         }

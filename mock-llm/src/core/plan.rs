@@ -34,6 +34,16 @@ impl Plan {
     pub fn is_tool(&self) -> bool {
         matches!(self.output, Output::Tool { .. })
     }
+    /// Why the answer stopped, as Anthropic and Bedrock name it.
+    pub fn stop_reason(&self) -> &'static str {
+        if self.is_tool() {
+            "tool_use"
+        } else if self.truncated {
+            "max_tokens"
+        } else {
+            "end_turn"
+        }
+    }
 }
 
 /// Inputs of a generation, extracted by each provider module.
@@ -53,6 +63,25 @@ pub struct GenInput<'a> {
     pub tool_id_prefix: &'static str,
     /// The `[[mock-tools: …]]` directive and the tool results after it.
     pub script: Script,
+}
+
+/// How many web searches the answer runs: `x-mock-web-searches` when the
+/// request declares a tool whose type starts with `tool_type` (the
+/// provider's web search tool), else none: without the tool the model
+/// cannot search.
+pub fn web_searches(ctx: &Ctx<'_>, req: &Value, tool_type: &str) -> u64 {
+    let declared = req
+        .get("tools")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.get("type").and_then(Value::as_str))
+        .any(|t| t.starts_with(tool_type));
+    if declared {
+        ctx.ov.web_searches
+    } else {
+        0
+    }
 }
 
 /// Build the deterministic answer, in this order: a call of the tool named

@@ -15,6 +15,7 @@
 use crate::core::ctx::{unknown_key_id, AuthFail, Ctx, ErrKind, KeyRt};
 use crate::core::http::json_response;
 use crate::core::plan::{plan, GenInput, Output};
+use crate::core::prefix::{Blocks, CacheUse};
 use crate::core::reply::Reply;
 use crate::core::script::Script;
 use crate::core::shape::{self, Expect, Msg, Opts, Problem, Seg};
@@ -130,6 +131,17 @@ fn block_text(b: &Value, out: &mut String) {
             _ => {}
         }
     }
+}
+
+/// The TTL of a block's `cache_control` breakpoint, if it has one:
+/// `ttl: "1h"` an hour, else `default_ms`.
+pub(crate) fn breakpoint_ttl(b: &Value, default_ms: u64) -> Option<u64> {
+    let cc = b.get("cache_control").filter(|c| c.is_object())?;
+    Some(if cc.get("ttl").and_then(Value::as_str) == Some("1h") {
+        3_600_000
+    } else {
+        default_ms
+    })
 }
 
 /// The `anthropic-beta` values sent (comma-separated, one or more headers).
@@ -277,6 +289,24 @@ fn thinking_error(
 }
 
 /// `POST /v1/messages`.
+/// The blocks of the searches `x-mock-web-searches` asks for (a
+/// `server_tool_use` and its `web_search_tool_result` each), when the
+/// request declares Anthropic's web search tool.
+fn web_searches(ctx: &Ctx<'_>, req: &Value) -> Vec<Value> {
+    let mut out = Vec::new();
+    for i in 0..crate::core::plan::web_searches(ctx, req, "web_search_") {
+        let id = format!("srvtoolu_{}{i}", ctx.request_id);
+        out.push(
+            json!({"type": "server_tool_use", "id": id, "name": "web_search",
+                        "input": {"query": format!("search {}", i + 1)}}),
+        );
+        out.push(json!({"type": "web_search_tool_result", "tool_use_id": id,
+                        "content": [{"type": "web_search_result", "url": "https://example.com/",
+                                     "title": "Example", "encrypted_content": "", "page_age": null}]}));
+    }
+    out
+}
+
 pub async fn messages(ctx: &Ctx<'_>) -> Outcome {
     messages_or_count(ctx, false).await
 }
@@ -359,10 +389,44 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
         return (bad(ctx, "`temperature` and `top_p` cannot both be specified for this model. Please use only one."), m);
     }
     let stream = req.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    // The prompt's blocks in the order Anthropic caches them (tools, system,
+    // messages), with their breakpoints; collected when this key's cache
+    // could answer.
+    let kc = ctx.prompt_cache(&model).filter(|_| !count);
+    let mut cblocks = kc.map(|_| Blocks::new());
+    let ttl = |b: &Value| breakpoint_ttl(b, kc.map_or(0, |k| k.ttl_ms));
     let mut prompt = String::new();
+    if let Some(bl) = cblocks.as_mut() {
+        for t in req
+            .get("tools")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            bl.block(t, 0);
+            if let Some(ms) = ttl(t) {
+                bl.breakpoint(ms);
+            }
+        }
+    }
     match req.get("system") {
-        Some(Value::String(s)) => prompt.push_str(s),
-        Some(Value::Array(a)) => a.iter().for_each(|b| block_text(b, &mut prompt)),
+        Some(v @ Value::String(s)) => {
+            prompt.push_str(s);
+            if let Some(bl) = cblocks.as_mut() {
+                bl.block(v, prompt.len());
+            }
+        }
+        Some(Value::Array(a)) => {
+            for b in a {
+                block_text(b, &mut prompt);
+                if let Some(bl) = cblocks.as_mut() {
+                    bl.block(b, prompt.len());
+                    if let Some(ms) = ttl(b) {
+                        bl.breakpoint(ms);
+                    }
+                }
+            }
+        }
         _ => {}
     }
     let mut echo = String::new();
@@ -396,6 +460,9 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
                 }
             }
             prompt.push_str(&t);
+            if let Some(bl) = cblocks.as_mut() {
+                bl.block(msg, prompt.len());
+            }
             continue;
         }
         let role = msg.get("role").and_then(Value::as_str).unwrap_or("");
@@ -420,8 +487,11 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
         let mut t = String::new();
         let mut tool_uses: Vec<String> = Vec::new();
         let mut answered: Vec<String> = Vec::new();
+        if let (Some(bl), Some(r)) = (cblocks.as_mut(), msg.get("role")) {
+            bl.feed(r);
+        }
         match msg.get("content") {
-            Some(Value::String(s)) => {
+            Some(v @ Value::String(s)) => {
                 if s.is_empty() && i + 1 < msgs.len() {
                     return (
                         bad(ctx, "messages: text content blocks must be non-empty"),
@@ -431,7 +501,10 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
                 if role == "user" {
                     script.user_text(s);
                 }
-                t.push_str(s)
+                t.push_str(s);
+                if let Some(bl) = cblocks.as_mut() {
+                    bl.block(v, prompt.len() + t.len());
+                }
             }
             Some(Value::Array(blocks)) => {
                 if blocks.is_empty() && i + 1 < msgs.len() {
@@ -479,6 +552,12 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
                         _ => {}
                     }
                     block_text(b, &mut t);
+                    if let Some(bl) = cblocks.as_mut() {
+                        bl.block(b, prompt.len() + t.len());
+                        if let Some(ms) = ttl(b) {
+                            bl.breakpoint(ms);
+                        }
+                    }
                 }
             }
             _ => {}
@@ -541,9 +620,20 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
         let hdrs = [("request-id", format!("req_{}", ctx.request_id))];
         return (ctx.json_ok(&json!({"input_tokens": n}), &hdrs).await, m);
     }
+    let prompt_chars = prompt.chars().count();
+    // Top-level `cache_control`: a breakpoint on the last block.
+    if let (Some(bl), Some(ms)) = (cblocks.as_mut(), ttl(&req)) {
+        bl.breakpoint(ms);
+    }
+    let used = match (kc, &cblocks) {
+        (Some(kc), Some(bl)) if bl.has_breakpoint() && kc.applies(prompt_chars) => {
+            kc.apply(&bl.marks(&prompt), http::now_ms())
+        }
+        _ => CacheUse::default(),
+    };
     let g = GenInput {
         echo,
-        prompt_chars: prompt.chars().count(),
+        prompt_chars,
         tools,
         forced_tool: forced,
         any_tool: any,
@@ -556,26 +646,26 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
         Err(e) => return (bad(ctx, &e), m),
     };
     let id = format!("msg_{}", ctx.request_id);
-    let stop = if p.is_tool() {
-        "tool_use"
-    } else if p.truncated {
-        "max_tokens"
-    } else {
-        "end_turn"
-    };
+    // Input beyond the cache's reads and writes.
+    let input = p.prompt_tokens.saturating_sub(used.read + used.write);
+    let stop = p.stop_reason();
     let hdrs = [("request-id", format!("req_{}", ctx.request_id))];
+    let searches = web_searches(ctx, &req);
+    let searched = json!({"web_search_requests": searches.len() / 2});
     if !stream {
-        let content = match &p.output {
-            Output::Text(t) => json!([{"type": "text", "text": t}]),
+        let mut content = searches;
+        content.push(match &p.output {
+            Output::Text(t) => json!({"type": "text", "text": t}),
             Output::Tool { id, name, args } => {
-                json!([{"type": "tool_use", "id": id, "name": name, "input": args}])
+                json!({"type": "tool_use", "id": id, "name": name, "input": args})
             }
-        };
+        });
         let v = json!({
             "id": id, "type": "message", "role": "assistant", "model": model,
             "content": content, "stop_reason": stop, "stop_sequence": null,
-            "usage": {"input_tokens": p.prompt_tokens, "output_tokens": p.completion_tokens,
-                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+            "usage": {"input_tokens": input, "output_tokens": p.completion_tokens,
+                      "cache_creation_input_tokens": used.write, "cache_read_input_tokens": used.read,
+                      "server_tool_use": searched},
         });
         return (ctx.json_ok(&v, &hdrs).await, m);
     }
@@ -585,8 +675,8 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
             "type": "message_start",
             "message": {"id": id, "type": "message", "role": "assistant", "model": model,
                 "content": [], "stop_reason": null, "stop_sequence": null,
-                "usage": {"input_tokens": p.prompt_tokens, "output_tokens": 1,
-                          "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}},
+                "usage": {"input_tokens": input, "output_tokens": 1,
+                          "cache_creation_input_tokens": used.write, "cache_read_input_tokens": used.read}},
         }),
     );
     let (start_block, content, delta) = match p.output {
@@ -601,29 +691,38 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
             json!({"type": "input_json_delta", "partial_json": render::PIECE}),
         ),
     };
-    let head = vec![
-        start,
-        render::sse_event(
+    let at = searches.len();
+    let mut head = vec![start];
+    for (i, b) in searches.into_iter().enumerate() {
+        head.push(render::sse_event(
             "content_block_start",
-            &json!({"type": "content_block_start", "index": 0, "content_block": start_block}),
-        ),
-        render::sse_event("ping", &json!({"type": "ping"})),
-    ];
+            &json!({"type": "content_block_start", "index": i, "content_block": b}),
+        ));
+        head.push(render::sse_event(
+            "content_block_stop",
+            &json!({"type": "content_block_stop", "index": i}),
+        ));
+    }
+    head.push(render::sse_event(
+        "content_block_start",
+        &json!({"type": "content_block_start", "index": at, "content_block": start_block}),
+    ));
+    head.push(render::sse_event("ping", &json!({"type": "ping"})));
     let tpl = render::Template::new(&render::sse_event(
         "content_block_delta",
-        &json!({"type": "content_block_delta", "index": 0, "delta": delta}),
+        &json!({"type": "content_block_delta", "index": at, "delta": delta}),
     ));
     let tail = vec![
         render::sse_event(
             "content_block_stop",
-            &json!({"type": "content_block_stop", "index": 0}),
+            &json!({"type": "content_block_stop", "index": at}),
         ),
         render::sse_event(
             "message_delta",
             &json!({
                 "type": "message_delta",
                 "delta": {"stop_reason": stop, "stop_sequence": null},
-                "usage": {"output_tokens": p.completion_tokens},
+                "usage": {"output_tokens": p.completion_tokens, "server_tool_use": searched},
             }),
         ),
         render::sse_event("message_stop", &json!({"type": "message_stop"})),

@@ -198,6 +198,7 @@ mod tests {
                 completion_tokens: 3,
                 cached_tokens: 0,
                 cache_write_tokens: 0,
+                web_searches: 0,
             },
         );
         assert!(w.is_done());

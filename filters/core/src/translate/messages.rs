@@ -547,6 +547,7 @@ pub(crate) fn openai_usage(u: Option<&Value>) -> Usage {
             .and_then(Value::as_u64)
             .unwrap_or(0),
         cache_write_tokens: 0,
+        web_searches: 0,
     }
 }
 
@@ -1473,6 +1474,7 @@ mod tests {
             completion_tokens: 3,
             cached_tokens: 4,
             cache_write_tokens: 0,
+            web_searches: 0,
         };
         let m = to_message(&v, "fallback", u);
         assert_eq!(m["id"], "msg_chatcmpl-1");

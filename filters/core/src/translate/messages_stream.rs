@@ -321,6 +321,9 @@ impl AnthropicUsageStream {
         if u.get("output_tokens").is_some() {
             total.completion_tokens = seen.completion_tokens;
         }
+        if u.get("server_tool_use").is_some() {
+            total.web_searches = seen.web_searches;
+        }
         self.usage = Some(total);
     }
 }

@@ -40,6 +40,10 @@ pub struct Usage {
     /// prompt_tokens): Anthropic `cache_creation_input_tokens`, Bedrock
     /// `cacheWriteInputTokens`; 0 where the provider reports none.
     pub cache_write_tokens: u64,
+    /// Web searches the provider ran for the answer (OpenAI's and Azure's
+    /// `web_search_call` output items, Anthropic's
+    /// `server_tool_use.web_search_requests`), priced per search.
+    pub web_searches: u64,
 }
 
 impl Usage {
@@ -819,6 +823,7 @@ pub fn merge_embeddings(lists: &[Vec<u8>], model: &str) -> Result<(Vec<u8>, Usag
             completion_tokens: 0,
             cached_tokens: 0,
             cache_write_tokens: 0,
+            web_searches: 0,
         },
     ))
 }

@@ -399,6 +399,14 @@ mod native {
         pub output_tokens: Option<u64>,
         pub cache_creation_input_tokens: Option<u64>,
         pub cache_read_input_tokens: Option<u64>,
+        pub server_tool_use: Option<ServerToolUse>,
+    }
+
+    /// The server tools Anthropic ran for the answer (cumulative in a
+    /// stream's `message_delta`).
+    #[derive(Deserialize, Default)]
+    pub(super) struct ServerToolUse {
+        pub web_search_requests: Option<u64>,
     }
 
     fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<u64>>, D::Error> {
@@ -415,6 +423,11 @@ mod native {
                 completion_tokens: self.output_tokens.unwrap_or(0),
                 cached_tokens: read,
                 cache_write_tokens: self.cache_creation_input_tokens.unwrap_or(0),
+                web_searches: self
+                    .server_tool_use
+                    .as_ref()
+                    .and_then(|s| s.web_search_requests)
+                    .unwrap_or(0),
             }
         }
     }
@@ -584,6 +597,13 @@ impl AnthropicStream {
         if let Some(u) = &v.usage {
             if let Some(o) = u.output_tokens {
                 self.usage.completion_tokens = o;
+            }
+            if let Some(n) = u
+                .server_tool_use
+                .as_ref()
+                .and_then(|s| s.web_search_requests)
+            {
+                self.usage.web_searches = n;
             }
             if u.input_tokens.is_some() {
                 let p = u.usage();

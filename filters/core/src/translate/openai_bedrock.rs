@@ -364,6 +364,7 @@ impl Translator for OpenAiBedrock {
                     completion_tokens: 0,
                     cached_tokens: 0,
                     cache_write_tokens: 0,
+                    web_searches: 0,
                 };
                 (
                     embedding_list(
@@ -555,6 +556,7 @@ mod native {
                 completion_tokens: self.output_tokens.unwrap_or(0),
                 cached_tokens: read,
                 cache_write_tokens: self.cache_write_input_tokens.unwrap_or(0),
+                web_searches: 0,
             }
         }
     }

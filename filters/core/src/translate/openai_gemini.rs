@@ -345,6 +345,7 @@ fn embeddings_response(
         completion_tokens: 0,
         cached_tokens: 0,
         cache_write_tokens: 0,
+        web_searches: 0,
     };
     Ok((embedding_list(data, &ctx.model, usage.prompt_tokens), usage))
 }
@@ -533,6 +534,7 @@ mod native {
                 completion_tokens: g(self.candidates_token_count) + g(self.thoughts_token_count),
                 cached_tokens: g(self.cached_content_token_count),
                 cache_write_tokens: 0,
+                web_searches: 0,
             }
         }
     }

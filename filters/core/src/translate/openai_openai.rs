@@ -232,6 +232,7 @@ mod native {
                     .and_then(|d| d.cached_tokens)
                     .unwrap_or(0),
                 cache_write_tokens: 0,
+                web_searches: 0,
             })
         }
     }
@@ -503,6 +504,7 @@ data: [DONE]\n\n";
                     completion_tokens: 2,
                     cached_tokens: 0,
                     cache_write_tokens: 0,
+                    web_searches: 0,
                 })
             );
         }

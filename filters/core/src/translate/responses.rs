@@ -297,7 +297,7 @@ impl Translator for Native {
     fn response(&self, _ctx: &ResponseCtx, body: &[u8]) -> Result<Translated, ApiError> {
         let usage = serde_json::from_slice::<Value>(body)
             .ok()
-            .and_then(|v| v.get("usage").and_then(parse_usage));
+            .and_then(|v| response_usage(&v));
         Ok(Translated { body: None, usage })
     }
 
@@ -308,6 +308,22 @@ impl Translator for Native {
     fn stream(&self, _ctx: &ResponseCtx) -> Box<dyn StreamTranslator> {
         Box::new(NativeStream::default())
     }
+}
+
+/// A Responses response's usage, with the web searches its output items
+/// say the provider ran (each priced per call).
+fn response_usage(response: &Value) -> Option<Usage> {
+    let mut u = parse_usage(response.get("usage")?)?;
+    u.web_searches = response
+        .get("output")
+        .and_then(Value::as_array)
+        .map_or(0, |items| {
+            items
+                .iter()
+                .filter(|i| i.get("type").and_then(Value::as_str) == Some("web_search_call"))
+                .count() as u64
+        });
+    Some(u)
 }
 
 /// A Responses `usage` object → [`Usage`].
@@ -322,6 +338,7 @@ pub fn parse_usage(u: &Value) -> Option<Usage> {
             .and_then(Value::as_u64)
             .unwrap_or(0),
         cache_write_tokens: 0,
+        web_searches: 0,
     })
 }
 
@@ -350,7 +367,7 @@ impl NativeStream {
             "response.completed" | "response.incomplete" | "response.failed" => {
                 if let Some(u) = serde_json::from_str::<Value>(&ev.data)
                     .ok()
-                    .and_then(|v| v.pointer("/response/usage").and_then(parse_usage))
+                    .and_then(|v| v.get("response").and_then(response_usage))
                 {
                     self.usage = Some(u);
                 }

@@ -294,13 +294,7 @@ async fn anthropic(ctx: &Ctx<'_>, req: &Value, model: &str) -> Reply {
         Ok(p) => p,
         Err(e) => return validation(ctx, &e),
     };
-    let stop = if p.is_tool() {
-        "tool_use"
-    } else if p.truncated {
-        "max_tokens"
-    } else {
-        "end_turn"
-    };
+    let stop = p.stop_reason();
     let content = match &p.output {
         Output::Text(t) => json!([{"type": "text", "text": t}]),
         Output::Tool { id, name, args } => {
