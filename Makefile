@@ -23,7 +23,7 @@ PYTEST_ARGS  ?=
 NATIVE_BINS := target/release/mock-llm target/release/tollgate-authz
 
 .PHONY: help bootstrap build build-native build-wasm run up down stop status rotate-keys \
-        test test-unit validate check-config compose-check k8s-config k8s-check dashboard-check test-e2e bench-smoke bench bench-full bench-replica lint fmt clean
+        test test-unit validate check-config compose-check k8s-config k8s-check dashboard-check test-e2e bench-smoke bench bench-full bench-replica bench-cache bench-peers peers-install lint fmt clean
 
 help: ## List the targets (this text)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[1m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -102,8 +102,17 @@ bench: build ## Benchmarks against same-run baselines (a few minutes) → bench/
 bench-full: build ## Longer benchmarks → bench/results/<time>/
 	$(PY) bench/bench.py full
 
+bench-cache: build ## Prompt-cache economics: 200 agent sessions x 10 turns through two gateways, affine vs random vs one key (a few minutes)
+	$(PY) bench/cache.py $(BENCH_CACHE_ARGS)
+
 bench-replica: build ## Bifrost replica only, short (1,000 / 3,000 rps), HTTP/1.1 vs HTTP/2 to the provider
 	$(PY) bench/bench.py replica
+
+bench-peers: build peers-install ## Tollgate beside LiteLLM and Portkey: same box, same mock, same load (about 30 min) → bench/results/<time>-peers/
+	$(PY) bench/peers.py full
+
+peers-install: ## Install the peer gateways of bench-peers, pinned, into .tools/peers (LiteLLM, Portkey)
+	@bench/install_peers.sh
 
 lint: ## clippy with warnings as errors, rustfmt --check, and no circle between modules
 	$(CARGO) clippy --workspace --all-targets -- -D warnings

@@ -94,8 +94,10 @@ def _hcm(cfg: dict) -> dict:
 
 
 def _route(cfg: dict) -> dict:
-    """The one route every request takes (envoy.yaml's providers route)."""
-    return _hcm(cfg)["route_config"]["virtual_hosts"][0]["routes"][0]
+    """The route every model request takes (envoy.yaml's providers route,
+    after the MCP routes)."""
+    return next(r for r in _hcm(cfg)["route_config"]["virtual_hosts"][0]["routes"]
+                if "cluster_header" in r.get("route", {}))
 
 
 def without_filters(cfg: dict, *names: str) -> dict:
@@ -347,8 +349,13 @@ def scenarios(mock_key: str) -> list[Scenario]:
 
 
 # -- measurement -------------------------------------------------------------
+def _stat(pid: int) -> list[str]:
+    """/proc/PID/stat's fields after the command name (field 3 onwards)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = _stat(pid)
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
 
 
@@ -359,19 +366,63 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
-class RssSampler(threading.Thread):
-    """Peak RSS of each process, sampled every 100 ms while a load runs."""
+def process_tree(pid: int) -> list[int]:
+    """`pid` and every process descended from it (workers, helpers)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                children.setdefault(int(_stat(int(entry.name))[1]), []).append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                pass  # exited while we looked
+    tree, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo.extend(children.get(p, []))
+    return tree
 
-    def __init__(self, pids: dict[str, int]):
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of a process tree: each process's user+system time plus
+    that of its children already reaped (cutime, cstime), so a worker that
+    exits during a load is still counted, by its parent."""
+    total = 0
+    for p in process_tree(pid):
+        try:
+            f = _stat(p)
+        except OSError:
+            continue
+        total += int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
+    return total / CLK_TCK
+
+
+def tree_rss_bytes(pid: int) -> int:
+    """RSS summed over a process tree (pages shared between its processes,
+    as forked workers share their parent's, count once per process)."""
+    total = 0
+    for p in process_tree(pid):
+        try:
+            total += rss_bytes(p)
+        except OSError:
+            pass
+    return total
+
+
+class RssSampler(threading.Thread):
+    """Peak RSS of each process (or, with `measure=tree_rss_bytes`, each
+    process tree), sampled every 100 ms while a load runs."""
+
+    def __init__(self, pids: dict[str, int], measure=rss_bytes):
         super().__init__(daemon=True)
-        self.pids, self.peak = pids, {n: 0 for n in pids}
+        self.pids, self.peak, self.measure = pids, {n: 0 for n in pids}, measure
         self.done = threading.Event()
 
     def run(self):
         while not self.done.is_set():
             for name, pid in self.pids.items():
                 try:
-                    self.peak[name] = max(self.peak[name], rss_bytes(pid))
+                    self.peak[name] = max(self.peak[name], self.measure(pid))
                 except OSError:
                     pass
             self.done.wait(0.1)
@@ -414,14 +465,14 @@ def fortio(url: str, payload: str, headers: dict[str, str], qps: float, conns: i
     return raw
 
 
-def summarize(raw: dict, cpu: dict[str, float], rss: dict[str, int]) -> dict:
+def summarize(raw: dict, cpu: dict[str, float], rss: dict[str, int], gateway_procs=GATEWAY_PROCS) -> dict:
     hist = raw["DurationHistogram"]
     ok = raw["RetCodes"].get("200", 0)
     total = hist["Count"]
     served = total + raw.get("NumThreads", 0)  # fortio's warm-up calls also hit the stack
     pct = {str(p["Percentile"]): p["Value"] * 1e6 for p in hist["Percentiles"]}  # µs
     cpu_us = {n: s * 1e6 / served for n, s in cpu.items()}
-    gateway = sum(v for n, v in cpu_us.items() if n in GATEWAY_PROCS)
+    gateway = sum(v for n, v in cpu_us.items() if n in gateway_procs)
     return {
         "requested_qps": raw["RequestedQPS"], "actual_qps": round(raw["ActualQPS"], 1),
         "requests": total, "ok": ok, "success_rate": ok / total if total else 0.0,
@@ -478,21 +529,30 @@ PLANS = {
 }
 
 
+def measure(pids: dict[str, int], url: str, payload: str, headers: dict[str, str], qps: float, seconds: float,
+            conns: int, out: Path, offset_ms: float = 0, tree: bool = False,
+            gateway_procs: tuple[str, ...] = GATEWAY_PROCS) -> dict:
+    """One fortio load with the CPU and peak RSS of the named processes
+    (with `tree`, of each one's whole process tree) over it."""
+    cpu_of, rss_of = (tree_cpu_seconds, tree_rss_bytes) if tree else (cpu_seconds, rss_bytes)
+    before = {n: cpu_of(pid) for n, pid in pids.items()}
+    sampler = RssSampler(pids, rss_of)
+    sampler.start()
+    try:
+        raw = fortio(url, payload, headers, qps, conns, seconds, out, offset_ms)
+    finally:
+        rss = sampler.stop()
+    cpu = {n: cpu_of(pid) - before[n] for n, pid in pids.items()}
+    return summarize(raw, cpu, rss, gateway_procs)
+
+
 def run_load(stack: Stack, sc: Scenario, qps: float, seconds: float, conns: int, out: Path,
              offset_ms: float = 0) -> dict:
     url = (f"{stack.mock_url}/v1/chat/completions" if sc.envoy is None
            else f"{stack.base_url}/{sc.api}")
-    pids = {n: p.pid for n, p in stack.procs.items()}
     counters = authz_counters(stack)
-    before = {n: cpu_seconds(pid) for n, pid in pids.items()}
-    sampler = RssSampler(pids)
-    sampler.start()
-    try:
-        raw = fortio(url, sc.payload(), sc.headers, qps, conns, seconds, out, offset_ms)
-    finally:
-        rss = sampler.stop()
-    cpu = {n: cpu_seconds(pid) - before[n] for n, pid in pids.items()}
-    r = summarize(raw, cpu, rss)
+    r = measure({n: p.pid for n, p in stack.procs.items()}, url, sc.payload(), sc.headers, qps, seconds, conns,
+                out, offset_ms)
     after = authz_counters(stack)
     delta = {k: after[k] - counters[k] for k in counters if k in after}
     if "fail_open" in delta:
@@ -615,51 +675,67 @@ def bifrost(plan: Plan, out: Path, full: Scenario, protocol: str) -> dict:
                                       "x-mock-response-bytes": str(size)}, authz_null=full.authz_null)
         stack = start_stack(sc, out, envoy_concurrency=BIFROST_ENVOY_CONCURRENCY)
         idle_rss = {n: rss_bytes(p.pid) for n, p in stack.procs.items()}
-        steps = {}
+        def one(qps: float) -> dict:
+            # Little's law: qps × 1.5 s in flight, plus headroom.
+            conns = int(qps * BIFROST_LATENCY_MS / 1000 * 1.3) + 16
+            heap = EnvoyHeapSampler(stack.admin_url)
+            heap.start()
+            try:
+                r = run_load(stack, sc, qps, plan.bifrost_seconds, conns,
+                             out / "raw" / f"{sc.name}-{qps:g}.json", offset_ms=BIFROST_LATENCY_MS)
+            finally:
+                heap.stop()
+            r["connections"] = conns
+            r["envoy_heap_mb"] = heap.peak
+            r["wasm_linear_mb"] = wasm_linear_memory_mb(stack.procs["envoy"].pid)
+            r["gateway_peak_rss_mb"] = round(sum(r["peak_rss_mb"].get(n, 0) for n in GATEWAY_PROCS), 1)
+            r["added_ms"] = {p: round(r["latency_us"][p] / 1000 - BIFROST_LATENCY_MS, 2) for p in ("50", "99")}
+            r.update(in_flight_memory(r, idle_rss, heap.peak_active))
+            r["upstream"] = upstream_connections(stack)
+            r["held"] = held(r, qps, plan.bifrost_seconds)
+            print(f"  {label} {qps:>6g} rps: {'held' if r['held'] else 'NOT held'}, {r['actual_qps']} served, "
+                  f"success {r['success_rate']:.2%}, +p50 {r['added_ms']['50']} ms, +p99 {r['added_ms']['99']} ms, "
+                  f"gateway RSS {r['gateway_peak_rss_mb']} MB, {r['in_flight']} in flight "
+                  f"({r['peak_in_flight']} at the peak), "
+                  f"KB per in-flight {r['kb_per_in_flight']}, upstream {r['upstream']}, "
+                  f"fail-open {r.get('authz_fail_open')}, fortio {r['fortio_cpu_cores']} cores, "
+                  f"Envoy heap at its peak {r['envoy_heap_mb']}, Wasm linear memory {r['wasm_linear_mb']} MB",
+                  flush=True)
+            return r
+
         try:
-            for qps in plan.bifrost_rates:
-                # Little's law: qps × 1.5 s in flight, plus headroom.
-                conns = int(qps * BIFROST_LATENCY_MS / 1000 * 1.3) + 16
-                heap = EnvoyHeapSampler(stack.admin_url)
-                heap.start()
-                try:
-                    r = run_load(stack, sc, qps, plan.bifrost_seconds, conns,
-                                 out / "raw" / f"{sc.name}-{qps:g}.json", offset_ms=BIFROST_LATENCY_MS)
-                except BenchFailure as e:
-                    # fortio gives up when a connection's first request fails: the
-                    # rate is beyond this machine; record it as not held.
-                    steps[f"{qps:g}"] = {"held": False, "connections": conns, "error": str(e).splitlines()[-1]}
-                    print(f"  {label} {qps:>6g} rps: NOT held, {steps[f'{qps:g}']['error']}", flush=True)
-                    break
-                finally:
-                    heap.stop()
-                r["connections"] = conns
-                r["envoy_heap_mb"] = heap.peak
-                r["wasm_linear_mb"] = wasm_linear_memory_mb(stack.procs["envoy"].pid)
-                r["gateway_peak_rss_mb"] = round(sum(r["peak_rss_mb"].get(n, 0) for n in GATEWAY_PROCS), 1)
-                r["added_ms"] = {p: round(r["latency_us"][p] / 1000 - BIFROST_LATENCY_MS, 2) for p in ("50", "99")}
-                r.update(in_flight_memory(r, idle_rss, heap.peak_active))
-                r["upstream"] = upstream_connections(stack)
-                r["held"] = held(r, qps, plan.bifrost_seconds)
-                steps[f"{qps:g}"] = r
-                print(f"  {label} {qps:>6g} rps: {'held' if r['held'] else 'NOT held'}, {r['actual_qps']} served, "
-                      f"success {r['success_rate']:.2%}, +p50 {r['added_ms']['50']} ms, +p99 {r['added_ms']['99']} ms, "
-                      f"gateway RSS {r['gateway_peak_rss_mb']} MB, {r['in_flight']} in flight "
-                      f"({r['peak_in_flight']} at the peak), "
-                      f"KB per in-flight {r['kb_per_in_flight']}, upstream {r['upstream']}, "
-                      f"fail-open {r.get('authz_fail_open')}, fortio {r['fortio_cpu_cores']} cores, "
-                      f"Envoy heap at its peak {r['envoy_heap_mb']}, Wasm linear memory {r['wasm_linear_mb']} MB",
-                      flush=True)
-                if not r["held"]:
-                    break
+            steps = step_up(plan.bifrost_rates, one, label)
         except BaseException:
             stack.dump_logs()
             raise
         finally:
             stack.stop()
-        rates_held = [float(q) for q, r in steps.items() if r["held"]]
-        results[label] = {"steps": steps, "highest_rate_held": max(rates_held) if rates_held else None}
+        results[label] = {"steps": steps, "highest_rate_held": highest_held(steps)}
     return results
+
+
+def step_up(rates: list[float], one, label: str = "") -> dict[str, dict]:
+    """Offered rates in turn, up to the first not held: `one(qps)` runs a
+    load and returns its result with `held` set. When fortio gives up (a
+    connection's first request failed) the rate is beyond this machine: it
+    is recorded as not held, with fortio's last words."""
+    steps = {}
+    for qps in rates:
+        try:
+            r = one(qps)
+        except BenchFailure as e:
+            steps[f"{qps:g}"] = {"held": False, "error": str(e).splitlines()[-1]}
+            print(f"  {label} {qps:>6g} rps: NOT held, {steps[f'{qps:g}']['error']}", flush=True)
+            break
+        steps[f"{qps:g}"] = r
+        if not r["held"]:
+            break
+    return steps
+
+
+def highest_held(steps: dict[str, dict]) -> float | None:
+    rates = [float(q) for q, r in steps.items() if r["held"]]
+    return max(rates) if rates else None
 
 
 class EnvoyHeapSampler(threading.Thread):

@@ -122,7 +122,7 @@ def main() -> int:
             problem(f"docker-compose.yml: port {port} is not in config/ports.env")
     envoy_ports = {int(p) for p in re.findall(r"port_value:\s*(\d+)", (ROOT / "envoy.yaml").read_text())}
     expected = {DEFAULT_PORTS[k] for k in ("TG_GATEWAY_PORT", "TG_ADMIN_PORT", "TG_MOCK_PORT",
-                                            "TG_AUTHZ_GRPC_PORT", "TG_AUTHZ_HTTP_PORT")}
+                                            "TG_AUTHZ_GRPC_PORT", "TG_AUTHZ_HTTP_PORT", "TG_MCP_DEMO_PORT")}
     if envoy_ports != expected:
         problem(f"envoy.yaml ports {sorted(envoy_ports)} differ from config/ports.env {sorted(expected)}")
     for key in ("TG_GATEWAY_PORT", "TG_ADMIN_PORT", "TG_MOCK_PORT", "TG_AUTHZ_GRPC_PORT",

@@ -41,6 +41,10 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_KEY = "tg-demo-key"
 COMPONENTS = ("redis", "mock", "authz", "envoy")
+# Ports of config/ports.env that the stack connects to but never listens
+# on: the demo MCP server (tests/mcp_server.py) runs there, started by
+# whoever wants it, before the stack or after.
+UPSTREAM_PORTS = ("TG_MCP_DEMO_PORT",)
 PROVIDER_MODES = ("mock", "real")
 # Envoy hot restart (make run / make up, for `make rotate-keys`): the old
 # Envoy drains its connections over DRAIN_SECONDS (HTTP/1.1 answers get
@@ -151,6 +155,22 @@ GEN_AI_TAGS = {
 }
 
 
+# MCP routes: the OpenTelemetry semantic conventions for MCP (Development
+# status: mcp.method.name, mcp.session.id, mcp.protocol.version,
+# jsonrpc.request.id, gen_ai.tool.name; gen_ai.operation.name is
+# execute_tool for a tools/call, set by the Wasm filter) from what Envoy's
+# MCP filter read and the client's headers, and the gateway's own facts.
+MCP_TAGS = {
+    "mcp.method.name": "%DYNAMIC_METADATA(envoy.filters.http.mcp:method):64%",
+    "gen_ai.tool.name": "%DYNAMIC_METADATA(envoy.filters.http.mcp:params:name):64%",
+    "jsonrpc.request.id": "%DYNAMIC_METADATA(envoy.filters.http.mcp:id):64%",
+    "mcp.session.id": "%REQ(mcp-session-id):128%",
+    "mcp.protocol.version": "%REQ(mcp-protocol-version):32%",
+    "tollgate.mcp.server": "%FILTER_STATE(wasm.tollgate.mcp_server:PLAIN)%",
+    "tollgate.mcp.outcome": "%FILTER_STATE(wasm.tollgate.mcp_outcome:PLAIN)%",
+}
+
+
 def with_tracing(text: str, endpoint: str) -> str:
     """Envoy config text with the OpenTelemetry tracer on, exporting every
     request's span over OTLP/HTTP to `endpoint` (http://host:port[/path];
@@ -171,7 +191,8 @@ def with_tracing(text: str, endpoint: str) -> str:
     })
     tracing = {
         "random_sampling": {"value": 100},
-        "custom_tags": [{"tag": tag, "value": f"%FILTER_STATE({state}:PLAIN)%"} for tag, state in GEN_AI_TAGS.items()],
+        "custom_tags": [{"tag": tag, "value": f"%FILTER_STATE({state}:PLAIN)%"} for tag, state in GEN_AI_TAGS.items()]
+        + [{"tag": tag, "value": value} for tag, value in MCP_TAGS.items()],
         "provider": {"name": "envoy.tracers.opentelemetry", "typed_config": {
             "@type": "type.googleapis.com/envoy.config.trace.v3.OpenTelemetryConfig",
             "service_name": "tollgate",
@@ -457,7 +478,8 @@ class Stack:
         self.run_dir.chmod(0o700)  # logs and rendered configs: the owner's only
         for name in self.components:
             self.log_path(name).unlink(missing_ok=True)
-        busy = [f"{k}={v}" for k, v in self.ports.items() if k not in self.shared_ports and port_in_use(v)]
+        busy = [f"{k}={v}" for k, v in self.ports.items()
+                if k not in UPSTREAM_PORTS and k not in self.shared_ports and port_in_use(v)]
         if busy:
             raise RuntimeError(f"ports already in use: {', '.join(busy)} "
                                "(a detached Tollgate? `make down` stops it)")

@@ -34,6 +34,8 @@ use crate::storage::{
 };
 use crate::usage::{Recorded, Settle, UsageError, UsageQueue};
 
+pub mod mcp;
+
 /// The request headers a decision needs (names as Envoy sends them, lowercase).
 #[derive(Debug, Clone, Default)]
 pub struct CheckInput {
@@ -196,6 +198,14 @@ fn scope_label(scope: Scope, key: &Key, model: Option<&str>) -> String {
         Scope::Tenant => format!("tenant {}", key.tenant),
         Scope::KeyModel => format!("key {} model {m}", key.id),
         Scope::TenantModel => format!("tenant {} model {m}", key.tenant),
+        // The limit's name is the bucket key's last part (crate::mcp_rules).
+        Scope::KeyMcp | Scope::TenantMcp => {
+            let owner = match scope {
+                Scope::KeyMcp => format!("key {}", key.id),
+                _ => format!("tenant {}", key.tenant),
+            };
+            format!("{owner}, MCP calls of {m}")
+        }
     }
 }
 
@@ -925,7 +935,7 @@ impl<S: Store> Authorizer<S> {
         let retry_ms = ms_until_admits(level, p.op.take, p.limit.spec);
         let msg = format!(
             "Rate limit reached for {} on {kind} per {}: limit {}, remaining {}. Please try again in {}.",
-            scope_label(p.scope, key, model),
+            scope_label(p.scope, key, mcp::limit_name(p).or(model)),
             p.limit.period,
             p.limit.spec.capacity,
             level.floor().max(0.0) as u64,

@@ -60,6 +60,7 @@ pub mod keystore;
 pub mod keysync;
 pub mod learned;
 pub mod lease;
+pub mod mcp_rules;
 pub mod metrics;
 pub mod plan;
 pub mod policy;

@@ -13,6 +13,11 @@ pub enum Scope {
     Tenant,
     KeyModel,
     TenantModel,
+    /// MCP tool calls of a key (`crate::mcp_rules`): bucket scope
+    /// `kx:<key id>:<limit name>`.
+    KeyMcp,
+    /// MCP tool calls of a tenant: `tx:<limit name>`.
+    TenantMcp,
 }
 
 impl Scope {
@@ -29,6 +34,8 @@ impl Scope {
             Scope::Tenant => "tenant",
             Scope::KeyModel => "key_model",
             Scope::TenantModel => "tenant_model",
+            Scope::KeyMcp => "key_mcp",
+            Scope::TenantMcp => "tenant_mcp",
         }
     }
 }

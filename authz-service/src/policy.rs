@@ -97,6 +97,9 @@ struct RawTenant {
     /// Add prompt-cache breakpoints to Anthropic requests that carry none.
     #[serde(default)]
     cache_breakpoints: Option<bool>,
+    /// MCP servers and tools of every key of the tenant (`crate::mcp_rules`).
+    #[serde(default)]
+    mcp: Option<crate::mcp_rules::RawMcp>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -116,6 +119,9 @@ struct RawKey {
     /// Overrides the tenant's `cache_breakpoints`.
     #[serde(default)]
     cache_breakpoints: Option<bool>,
+    /// The MCP servers and tools this key may use (`crate::mcp_rules`).
+    #[serde(default)]
+    mcp: Option<crate::mcp_rules::RawMcp>,
 }
 
 fn default_models() -> Vec<String> {
@@ -130,6 +136,7 @@ impl RawKey {
             model_limits: self.model_limits.clone(),
             budgets: self.budgets.clone(),
             cache_breakpoints: self.cache_breakpoints,
+            mcp: self.mcp.clone(),
         }
     }
 }
@@ -150,6 +157,10 @@ pub struct KeyFields {
     /// Overrides the tenant's `cache_breakpoints`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_breakpoints: Option<bool>,
+    /// The MCP servers and tools the key may use (`crate::mcp_rules`);
+    /// without it, none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<crate::mcp_rules::RawMcp>,
 }
 
 impl Default for KeyFields {
@@ -160,6 +171,7 @@ impl Default for KeyFields {
             model_limits: BTreeMap::new(),
             budgets: None,
             cache_breakpoints: None,
+            mcp: None,
         }
     }
 }
@@ -194,6 +206,9 @@ struct RawPolicy {
     /// Price overrides and additions (see `crate::prices`).
     #[serde(default)]
     prices: BTreeMap<String, crate::prices::RawPrice>,
+    /// US dollars per MCP tool call (`crate::mcp_rules`).
+    #[serde(default)]
+    mcp_prices: BTreeMap<String, crate::prices::Decimal>,
 }
 
 /// What a limit counts.
@@ -256,6 +271,8 @@ pub struct Tenant {
     pub max_concurrent: Option<u64>,
     /// Prompt-cache breakpoints for Anthropic requests without any.
     pub cache_breakpoints: bool,
+    /// Its `mcp:` (`None`: no restriction or limit of its own).
+    pub mcp: Option<crate::mcp_rules::McpRules>,
 }
 
 /// Default of `reserve_completion_tokens`.
@@ -281,6 +298,8 @@ pub struct Key {
     pub expires_at_ms: Option<i64>,
     /// Unix ms at which the key was revoked: refused since.
     pub revoked_at_ms: Option<i64>,
+    /// Its `mcp:`; without one, no MCP server.
+    pub mcp: crate::mcp_rules::McpRules,
 }
 
 /// A presented secret found by its hash: the key, and until when this
@@ -309,6 +328,8 @@ pub struct Policy {
     tenants: HashMap<String, Tenant>,
     /// Prices, time zones and money budgets (`crate::budget`).
     pub money: crate::budget::Money,
+    /// Prices of MCP tool calls.
+    pub mcp_prices: crate::mcp_rules::McpPrices,
 }
 
 /// A policy that failed to load; `Display` is the exact, user-facing message.
@@ -403,6 +424,12 @@ fn compile_tenants(raw: &RawPolicy) -> Result<HashMap<String, Tenant>, PolicyErr
                 reserve_completion_tokens: t.reserve_completion_tokens.unwrap_or(default_reserve),
                 max_concurrent: t.limits.max_concurrent_requests,
                 cache_breakpoints: t.cache_breakpoints.unwrap_or(false),
+                mcp: t
+                    .mcp
+                    .as_ref()
+                    .map(|m| crate::mcp_rules::compile(&owner, m))
+                    .transpose()
+                    .map_err(PolicyError)?,
             },
         );
     }
@@ -437,6 +464,13 @@ fn compile_key(owner: &str, id: &str, tenant: &str, f: &KeyFields) -> Result<Key
     }
     check_limits(owner, "limits", &f.limits)?;
     let model_limits = check_model_limits(owner, &f.model_limits)?;
+    let mcp = match &f.mcp {
+        Some(m) => crate::mcp_rules::compile(owner, m).map_err(PolicyError)?,
+        None => crate::mcp_rules::McpRules {
+            tools: Some(Vec::new()),
+            limits: Vec::new(),
+        },
+    };
     Ok(Key {
         id: id.to_string(),
         tenant: tenant.to_string(),
@@ -449,6 +483,7 @@ fn compile_key(owner: &str, id: &str, tenant: &str, f: &KeyFields) -> Result<Key
         from_api: false,
         expires_at_ms: None,
         revoked_at_ms: None,
+        mcp,
     })
 }
 
@@ -626,12 +661,15 @@ impl Policy {
             }
         }
         let money = compile_money(&raw, &added)?;
+        let mcp_prices =
+            crate::mcp_rules::McpPrices::compile(&raw.mcp_prices).map_err(PolicyError)?;
         let policy = Policy {
             by_hash,
             by_id,
             keys,
             tenants,
             money,
+            mcp_prices,
         };
         Ok((policy, left_out))
     }

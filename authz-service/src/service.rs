@@ -24,6 +24,8 @@ use tollgate_wire::header as wire;
 use tollgate_wire::Reservation;
 
 use crate::authz::{Authorizer, CheckInput};
+
+pub mod mcp;
 use crate::decision::Decision;
 use crate::storage::Store;
 
@@ -219,6 +221,11 @@ impl<S: Store> Authorization for AuthzService<S> {
         request: tonic::Request<CheckRequest>,
     ) -> Result<tonic::Response<CheckResponse>, tonic::Status> {
         let input = check_input(request.get_ref());
+        if let Some(call) = mcp::call_of(request.get_ref()) {
+            return mcp::check(&self.inner, &input, &call)
+                .await
+                .map(tonic::Response::new);
+        }
         let mut decision = self.inner.check(&input).await;
         if is_messages_request(request.get_ref()) {
             decision = crate::anthropic::for_messages(decision, crate::anthropic::now_ms());

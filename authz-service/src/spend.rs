@@ -211,12 +211,28 @@ impl<S: Store> Spend<'_, S> {
                 headers: Vec::new(),
             });
         }
+        let take = reserve_nano(reserve_tokens, money.prices.highest_for(&key.models));
+        self.admit_nano(policy, key, model, take).await
+    }
+
+    /// Reserve `take` nano-dollars on every budget of `key` (and of
+    /// `model`, when given): [`Self::admit`] once the amount is known, and
+    /// the price of an MCP tool call (`crate::authz::mcp`), which no usage
+    /// report settles: what is reserved is what the call costs.
+    pub async fn admit_nano(
+        &self,
+        policy: &Policy,
+        key: &Key,
+        model: Option<&str>,
+        take: i64,
+    ) -> Result<Option<MoneyTaken>, Decision> {
+        let money = &policy.money;
+        // No budget of the key or its tenant: nothing planned.
         let now_ms = self.money.now_ms();
         let planned = money.plan(&key.id, &key.tenant, model, now_ms, &self.money.windows);
         if planned.is_empty() {
             return Ok(None);
         }
-        let take = reserve_nano(reserve_tokens, money.prices.highest_for(&key.models));
         let ops: Vec<BucketOp> = planned.iter().map(|p| p.op(take)).collect();
         if planned
             .iter()

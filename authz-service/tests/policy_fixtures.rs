@@ -25,7 +25,7 @@ const CASES: &[(&str, &str)] = &[
     ),
     (
         "plaintext_key_field.yaml",
-        "keys[0]: unknown field `key`, expected one of `id`, `tenant`, `sha256`, `models`, `limits`, `model_limits`, `budgets`, `cache_breakpoints` at line 7 column 5",
+        "keys[0]: unknown field `key`, expected one of `id`, `tenant`, `sha256`, `models`, `limits`, `model_limits`, `budgets`, `cache_breakpoints`, `mcp` at line 7 column 5",
     ),
     ("missing_sha256.yaml", "keys[0]: missing field `sha256` at line 5 column 5"),
     (
@@ -143,7 +143,7 @@ fn validate_flag_exits_0_or_1_with_a_clear_message() {
         .output()
         .unwrap();
     assert_eq!(ok.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&ok.stdout).contains(": OK (8 tenants, 8 keys)"));
+    assert!(String::from_utf8_lossy(&ok.stdout).contains(": OK (10 tenants, 10 keys)"));
 
     let bad = bin()
         .arg("--validate")

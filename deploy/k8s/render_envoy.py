@@ -95,6 +95,23 @@ def static_cluster(name: str, address: str, port: int) -> dict:
     }
 
 
+def drop_demo_mcp(config: dict) -> None:
+    """The demo MCP server of envoy.yaml (tests/mcp_server.py on loopback)
+    is not deployed: its routes, cluster and credential are left out. The
+    MCP filter, the `/mcp/` fallback (404) and the JSON-RPC error replies
+    stay, ready for a deployment's own MCP servers (README, "MCP servers
+    behind the gate")."""
+    resources = config["static_resources"]
+    demo = {c["name"] for c in resources["clusters"] if c["name"].startswith("mcp_")}
+    resources["clusters"] = [c for c in resources["clusters"] if c["name"] not in demo]
+    resources["secrets"] = [s for s in resources.get("secrets", []) if not s["name"].startswith("mcp_")]
+    for listener in resources["listeners"]:
+        for chain in listener.get("filter_chains", []):
+            for f in chain.get("filters", []):
+                for vh in f.get("typed_config", {}).get("route_config", {}).get("virtual_hosts", []):
+                    vh["routes"] = [r for r in vh["routes"] if r.get("route", {}).get("cluster") not in demo]
+
+
 def render(source: dict, settings: dict, variant: str) -> dict:
     config = copy.deepcopy(source)
     var = settings["variants"][variant]
@@ -133,6 +150,7 @@ def render(source: dict, settings: dict, variant: str) -> dict:
     # In place: the providers' per-attempt filter shares this object.
     wasm["vm_config"]["environment_variables"]["host_env_keys"] = env_keys
 
+    drop_demo_mcp(config)
     clusters = resources["clusters"]
     for cluster in clusters:
         name = cluster["name"]

@@ -4,18 +4,21 @@
 //! graph is one-way: `app`/`server` → `providers` → `core`.
 
 use crate::core::config::{
-    Behavior, Config, KeyBehavior, Kind, Thinking, ThinkingMode, MAX_DELAY_MS,
+    Behavior, Config, KeyBehavior, Kind, Thinking, ThinkingMode, DEFAULT_CACHE_MIN_TOKENS,
+    MAX_DELAY_MS,
 };
 use crate::core::ctx::{
-    Ctx, Drawn, ErrKind, Fault, KeyFaultsRt, KeyRt, ModelRt, Overrides, ProviderRt,
+    CacheRt, Ctx, Drawn, ErrKind, Fault, KeyFaultsRt, KeyRt, ModelRt, Overrides, ProviderRt,
 };
 use crate::core::http::{json_escape, percent_decode, plain_json};
+use crate::core::prefix::{hash_str, PrefixCache, Rule};
 use crate::core::reply::Reply;
 use crate::core::rng::Rng;
 use crate::core::stats::{Recent, Stats};
 use crate::providers::openai_responses::{self, Flavor};
 use crate::providers::{anthropic, bedrock, gemini, openai};
 use bytes::Bytes;
+use hyper::header::HeaderValue;
 use hyper::http::request::Parts;
 use hyper::Method;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -145,6 +148,8 @@ pub struct App {
     pub stats: Stats,
     pub max_body_bytes: usize,
     pub rng: Rng,
+    /// Every key's simulated prompt cache (None: the simulation is off).
+    pub prompt_cache: Option<PrefixCache>,
     counter: AtomicU64,
 }
 
@@ -173,6 +178,9 @@ impl App {
                             .faults
                             .clone()
                             .map(|f| KeyFaultsRt::new(f, cfg.seed ^ name_seed(&k.name))),
+                        cache_seed: hash_str(&format!("{name}\0{}", k.name)),
+                        id_header: HeaderValue::from_str(&k.name)
+                            .unwrap_or(HeaderValue::from_static("invalid")),
                     })
                     .collect(),
                 models: p
@@ -181,6 +189,10 @@ impl App {
                     .map(|id| {
                         let own = p.model_settings.get(id);
                         let thinking = own.and_then(|f| f.thinking);
+                        let caches = own
+                            .and_then(|f| f.prompt_cache)
+                            .or(p.prompt_cache)
+                            .unwrap_or(true);
                         ModelRt {
                             id: id.clone(),
                             max_output_tokens: own
@@ -192,11 +204,28 @@ impl App {
                                 Some(Thinking::Mode(_)) => true,
                             },
                             adaptive_only: thinking == Some(Thinking::Mode(ThinkingMode::Adaptive)),
+                            cache_min_tokens: caches.then(|| {
+                                own.and_then(|f| f.cache_min_tokens)
+                                    .or(p.cache_min_tokens)
+                                    .unwrap_or(DEFAULT_CACHE_MIN_TOKENS)
+                            }),
                         }
                     })
                     .collect(),
                 region: p.region.clone().unwrap_or_default(),
                 behavior: p.behavior.clone().unwrap_or_else(|| cfg.behavior.clone()),
+                cache: (cfg.prompt_cache.enabled && p.prompt_cache != Some(false)).then(|| {
+                    CacheRt {
+                        rule: match p.kind {
+                            // OpenAI and Azure: automatic, read in 128-token increments.
+                            Kind::Openai | Kind::Azure => Rule::Automatic { step: 128 },
+                            // Gemini's implicit cache: automatic, no increments documented.
+                            Kind::Gemini => Rule::Automatic { step: 1 },
+                            Kind::Anthropic | Kind::Bedrock => Rule::Breakpoints,
+                        },
+                        ttl_ms: cfg.prompt_cache.ttl_s.saturating_mul(1000),
+                    }
+                }),
             })
             .collect();
         // Longest prefix first, so `/mistral/v1/...` is not taken by "".
@@ -206,6 +235,10 @@ impl App {
             stats: Stats::new(cfg.recent_requests),
             max_body_bytes: cfg.max_body_bytes,
             rng: Rng::new(cfg.seed),
+            prompt_cache: cfg
+                .prompt_cache
+                .enabled
+                .then(|| PrefixCache::new(cfg.prompt_cache.max_entries)),
             counter: AtomicU64::new(1),
         }
     }
@@ -245,10 +278,16 @@ impl App {
                 return Reply::Response(plain_json(200, r#"{"status":"ok"}"#.to_string()))
             }
             (Method::GET, "/_mock/stats") => {
-                return Reply::Response(plain_json(200, self.stats.to_json().to_string()))
+                let mut doc = self.stats.to_json();
+                doc["prompt_cache_entries"] =
+                    self.prompt_cache.as_ref().map(PrefixCache::len).into();
+                return Reply::Response(plain_json(200, doc.to_string()));
             }
             (Method::POST, "/_mock/reset") => {
                 self.stats.reset();
+                if let Some(c) = &self.prompt_cache {
+                    c.clear();
+                }
                 return Reply::Response(plain_json(200, r#"{"status":"reset"}"#.to_string()));
             }
             _ => {}
@@ -292,6 +331,8 @@ impl App {
             error_event: false,
             reset_after_first_chunk: false,
             request_id,
+            cache: self.prompt_cache.as_ref(),
+            key: None,
         };
         let ep_model = match &ep {
             Endpoint::AzureChat(m)
@@ -322,6 +363,26 @@ impl App {
             Err((r, kid)) => return (r, kid, ep_model),
         };
         let key_id = Some(key.name.clone());
+        ctx.key = Some(key);
+        let (reply, key_id, model) = self.on_key(provider, ep, ctx, key, key_id, ep_model).await;
+        (
+            reply.with_header("x-mock-key-id", key.id_header.clone()),
+            key_id,
+            model,
+        )
+    }
+
+    /// The rest of a request once its key is known: the key's behaviour,
+    /// faults, then the provider's handler.
+    async fn on_key(
+        &self,
+        provider: &ProviderRt,
+        ep: Endpoint,
+        mut ctx: Ctx<'_>,
+        key: &KeyRt,
+        key_id: Option<Arc<str>>,
+        ep_model: Option<String>,
+    ) -> (Reply, Option<Arc<str>>, Option<String>) {
         match key.behavior {
             KeyBehavior::Ok => {}
             KeyBehavior::Always401 => {

@@ -21,10 +21,12 @@ async fn chat_non_stream_is_deterministic_with_usage() {
         "mock response to: hello there world"
     );
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
-    // 17 prompt chars -> 5 tokens; 35 answer chars -> 9 tokens.
+    // 17 prompt chars -> 5 tokens; 35 answer chars -> 9 tokens; nothing
+    // cached (the prompt is under OpenAI's 1,024-token minimum).
     assert_eq!(
         v["usage"],
-        json!({"prompt_tokens":5,"completion_tokens":9,"total_tokens":14})
+        json!({"prompt_tokens":5,"completion_tokens":9,"total_tokens":14,
+               "prompt_tokens_details": {"cached_tokens": 0}})
     );
 }
 

@@ -4,8 +4,9 @@ A real Prometheus (Debian's `prometheus`) scrapes a stack on free loopback
 ports with the shipped scrape jobs (deploy/prometheus/prometheus.yml, static
 targets in place of Kubernetes discovery, the relabel rules unchanged) while
 the official openai client sends traffic: chats on two providers, a stream, a
-provider error, an unknown model, a bad key and a 429 from the 5-per-minute
-key. Then every query of deploy/grafana/tollgate.json runs through
+provider error, an unknown model, a bad key, a 429 from the 5-per-minute
+key, and a long prompt sent twice (mock-llm's simulated prompt cache answers
+the second from the key's cache, so the cache hit ratio has data). Then every query of deploy/grafana/tollgate.json runs through
 Prometheus' HTTP API: one that returns nothing fails, and so does one that
 stays at zero although this traffic should move it.
 """
@@ -39,6 +40,8 @@ _spec.loader.exec_module(dashboard)
 # traffic, and a loaded 2-core machine can fail a few of them in a row.
 MAY_BE_ZERO = ("Provider queue overflows", "authz-service errors seen by Envoy", "Healthy authz-service endpoints")
 DEADLINE_S = 90
+# A system prompt above OpenAI's 1,024-token cache minimum (4 characters a token).
+LONG = [{"role": "system", "content": "You are a careful assistant. " * 200}, *HI]
 
 
 def prom_get(base: str, path: str, **params) -> dict:
@@ -102,6 +105,11 @@ def send_traffic(stack, clients: dict, rate_limited_calls: int) -> None:
     demo = clients["demo"]
     for model in ("openai/gpt-4o-mini", "anthropic/claude-sonnet-4-5"):
         assert demo.chat.completions.create(model=model, messages=HI).choices[0].message.content
+    # The same long prompt twice: the conversation keeps its key, whose cache
+    # serves the second.
+    cached = [demo.chat.completions.create(model="openai/gpt-4o-mini", messages=LONG).usage
+              .prompt_tokens_details.cached_tokens for _ in range(2)]
+    assert cached[1] > 0, cached
     chunks = list(demo.chat.completions.create(model="openai/gpt-4o-mini", messages=HI, stream=True,
                                                stream_options={"include_usage": True}))
     assert chunks and chunks[-1].usage is not None

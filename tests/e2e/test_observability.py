@@ -185,10 +185,9 @@ def spans(export: bytes) -> list[dict]:
     return out
 
 
-@pytest.fixture
-def otlp_receiver():
-    received: list[dict] = []
-
+def otlp_server(received: list) -> ThreadingHTTPServer:
+    """An OTLP/HTTP receiver on loopback, serving in a thread, that adds
+    the spans of every export to `received`."""
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):
             if self.headers.get("transfer-encoding", "").lower() == "chunked":  # Envoy's exporter
@@ -210,8 +209,14 @@ def otlp_receiver():
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.fixture
+def otlp_receiver():
+    received: list[dict] = []
+    server = otlp_server(received)
     yield f"http://127.0.0.1:{server.server_address[1]}", received
     server.shutdown()
     server.server_close()

@@ -26,6 +26,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod mcp;
+
 /// Request headers set by authz-service for the filter (and, for
 /// [`MODEL`](header::MODEL), by clients), and those the filter sets itself.
 /// authz-service removes any client-sent copy of the ones it owns.

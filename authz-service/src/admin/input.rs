@@ -50,6 +50,9 @@ impl Editable {
             model_limits: self.model_limits.clone(),
             budgets: self.budgets.clone(),
             cache_breakpoints: self.cache_breakpoints,
+            // MCP grants are the policy file's only (not in the admin
+            // API's document yet): an API key uses no MCP server.
+            mcp: None,
         }
     }
 }

@@ -6,6 +6,7 @@
 //! ≤ 5 µs, 10 KB Anthropic→OpenAI response ≤ 30 µs; stream cost per chunk.
 //! Goals (issue 6): each provider's 0.13 KB request ≤ 5 µs (Bedrock with
 //! SigV4 signing ≤ 15 µs), 10 KB Gemini/Bedrock responses ≤ 30 µs.
+//! Goal (issue 39): a session's key among 4 weighted keys < 1 µs.
 
 use std::hint::black_box;
 
@@ -14,7 +15,8 @@ use criterion::{criterion_group, Criterion, Throughput};
 use serde_json::json;
 use tollgate_core::config::{Kind, Runtime};
 use tollgate_core::keys::{KeyPool, XorShift};
-use tollgate_core::plan::{plan, RequestFacts};
+use tollgate_core::plan::{choose_key, plan, RequestFacts};
+use tollgate_core::session;
 use tollgate_core::translate::{
     for_kind, parse_client_body, Endpoint, Front, RequestCtx, ResponseCtx,
 };
@@ -30,6 +32,12 @@ const CONFIG: &str = r#"{"providers": {
     "models": ["anthropic.claude-3-haiku-20240307-v1:0"],
     "keys": [{"id": "b1", "access_key_id": "AKIDEXAMPLE", "value": "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"}]}},
   "aliases": {"smart": "anthropic/claude-sonnet-4-5"}}"#;
+
+/// Four keys of different weights, for the cache-affine choice.
+const AFFINE_CONFIG: &str = r#"{"providers": {"openai": {"kind": "openai", "cluster": "openai",
+  "models": ["gpt-4o-mini"], "keys": [{"id": "cache-0", "value": "k0", "weight": 1},
+    {"id": "cache-1", "value": "k1", "weight": 2}, {"id": "cache-2", "value": "k2", "weight": 3},
+    {"id": "cache-3", "value": "k3", "weight": 4}]}}}"#;
 
 /// 0.13 KB chat request.
 const SMALL_REQUEST: &str = r#"{"model":"smart","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Capital of France?"}],"max_tokens":64}"#;
@@ -102,6 +110,34 @@ fn benches<M: Measurement + 'static>(c: &mut Criterion<M>) {
     });
     c.bench_function("key_selection/one_key_cooling", |b| {
         b.iter(|| black_box(pool.pick(rng.next_u32(), |k| k != 0)))
+    });
+    // Cache-affine choice: four weighted keys, a session as Claude Code names
+    // it (its session header), the filter's own functions.
+    let affine =
+        Runtime::from_json(AFFINE_CONFIG.as_bytes(), &|_| None).unwrap_or_else(|e| panic!("{e}"));
+    let openai = affine.provider(0).unwrap_or_else(|| panic!("no provider"));
+    let model = &openai.models["gpt-4o-mini"];
+    let ids: Vec<String> = (0..1024u32)
+        .map(|i| format!("5f0c6a2e-8d1b-4c7e-9a3f-{:012x}", u64::from(i) * 7919))
+        .collect();
+    let hashes: Vec<u64> = ids
+        .iter()
+        .filter_map(|id| session::of_document("demo", Some(id), &serde_json::Value::Null))
+        .map(|s| s.hash)
+        .collect();
+    let mut i = 0usize;
+    c.bench_function("key_selection/affine_4_keys", |b| {
+        b.iter(|| {
+            i = (i + 1) % hashes.len();
+            black_box(choose_key(openai, model, Some(hashes[i]), 0, &|_| 0))
+        })
+    });
+    c.bench_function("key_selection/affine_4_keys_from_session_header", |b| {
+        b.iter(|| {
+            i = (i + 1) % ids.len();
+            let s = session::of_document("demo", Some(&ids[i]), &serde_json::Value::Null);
+            black_box(choose_key(openai, model, s.map(|s| s.hash), 0, &|_| 0))
+        })
     });
 
     // --- request translation (bytes in, bytes out: what the filter does)

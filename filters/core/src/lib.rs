@@ -59,6 +59,7 @@ pub mod hash;
 pub mod host;
 pub mod keys;
 pub mod lift;
+pub mod mcp;
 pub mod metrics;
 pub mod plan;
 pub mod scan;

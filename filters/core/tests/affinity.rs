@@ -239,3 +239,47 @@ fn a_cooling_key_moves_only_its_sessions_and_gets_them_back() {
         }
     }
 }
+
+/// Four keys of different weights, 10,000 sessions named by Claude Code's
+/// session header (random ids), the session and the key as the filter
+/// computes them: each key serves its weight's share of the sessions within
+/// ±5 % of that share (bench/REPORT.md, "Prompt cache", prints these with
+/// `--nocapture`).
+#[test]
+fn four_keys_keep_their_weights_over_10000_sessions() {
+    use tollgate_core::plan::choose_key;
+    use tollgate_core::session;
+    let weights = [1u32, 2, 3, 4];
+    let keys: Vec<String> = weights
+        .iter()
+        .enumerate()
+        .map(|(i, w)| format!(r#"{{"id": "cache-{i}", "value": "sk-{i}", "weight": {w}}}"#))
+        .collect();
+    let cfg = format!(
+        r#"{{"providers": {{"openai": {{"kind": "openai", "cluster": "openai",
+            "models": ["gpt-4o-mini"], "keys": [{}]}}}}}}"#,
+        keys.join(",")
+    );
+    let rt = Runtime::from_json(cfg.as_bytes(), &common::env).unwrap();
+    let provider = rt.provider(0).unwrap();
+    let model = &provider.models["gpt-4o-mini"];
+    let mut rng = XorShift::new(39);
+    let mut served = [0u32; 4];
+    const N: u32 = 10_000;
+    for _ in 0..N {
+        let id = format!("{:08x}-{:08x}", rng.next_u32(), rng.next_u32());
+        let s = session::of_document("demo", Some(&id), &Value::Null).unwrap();
+        let k = choose_key(provider, model, Some(s.hash), rng.next_u32(), &|_| 0).unwrap();
+        served[k] += 1;
+    }
+    let total: u32 = weights.iter().sum();
+    for (k, (&n, &w)) in served.iter().zip(&weights).enumerate() {
+        let (share, want) = (f64::from(n) / f64::from(N), f64::from(w) / f64::from(total));
+        println!("cache-{k}: weight {w}/{total} = {want:.3}, share of {N} sessions {share:.4} ({:+.1} %)",
+                 (share / want - 1.0) * 100.0);
+        assert!(
+            (share - want).abs() <= 0.05 * want,
+            "key {k}: {share} for weight share {want}"
+        );
+    }
+}

@@ -26,6 +26,7 @@ use tollgate_core::config::Runtime;
 use tollgate_core::error::{ApiError, SERVER};
 use tollgate_core::flow::Flow;
 use tollgate_core::host::{Action, Host};
+use tollgate_core::mcp::{is_mcp_path, Exchange, McpMetrics};
 use tollgate_core::metrics::Metrics;
 use tollgate_core::slots::SlotBook;
 use tollgate_core::usage::UsageBatch;
@@ -50,6 +51,7 @@ proxy_wasm::main! {{
             flush_every: 1,
             ticks: 0,
             metrics: Rc::default(),
+            mcp_metrics: Rc::default(),
             attempts: false,
         })
     });
@@ -67,6 +69,8 @@ struct Root {
     ticks: u64,
     /// This VM's metric ids per (tenant, key, provider, model).
     metrics: Rc<RefCell<Metrics>>,
+    /// This VM's MCP metric ids.
+    mcp_metrics: Rc<RefCell<McpMetrics>>,
     /// This root serves the per-attempt filter.
     attempts: bool,
 }
@@ -195,6 +199,8 @@ impl RootContext for Root {
                     None => flow,
                 }
             }),
+            mcp: None,
+            mcp_metrics: Rc::clone(&self.mcp_metrics),
             host: WasmHost::new(context_id, self.context_id),
         }))
     }
@@ -216,6 +222,10 @@ impl RootContext for Root {
 
 struct Http {
     flow: Option<Flow>,
+    /// A request of the MCP routes (`/mcp/<server>`): handled by
+    /// `tollgate_core::mcp` instead of the flow.
+    mcp: Option<Exchange>,
+    mcp_metrics: Rc<RefCell<McpMetrics>>,
     host: WasmHost,
 }
 
@@ -255,6 +265,16 @@ impl Context for Http {
 
 impl HttpContext for Http {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> WasmAction {
+        if self
+            .host
+            .request_header(":path")
+            .is_some_and(|p| is_mcp_path(&p))
+        {
+            let mut x = Exchange::new(Rc::clone(&self.mcp_metrics));
+            let a = x.on_request_headers(&mut self.host);
+            self.mcp = Some(x);
+            return action(a);
+        }
         match self.flow.as_mut() {
             Some(f) => action(f.on_request_headers(&mut self.host, end_of_stream)),
             None => {
@@ -272,24 +292,37 @@ impl HttpContext for Http {
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> WasmAction {
+        if self.mcp.is_some() {
+            return WasmAction::Continue;
+        }
         self.flow.as_mut().map_or(WasmAction::Continue, |f| {
             action(f.on_request_body(&mut self.host, body_size, end_of_stream))
         })
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> WasmAction {
+        if let Some(x) = self.mcp.as_mut() {
+            return action(x.on_response_headers(&mut self.host, end_of_stream));
+        }
         self.flow.as_mut().map_or(WasmAction::Continue, |f| {
             action(f.on_response_headers(&mut self.host, end_of_stream))
         })
     }
 
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> WasmAction {
+        if let Some(x) = self.mcp.as_mut() {
+            return action(x.on_response_body(&mut self.host, body_size, end_of_stream));
+        }
         self.flow.as_mut().map_or(WasmAction::Continue, |f| {
             action(f.on_response_body(&mut self.host, body_size, end_of_stream))
         })
     }
 
     fn on_log(&mut self) {
+        if let Some(x) = self.mcp.as_mut() {
+            x.on_log(&mut self.host);
+            return;
+        }
         if let Some(f) = self.flow.as_mut() {
             f.on_log(&mut self.host);
         }

@@ -25,6 +25,9 @@ pub struct Config {
     /// Behaviour applied to every provider that does not override it.
     #[serde(default)]
     pub behavior: Behavior,
+    /// The simulated prompt caches (one per key).
+    #[serde(default)]
+    pub prompt_cache: PromptCache,
     /// Providers by name (the name appears in stats).
     pub providers: BTreeMap<String, Provider>,
 }
@@ -41,6 +44,47 @@ fn default_recent() -> usize {
 fn default_max_body() -> usize {
     32 * 1024 * 1024
 }
+
+/// The simulated prompt caches: each key's cache keeps the prefixes sent
+/// with it for `ttl_s` after their last use, all keys together at most
+/// `max_entries` prefixes.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PromptCache {
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// Entry lifetime after its last use (Anthropic's default and OpenAI's
+    /// in-memory retention: 5 minutes). A breakpoint's `ttl: 1h` wins.
+    #[serde(default = "default_cache_ttl")]
+    pub ttl_s: u64,
+    /// Most prefixes held, all keys together (about 40 bytes each).
+    #[serde(default = "default_cache_entries")]
+    pub max_entries: usize,
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_cache_ttl() -> u64 {
+    300
+}
+fn default_cache_entries() -> usize {
+    200_000
+}
+
+impl Default for PromptCache {
+    fn default() -> Self {
+        PromptCache {
+            enabled: true,
+            ttl_s: default_cache_ttl(),
+            max_entries: default_cache_entries(),
+        }
+    }
+}
+
+/// Smallest cacheable prompt of the models without their own setting
+/// (OpenAI's and Azure's automatic cache, Claude Sonnet 4.5's breakpoints).
+pub const DEFAULT_CACHE_MIN_TOKENS: u64 = 1024;
 
 /// Which native API a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -91,6 +135,14 @@ pub struct Provider {
     /// models that do not say (default false).
     #[serde(default)]
     pub thinking: bool,
+    /// Whether this provider's models cache prompts, for models that do not
+    /// say (default true; the global `prompt_cache.enabled` must be on).
+    #[serde(default)]
+    pub prompt_cache: Option<bool>,
+    /// Smallest cacheable prompt in tokens, for models that do not say
+    /// (default 1024).
+    #[serde(default)]
+    pub cache_min_tokens: Option<u64>,
     /// Bedrock only: the SigV4 region that signatures must be scoped to.
     #[serde(default)]
     pub region: Option<String>,
@@ -112,6 +164,12 @@ pub struct ModelConfig {
     /// `budget_tokens` configuration is refused).
     #[serde(default)]
     pub thinking: Option<Thinking>,
+    /// The model caches prompts (Gemini: 2.5 and later only).
+    #[serde(default)]
+    pub prompt_cache: Option<bool>,
+    /// The model's smallest cacheable prompt, tokens.
+    #[serde(default)]
+    pub cache_min_tokens: Option<u64>,
 }
 
 /// Whether a model thinks.
@@ -346,6 +404,9 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), String> {
+        if self.prompt_cache.ttl_s == 0 || self.prompt_cache.max_entries == 0 {
+            return Err("prompt_cache: ttl_s and max_entries must be >= 1".to_string());
+        }
         let mut seen: Vec<(Kind, &str)> = Vec::new();
         for (name, p) in &self.providers {
             if !p.path_prefix.is_empty()
@@ -386,6 +447,16 @@ impl Config {
             }
             if p.kind == Kind::Bedrock && p.region.is_none() {
                 return Err(format!("provider {name}: bedrock needs region"));
+            }
+            let mut mins = p
+                .model_settings
+                .values()
+                .filter_map(|m| m.cache_min_tokens)
+                .chain(p.cache_min_tokens);
+            if mins.any(|n| n == 0) {
+                return Err(format!(
+                    "provider {name}: cache_min_tokens must be >= 1 (prompt_cache: false turns caching off)"
+                ));
             }
             for b in std::iter::once(&self.behavior).chain(p.behavior.iter()) {
                 b.validate().map_err(|e| format!("provider {name}: {e}"))?;

@@ -6,6 +6,7 @@
 use crate::core::body::{self, MockBody};
 use crate::core::config::{Behavior, KeyBehavior, KeyFaults, Kind};
 use crate::core::http::query_param;
+use crate::core::prefix::{hash_str, KeyCache, PrefixCache, Rule};
 // A handler's answer: defined on the floor beneath (`reply`), named here
 // too because a context and its reply go together.
 pub use crate::core::reply::{Reply, ResetOnBodyError};
@@ -25,6 +26,11 @@ pub struct KeyRt {
     pub behavior: KeyBehavior,
     /// Per-key fault injection, with its own random sequence.
     pub faults: Option<KeyFaultsRt>,
+    /// Hash of (provider, key name): the key's own prompt cache.
+    pub cache_seed: u64,
+    /// `x-mock-key-id` answered with every reply on this key (the name,
+    /// never the secret), so a client behind a gateway sees which key served.
+    pub id_header: HeaderValue,
 }
 
 /// A key's fault rates and its own seeded random sequence.
@@ -80,6 +86,15 @@ pub struct ProviderRt {
     pub models: Vec<ModelRt>,
     pub region: String,
     pub behavior: Behavior,
+    /// How this provider caches prompts (None: it does not).
+    pub cache: Option<CacheRt>,
+}
+
+/// A provider's prompt cache, compiled.
+#[derive(Clone, Copy, Debug)]
+pub struct CacheRt {
+    pub rule: Rule,
+    pub ttl_ms: u64,
 }
 
 /// A known model, compiled: its output limit (its own, else the
@@ -90,6 +105,8 @@ pub struct ModelRt {
     pub thinking: bool,
     /// Thinks adaptively only (Anthropic's newest models).
     pub adaptive_only: bool,
+    /// Smallest cacheable prompt in tokens (None: the model does not cache).
+    pub cache_min_tokens: Option<u64>,
 }
 
 impl ProviderRt {
@@ -181,9 +198,27 @@ pub struct Ctx<'a> {
     /// non-streaming body).
     pub reset_after_first_chunk: bool,
     pub request_id: String,
+    /// The prompt caches; None when the simulation is off.
+    pub cache: Option<&'a PrefixCache>,
+    /// The key the request authenticated with (set once it has).
+    pub key: Option<&'a KeyRt>,
 }
 
 impl Ctx<'_> {
+    /// This request's key's prompt cache for `model` (Azure: the
+    /// deployment), or None when the provider or model caches nothing.
+    pub fn prompt_cache(&self, model: &str) -> Option<KeyCache<'_>> {
+        let (store, key, rt) = (self.cache?, self.key?, self.provider.cache?);
+        let min_tokens = self.provider.model(model)?.cache_min_tokens?;
+        Some(KeyCache {
+            store,
+            seed: key.cache_seed ^ hash_str(model).rotate_left(21),
+            rule: rt.rule,
+            min_tokens,
+            ttl_ms: rt.ttl_ms,
+        })
+    }
+
     pub fn behavior(&self) -> &Behavior {
         &self.provider.behavior
     }

@@ -83,6 +83,14 @@ pub fn now_secs() -> u64 {
         .unwrap_or(0)
 }
 
+/// Current Unix time, milliseconds.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
 /// Short description of a serde_json parse error for messages.
 pub fn json_err(e: &serde_json::Error) -> String {
     e.to_string()

@@ -34,6 +34,14 @@ impl Reply {
         }
     }
 
+    /// Add a response header (a reset has none).
+    pub fn with_header(mut self, name: &'static str, value: hyper::header::HeaderValue) -> Reply {
+        if let Reply::Response(r) | Reply::Delayed(r, _) = &mut self {
+            r.headers_mut().insert(name, value);
+        }
+        self
+    }
+
     /// Mark a successful answer so that its failing body resets the
     /// connection.
     pub fn reset_on_body_error(mut self) -> Reply {

@@ -15,6 +15,7 @@
 use crate::core::ctx::{unknown_key_id, AuthFail, Ctx, ErrKind, KeyRt};
 use crate::core::http::json_response;
 use crate::core::plan::{plan, GenInput, Output};
+use crate::core::prefix::{Blocks, CacheUse};
 use crate::core::reply::Reply;
 use crate::core::script::Script;
 use crate::core::shape::{self, Expect, Msg, Opts, Problem, Seg};
@@ -130,6 +131,17 @@ fn block_text(b: &Value, out: &mut String) {
             _ => {}
         }
     }
+}
+
+/// The TTL of a block's `cache_control` breakpoint, if it has one:
+/// `ttl: "1h"` an hour, else `default_ms`.
+pub(crate) fn breakpoint_ttl(b: &Value, default_ms: u64) -> Option<u64> {
+    let cc = b.get("cache_control").filter(|c| c.is_object())?;
+    Some(if cc.get("ttl").and_then(Value::as_str) == Some("1h") {
+        3_600_000
+    } else {
+        default_ms
+    })
 }
 
 /// The `anthropic-beta` values sent (comma-separated, one or more headers).
@@ -377,10 +389,44 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
         return (bad(ctx, "`temperature` and `top_p` cannot both be specified for this model. Please use only one."), m);
     }
     let stream = req.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    // The prompt's blocks in the order Anthropic caches them (tools, system,
+    // messages), with their breakpoints; collected when this key's cache
+    // could answer.
+    let kc = ctx.prompt_cache(&model).filter(|_| !count);
+    let mut cblocks = kc.map(|_| Blocks::new());
+    let ttl = |b: &Value| breakpoint_ttl(b, kc.map_or(0, |k| k.ttl_ms));
     let mut prompt = String::new();
+    if let Some(bl) = cblocks.as_mut() {
+        for t in req
+            .get("tools")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            bl.block(t, 0);
+            if let Some(ms) = ttl(t) {
+                bl.breakpoint(ms);
+            }
+        }
+    }
     match req.get("system") {
-        Some(Value::String(s)) => prompt.push_str(s),
-        Some(Value::Array(a)) => a.iter().for_each(|b| block_text(b, &mut prompt)),
+        Some(v @ Value::String(s)) => {
+            prompt.push_str(s);
+            if let Some(bl) = cblocks.as_mut() {
+                bl.block(v, prompt.len());
+            }
+        }
+        Some(Value::Array(a)) => {
+            for b in a {
+                block_text(b, &mut prompt);
+                if let Some(bl) = cblocks.as_mut() {
+                    bl.block(b, prompt.len());
+                    if let Some(ms) = ttl(b) {
+                        bl.breakpoint(ms);
+                    }
+                }
+            }
+        }
         _ => {}
     }
     let mut echo = String::new();
@@ -414,6 +460,9 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
                 }
             }
             prompt.push_str(&t);
+            if let Some(bl) = cblocks.as_mut() {
+                bl.block(msg, prompt.len());
+            }
             continue;
         }
         let role = msg.get("role").and_then(Value::as_str).unwrap_or("");
@@ -438,8 +487,11 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
         let mut t = String::new();
         let mut tool_uses: Vec<String> = Vec::new();
         let mut answered: Vec<String> = Vec::new();
+        if let (Some(bl), Some(r)) = (cblocks.as_mut(), msg.get("role")) {
+            bl.feed(r);
+        }
         match msg.get("content") {
-            Some(Value::String(s)) => {
+            Some(v @ Value::String(s)) => {
                 if s.is_empty() && i + 1 < msgs.len() {
                     return (
                         bad(ctx, "messages: text content blocks must be non-empty"),
@@ -449,7 +501,10 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
                 if role == "user" {
                     script.user_text(s);
                 }
-                t.push_str(s)
+                t.push_str(s);
+                if let Some(bl) = cblocks.as_mut() {
+                    bl.block(v, prompt.len() + t.len());
+                }
             }
             Some(Value::Array(blocks)) => {
                 if blocks.is_empty() && i + 1 < msgs.len() {
@@ -497,6 +552,12 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
                         _ => {}
                     }
                     block_text(b, &mut t);
+                    if let Some(bl) = cblocks.as_mut() {
+                        bl.block(b, prompt.len() + t.len());
+                        if let Some(ms) = ttl(b) {
+                            bl.breakpoint(ms);
+                        }
+                    }
                 }
             }
             _ => {}
@@ -559,9 +620,20 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
         let hdrs = [("request-id", format!("req_{}", ctx.request_id))];
         return (ctx.json_ok(&json!({"input_tokens": n}), &hdrs).await, m);
     }
+    let prompt_chars = prompt.chars().count();
+    // Top-level `cache_control`: a breakpoint on the last block.
+    if let (Some(bl), Some(ms)) = (cblocks.as_mut(), ttl(&req)) {
+        bl.breakpoint(ms);
+    }
+    let used = match (kc, &cblocks) {
+        (Some(kc), Some(bl)) if bl.has_breakpoint() && kc.applies(prompt_chars) => {
+            kc.apply(&bl.marks(&prompt), http::now_ms())
+        }
+        _ => CacheUse::default(),
+    };
     let g = GenInput {
         echo,
-        prompt_chars: prompt.chars().count(),
+        prompt_chars,
         tools,
         forced_tool: forced,
         any_tool: any,
@@ -574,6 +646,8 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
         Err(e) => return (bad(ctx, &e), m),
     };
     let id = format!("msg_{}", ctx.request_id);
+    // Input beyond the cache's reads and writes.
+    let input = p.prompt_tokens.saturating_sub(used.read + used.write);
     let stop = p.stop_reason();
     let hdrs = [("request-id", format!("req_{}", ctx.request_id))];
     let searches = web_searches(ctx, &req);
@@ -589,8 +663,8 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
         let v = json!({
             "id": id, "type": "message", "role": "assistant", "model": model,
             "content": content, "stop_reason": stop, "stop_sequence": null,
-            "usage": {"input_tokens": p.prompt_tokens, "output_tokens": p.completion_tokens,
-                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+            "usage": {"input_tokens": input, "output_tokens": p.completion_tokens,
+                      "cache_creation_input_tokens": used.write, "cache_read_input_tokens": used.read,
                       "server_tool_use": searched},
         });
         return (ctx.json_ok(&v, &hdrs).await, m);
@@ -601,8 +675,8 @@ async fn messages_or_count(ctx: &Ctx<'_>, count: bool) -> Outcome {
             "type": "message_start",
             "message": {"id": id, "type": "message", "role": "assistant", "model": model,
                 "content": [], "stop_reason": null, "stop_sequence": null,
-                "usage": {"input_tokens": p.prompt_tokens, "output_tokens": 1,
-                          "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}},
+                "usage": {"input_tokens": input, "output_tokens": 1,
+                          "cache_creation_input_tokens": used.write, "cache_read_input_tokens": used.read}},
         }),
     );
     let (start_block, content, delta) = match p.output {

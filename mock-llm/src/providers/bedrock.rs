@@ -21,6 +21,7 @@
 
 use crate::core::ctx::{unknown_key_id, AuthFail, Ctx, ErrKind, KeyRt};
 use crate::core::plan::{plan, GenInput, Output};
+use crate::core::prefix::{Blocks, CacheUse};
 use crate::core::reply::Reply;
 use crate::core::script::{self, Script};
 use crate::core::shape::{self, Expect, Msg, Opts, Problem, Seg, Violation};
@@ -467,6 +468,28 @@ fn block_text(b: &Value, out: &mut String) {
     }
 }
 
+/// One tool, system or content block for the cache: a `cachePoint` ends
+/// the prefix before it, any other block is part of it.
+fn push_block<'v>(cb: &mut Option<Blocks<'v>>, b: &'v Value, end: usize, default_ttl: u64) {
+    if let Some(bl) = cb.as_mut() {
+        match cache_point_ttl(b, default_ttl) {
+            Some(ms) => bl.breakpoint(ms),
+            None => bl.block(b, end),
+        }
+    }
+}
+
+/// The TTL of a `cachePoint` block (a tool, system or content block holding
+/// one): `ttl: "1h"` an hour, else `default_ms`. None for other blocks.
+fn cache_point_ttl(b: &Value, default_ms: u64) -> Option<u64> {
+    let cp = b.get("cachePoint")?;
+    Some(if cp.get("ttl").and_then(Value::as_str) == Some("1h") {
+        3_600_000
+    } else {
+        default_ms
+    })
+}
+
 /// The text of a `toolResult`: its `text` blocks and the string values of
 /// its `json` blocks.
 fn tool_result_text(tr: &Value) -> String {
@@ -543,6 +566,19 @@ pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
         }
     }
     let has_tool_config = req.get("toolConfig").is_some_and(|v| !v.is_null());
+    // The prompt's blocks in the order Claude caches them (tools, system,
+    // messages); a `cachePoint` block ends the prefix before it.
+    let kc = ctx.prompt_cache(&model);
+    let mut cblocks = kc.map(|_| Blocks::new());
+    let default_ttl = kc.map_or(0, |k| k.ttl_ms);
+    for t in req
+        .pointer("/toolConfig/tools")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        push_block(&mut cblocks, t, 0, default_ttl);
+    }
     let mut prompt = String::new();
     for s in req
         .get("system")
@@ -551,6 +587,7 @@ pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
         .flatten()
     {
         block_text(s, &mut prompt);
+        push_block(&mut cblocks, s, prompt.len(), default_ttl);
     }
     let mut echo = String::new();
     let mut prev_role = "";
@@ -562,11 +599,15 @@ pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
             .get("content")
             .and_then(Value::as_array)
             .map_or(&[][..], Vec::as_slice);
+        if let (Some(bl), Some(r)) = (cblocks.as_mut(), msg.get("role")) {
+            bl.feed(r);
+        }
         if role == "system" {
             // A system turn (ConversationRole's newest value) between the
             // others: text for the prompt, no turn of its own.
             for b in content {
                 block_text(b, &mut prompt);
+                push_block(&mut cblocks, b, prompt.len(), default_ttl);
             }
             continue;
         }
@@ -624,6 +665,7 @@ pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
                 );
             }
             block_text(b, &mut t);
+            push_block(&mut cblocks, b, prompt.len() + t.len(), default_ttl);
         }
         let missing: Vec<&str> = prev_uses
             .iter()
@@ -675,9 +717,17 @@ pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
             }
         }
     }
+    let prompt_chars = prompt.chars().count();
+    let used = match (kc, &cblocks) {
+        (Some(kc), Some(bl)) if bl.has_breakpoint() && kc.applies(prompt_chars) => {
+            Some(kc.apply(&bl.marks(&prompt), http::now_ms()))
+        }
+        (Some(_), Some(bl)) if bl.has_breakpoint() => Some(CacheUse::default()),
+        _ => None,
+    };
     let g = GenInput {
         echo,
-        prompt_chars: prompt.chars().count(),
+        prompt_chars,
         tools,
         forced_tool: forced,
         any_tool: any,
@@ -690,11 +740,18 @@ pub async fn converse(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
         Err(e) => return (validation(ctx, &e), m),
     };
     let stop = p.stop_reason();
-    let usage = json!({
-        "inputTokens": p.prompt_tokens,
+    // With cache points, inputTokens leaves out what was read from or
+    // written to the cache; totalTokens counts all.
+    let u = used.unwrap_or_default();
+    let mut usage = json!({
+        "inputTokens": p.prompt_tokens.saturating_sub(u.read + u.write),
         "outputTokens": p.completion_tokens,
         "totalTokens": p.prompt_tokens + p.completion_tokens,
     });
+    if used.is_some() {
+        usage["cacheReadInputTokens"] = json!(u.read);
+        usage["cacheWriteInputTokens"] = json!(u.write);
+    }
     let hdrs = [("x-amzn-requestid", ctx.request_id.clone())];
     if !stream {
         let content = match &p.output {

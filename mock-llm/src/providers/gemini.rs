@@ -17,6 +17,7 @@
 use crate::core::ctx::{unknown_key_id, AuthFail, Ctx, ErrKind, KeyRt};
 use crate::core::http::json_response;
 use crate::core::plan::{plan, GenInput, Output};
+use crate::core::prefix::Blocks;
 use crate::core::reply::Reply;
 use crate::core::script::{self, Script};
 use crate::core::shape::{self, Expect, Msg, Opts, Problem, Seg, Violation};
@@ -343,8 +344,13 @@ pub async fn generate(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
         );
     };
     let mut prompt = String::new();
-    if let Some(si) = get(&req, "systemInstruction", "system_instruction") {
+    // Where the system instruction's and each content's text ends in
+    // `prompt` (the implicit cache's blocks).
+    let mut ends: Vec<usize> = Vec::with_capacity(contents.len() + 1);
+    let system = get(&req, "systemInstruction", "system_instruction");
+    if let Some(si) = system {
         parts_text(si.get("parts").unwrap_or(&Value::Null), &mut prompt);
+        ends.push(prompt.len());
     }
     let mut echo = String::new();
     let mut prev_calls: Vec<String> = Vec::new();
@@ -417,6 +423,7 @@ pub async fn generate(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
             echo = t.clone();
         }
         prompt.push_str(&t);
+        ends.push(prompt.len());
         prev_calls = calls;
         prev_role = if role == "user" { "user" } else { "model" };
     }
@@ -542,9 +549,26 @@ pub async fn generate(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
             Some(n as u64)
         }
     };
+    let prompt_chars = prompt.chars().count();
+    // The implicit cache (Gemini 2.5 and later): tools, the system
+    // instruction, then one block per content.
+    let cached = match ctx.prompt_cache(&model) {
+        Some(kc) if kc.applies(prompt_chars) => {
+            let mut b = Blocks::new();
+            for (camel, snake) in [("tools", "tools"), ("toolConfig", "tool_config")] {
+                if let Some(v) = get(&req, camel, snake) {
+                    b.feed(v);
+                }
+            }
+            let items = system.into_iter().chain(contents);
+            items.zip(&ends).for_each(|(v, &end)| b.block(v, end));
+            kc.apply(&b.marks(&prompt), http::now_ms()).read
+        }
+        _ => 0,
+    };
     let g = GenInput {
         echo,
-        prompt_chars: prompt.chars().count(),
+        prompt_chars,
         tools,
         forced_tool: forced,
         any_tool: any,
@@ -557,11 +581,15 @@ pub async fn generate(ctx: &Ctx<'_>, model: String, stream: bool) -> Outcome {
         Err(e) => return (invalid(&e), m),
     };
     let finish = if p.truncated { "MAX_TOKENS" } else { "STOP" };
-    let usage = json!({
+    let mut usage = json!({
         "promptTokenCount": p.prompt_tokens,
         "candidatesTokenCount": p.completion_tokens,
         "totalTokenCount": p.prompt_tokens + p.completion_tokens,
     });
+    // Part of promptTokenCount; left out at zero, as proto3 JSON does.
+    if cached > 0 {
+        usage["cachedContentTokenCount"] = json!(cached);
+    }
     let response_id = ctx.request_id.clone();
     let candidate = |parts: Value, finish: Option<&str>| {
         let mut c = json!({"content": {"parts": parts, "role": "model"}, "index": 0});

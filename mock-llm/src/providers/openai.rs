@@ -11,6 +11,7 @@
 use crate::core::ctx::{unknown_key_id, AuthFail, Ctx, ErrKind, KeyRt};
 use crate::core::http::json_response;
 use crate::core::plan::{plan, GenInput, Output};
+use crate::core::prefix::Blocks;
 use crate::core::reply::Reply;
 use crate::core::script::Script;
 use crate::core::shape::{self, Expect, Opts, Problem, Seg, Violation};
@@ -445,6 +446,24 @@ fn reasoning_refusal(req: &Value, model: &str) -> Option<Reply> {
     None
 }
 
+/// The prompt cache's answer, as OpenAI reports it (`cached_tokens`, also
+/// the Responses API's): None when the provider simulates no cache (its
+/// usage then has no details, as OpenAI-compatible servers answer), else the
+/// tokens read from this key's cache. `marks` hashes the prompt's blocks; it
+/// runs only for a prompt long enough to be cached.
+pub(crate) fn cached_tokens(
+    ctx: &Ctx<'_>,
+    model: &str,
+    prompt_chars: usize,
+    marks: impl FnOnce() -> Vec<crate::core::prefix::Mark>,
+) -> Option<u64> {
+    ctx.provider.cache?;
+    Some(match ctx.prompt_cache(model) {
+        Some(kc) if kc.applies(prompt_chars) => kc.apply(&marks(), http::now_ms()).read,
+        _ => 0,
+    })
+}
+
 pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
     let (req, model) = match request_and_model(ctx, &deployment) {
         Ok(x) => x,
@@ -583,6 +602,8 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
     }
     // Messages: roles, text, tool call pairing.
     let mut prompt = String::new();
+    // Where each message's text ends in `prompt` (the cache's blocks).
+    let mut ends: Vec<usize> = Vec::with_capacity(msgs.len());
     let mut echo = String::new();
     let mut open_calls: Vec<String> = Vec::new();
     let mut open_at = 0usize;
@@ -671,6 +692,7 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
             echo = t.clone();
         }
         prompt.push_str(&t);
+        ends.push(prompt.len());
     }
     if !open_calls.is_empty() {
         return (
@@ -727,9 +749,22 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
             }
         }
     }
+    let prompt_chars = prompt.chars().count();
+    let cached = cached_tokens(ctx, &model, prompt_chars, || {
+        let mut b = Blocks::new();
+        for k in ["prompt_cache_key", "tools", "response_format"] {
+            if let Some(v) = req.get(k) {
+                b.feed(v);
+            }
+        }
+        for (msg, &end) in msgs.iter().zip(&ends) {
+            b.block(msg, end);
+        }
+        b.marks(&prompt)
+    });
     let g = GenInput {
         echo,
-        prompt_chars: prompt.chars().count(),
+        prompt_chars,
         tools,
         forced_tool: forced,
         any_tool: any,
@@ -750,11 +785,14 @@ pub async fn chat(ctx: &Ctx<'_>, deployment: Option<String>) -> Outcome {
     } else {
         "stop"
     };
-    let usage = json!({
+    let mut usage = json!({
         "prompt_tokens": p.prompt_tokens,
         "completion_tokens": p.completion_tokens,
         "total_tokens": p.prompt_tokens + p.completion_tokens,
     });
+    if let Some(n) = cached {
+        usage["prompt_tokens_details"] = json!({"cached_tokens": n});
+    }
     let hdrs = [("x-request-id", ctx.request_id.clone())];
     if !stream {
         let message = match &p.output {

@@ -14,6 +14,7 @@ use super::openai::{
 use crate::core::body;
 use crate::core::ctx::Ctx;
 use crate::core::plan::{plan, GenInput, Output};
+use crate::core::prefix::Blocks;
 use crate::core::reply::Reply;
 use crate::core::script::Script;
 use crate::core::shape::{self, Opts};
@@ -79,6 +80,8 @@ struct Input {
     echo: String,
     prompt: String,
     script: Script,
+    /// Where each input item's text ends in `prompt` (the cache's blocks).
+    ends: Vec<usize>,
 }
 
 fn check_content(content: &Value, at: &str, role: &str, inp: &mut Input) -> Result<(), Reply> {
@@ -145,14 +148,19 @@ fn check_content(content: &Value, at: &str, role: &str, inp: &mut Input) -> Resu
 }
 
 /// Input items: messages (user, system, developer, assistant), function
-/// calls and their outputs (paired by `call_id`), reasoning items.
-fn check_input(input: &Value) -> Result<Input, Reply> {
-    let mut inp = Input::default();
+/// calls and their outputs (paired by `call_id`), reasoning items. The
+/// prompt text starts with the `instructions`.
+fn check_input(input: &Value, instructions: &str) -> Result<Input, Reply> {
+    let mut inp = Input {
+        prompt: instructions.to_string(),
+        ..Input::default()
+    };
     let items = match input {
         Value::String(s) => {
             inp.script.user_text(s);
             inp.echo = s.clone();
-            inp.prompt = s.clone();
+            inp.prompt.push_str(s);
+            inp.ends.push(inp.prompt.len());
             return Ok(inp);
         }
         Value::Array(a) => a,
@@ -265,6 +273,7 @@ fn check_input(input: &Value) -> Result<Input, Reply> {
             // passed back as it returned them.
             _ => {}
         }
+        inp.ends.push(inp.prompt.len());
     }
     if let Some(id) = open.first() {
         return Err(bad(
@@ -614,13 +623,37 @@ pub async fn create(ctx: &Ctx<'_>, flavor: Flavor) -> Outcome {
     };
     let m = Some(c.model.clone());
     let fail = |r: Reply| (r, m.clone());
-    let mut inp = match check_input(req.get("input").unwrap_or(&Value::Null)) {
+    let input = req.get("input").unwrap_or(&Value::Null);
+    let instructions = req
+        .get("instructions")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let inp = match check_input(input, instructions) {
         Ok(i) => i,
         Err(r) => return fail(r),
     };
-    if let Some(s) = req.get("instructions").and_then(Value::as_str) {
-        inp.prompt.push_str(s);
-    }
+    let prompt_chars = inp.prompt.chars().count();
+    // OpenAI's automatic cache: the routing key, tools and text format, the
+    // instructions, then one block per input item.
+    let cached = super::openai::cached_tokens(ctx, &c.model, prompt_chars, || {
+        let mut b = Blocks::new();
+        for k in ["prompt_cache_key", "tools", "text"] {
+            if let Some(v) = req.get(k) {
+                b.feed(v);
+            }
+        }
+        if let Some(v) = req.get("instructions") {
+            b.block(v, instructions.len());
+        }
+        match input {
+            Value::Array(items) => items
+                .iter()
+                .zip(&inp.ends)
+                .for_each(|(it, &e)| b.block(it, e)),
+            _ => inp.ends.iter().for_each(|&e| b.block(input, e)),
+        }
+        b.marks(&inp.prompt)
+    });
     let (tools, namespaces) = match check_tools(&req) {
         Ok(t) => t,
         Err(r) => return fail(r),
@@ -631,7 +664,7 @@ pub async fn create(ctx: &Ctx<'_>, flavor: Flavor) -> Outcome {
     };
     let g = GenInput {
         echo: inp.echo,
-        prompt_chars: inp.prompt.chars().count(),
+        prompt_chars,
         tools,
         forced_tool: forced,
         any_tool: any,
@@ -667,7 +700,7 @@ pub async fn create(ctx: &Ctx<'_>, flavor: Flavor) -> Outcome {
         p.output = Output::Text(doc);
     }
     let r_tokens = c.effort.as_deref().map_or(0, reasoning_tokens);
-    let mut answer = Answer::new(ctx, &c, p, r_tokens);
+    let mut answer = Answer::new(ctx, &c, p, r_tokens, cached.unwrap_or(0));
     answer.namespace = namespace;
     answer.lead.extend(web_search_calls(ctx, &req));
     let hdrs = [("x-request-id", ctx.request_id.clone())];
@@ -708,7 +741,13 @@ struct Answer {
 }
 
 impl Answer {
-    fn new(ctx: &Ctx<'_>, c: &Checked<'_>, p: crate::core::plan::Plan, r_tokens: u64) -> Answer {
+    fn new(
+        ctx: &Ctx<'_>,
+        c: &Checked<'_>,
+        p: crate::core::plan::Plan,
+        r_tokens: u64,
+        cached: u64,
+    ) -> Answer {
         let req = c.req;
         let get = |k: &str, d: Value| req.get(k).filter(|v| !v.is_null()).cloned().unwrap_or(d);
         let rid = ctx.request_id.clone();
@@ -751,7 +790,7 @@ impl Answer {
         }
         let usage = json!({
             "input_tokens": p.prompt_tokens,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": cached},
             "output_tokens": p.completion_tokens + r_tokens,
             "output_tokens_details": {"reasoning_tokens": r_tokens},
             "total_tokens": p.prompt_tokens + p.completion_tokens + r_tokens,
