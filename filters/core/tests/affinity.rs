@@ -12,7 +12,6 @@ use serde_json::{json, Value};
 use tollgate_core::config::Runtime;
 use tollgate_core::flow::Flow;
 use tollgate_core::host::fake::FakeHost;
-use tollgate_core::host::Action;
 use tollgate_core::keys::XorShift;
 
 /// The shared test config with the defaults of a real deployment: key
@@ -56,14 +55,7 @@ fn send(
     h.req_body = bytes;
     h.random = vec![random];
     let mut f = Flow::new(Arc::clone(rt));
-    assert_eq!(f.on_request_headers(&mut h, false), Action::Pause);
-    let n = h.req_body.len();
-    assert_eq!(
-        f.on_request_body(&mut h, n, true),
-        Action::Continue,
-        "{:?}",
-        h.local_reply
-    );
+    common::send_request(&mut f, &mut h);
     let key = h.req_header("authorization").unwrap_or_default();
     let sent: Value = serde_json::from_slice(&h.req_body).expect("the upstream body is JSON");
     (key, sent, h)

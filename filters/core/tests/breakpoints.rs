@@ -11,7 +11,6 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use tollgate_core::flow::Flow;
 use tollgate_core::host::fake::FakeHost;
-use tollgate_core::host::Action;
 use tollgate_core::translate::{add_cache_breakpoints, MAX_BREAKPOINTS};
 
 fn markers(v: &Value) -> usize {
@@ -37,14 +36,7 @@ fn upstream(path: &str, body: &Value, opt_in: bool) -> (Value, Vec<u8>) {
     };
     h.req_body = bytes;
     let mut f = Flow::new(Arc::new(common::runtime()));
-    assert_eq!(f.on_request_headers(&mut h, false), Action::Pause);
-    let n = h.req_body.len();
-    assert_eq!(
-        f.on_request_body(&mut h, n, true),
-        Action::Continue,
-        "{:?}",
-        h.local_reply
-    );
+    common::send_request(&mut f, &mut h);
     (
         serde_json::from_slice(&h.req_body).unwrap(),
         h.req_body.clone(),

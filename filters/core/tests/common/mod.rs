@@ -2,6 +2,9 @@
 #![allow(dead_code)]
 
 use tollgate_core::config::Runtime;
+use tollgate_core::flow::Flow;
+use tollgate_core::host::fake::FakeHost;
+use tollgate_core::host::Action;
 
 pub const CONFIG: &str = r#"{
   "providers": {
@@ -63,4 +66,17 @@ pub fn with_ctx<R>(
         cache_breakpoints: false,
     };
     f(p, &ctx)
+}
+
+/// The request's headers, then its whole body (`h.req_body`), through `f`:
+/// the filter waits for the body, then sends it upstream (no local reply).
+pub fn send_request(f: &mut Flow, h: &mut FakeHost) {
+    assert_eq!(f.on_request_headers(h, false), Action::Pause);
+    let n = h.req_body.len();
+    assert_eq!(
+        f.on_request_body(h, n, true),
+        Action::Continue,
+        "{:?}",
+        h.local_reply
+    );
 }
