@@ -38,6 +38,21 @@ def assert_openai_error(body, code: str | None = None):
         assert err.get("code") == code, body
 
 
+def admin(stack, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+    """A call to the stack's authz-service admin API (its token): (status,
+    parsed JSON body)."""
+    req = urllib.request.Request(
+        f"{stack.authz_admin_url}{path}", method=method,
+        data=json.dumps(body).encode() if body is not None else None,
+        headers={"authorization": f"Bearer {stack.admin_token_path.read_text()}",
+                 "content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
 def authz_metric(stack, name: str) -> float:
     """Sum of every series of `name` (optionally with a {label="…"} selector)
     on the stack's authz-service /metrics."""

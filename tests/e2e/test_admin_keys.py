@@ -14,7 +14,7 @@ import urllib.request
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from helpers import HI, assert_openai_error, post
+from helpers import HI, admin, assert_openai_error, post
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAT = {"model": "openai/gpt-4o-mini", "messages": HI}
@@ -29,19 +29,6 @@ def keys(stack, *args: str) -> dict:
         capture_output=True, text=True, timeout=20)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
-
-
-def admin(stack, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
-    req = urllib.request.Request(
-        f"{stack.authz_admin_url}{path}", method=method,
-        data=json.dumps(body).encode() if body is not None else None,
-        headers={"authorization": f"Bearer {stack.admin_token_path.read_text()}",
-                 "content-type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
 
 
 def chat(stack, secret: str):

@@ -31,6 +31,7 @@ from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from helpers import admin
 from plugin_config import envoy_variant
 from test_observability import otlp_server
 from stack import ROOT, Stack, free_ports
@@ -337,6 +338,45 @@ def test_a_calls_price_is_counted_in_the_money_budget(mcp):
     while (got := spent()) != want and time.monotonic() < deadline:
         time.sleep(0.5)
     assert got == want
+
+
+def test_a_key_made_through_the_admin_api_carries_its_mcp_grants(mcp):
+    """A key made with the admin API gets servers, tools and calls limits as
+    a policy file's key does; an update that removes them refuses the next
+    call; a grant the policy would refuse is a 400 naming it."""
+    stack, replicas = mcp
+    grants = {"tools": ["demo/get_weather"], "limits": {"demo/get_weather": {"calls_per_minute": 2}}}
+    status, made = admin(stack, "POST", "/admin/keys", {"tenant": "test-mcp", "id": "mcp-api", "mcp": grants})
+    assert status == 201, made
+    assert made["key"]["mcp"] == grants
+    key = made["secret"]
+    before, docs = calls(replicas, "get_weather"), calls(replicas, "search_docs")
+
+    async def work(c):
+        listed = sorted(t.name for t in (await c.list_tools()).tools)
+        done = [await c.call_tool("get_weather", {"city": f"c{i}"}) for i in range(2)]
+        with pytest.raises(MCPError) as limited:
+            await c.call_tool("get_weather", {"city": "one too many"})
+        with pytest.raises(MCPError) as forbidden:
+            await c.call_tool("search_docs", {"query": "q"})
+        return listed, done, limited.value, forbidden.value
+
+    listed, done, limited, forbidden = run(stack, key, "auto", work)
+    assert listed == ["get_weather"]
+    assert [r.is_error for r in done] == [False, False]
+    assert limited.error.code == -31002 and "limit 2, remaining 0" in limited.error.message
+    assert forbidden.error.code == -31001
+    assert calls(replicas, "get_weather") == before + 2 and calls(replicas, "search_docs") == docs
+
+    status, changed = admin(stack, "PATCH", "/admin/keys/mcp-api", {"mcp": None})
+    assert status == 200 and changed["mcp"] is None, changed
+    status, _, body = post(stack, tool_call("get_weather", id_=5), {"authorization": f"Bearer {key}"})
+    assert status == 403 and body["error"]["data"]["code"] == "tool_not_allowed", body
+    assert calls(replicas, "get_weather") == before + 2
+
+    status, refused = admin(stack, "PATCH", "/admin/keys/mcp-api", {"mcp": {"limits": {"a b": {"calls_per_minute": 1}}}})
+    assert status == 400 and refused["error"]["code"] == "invalid_key", refused
+    assert 'mcp.limits key "a b"' in refused["error"]["message"]
 
 
 def test_a_session_stays_on_the_replica_that_created_it(mcp):

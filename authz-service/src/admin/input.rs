@@ -10,6 +10,7 @@ use serde::Deserialize;
 use super::{ApiError, MAX_GRACE_SECONDS};
 use crate::budget::RawBudgets;
 use crate::decision::{clip, ECHO_MAX_CHARS};
+use crate::mcp_rules::RawMcp;
 use crate::policy::{valid_policy_name, KeyFields, Limits};
 
 /// What a key grants and its expiry: the body of a create (beside its
@@ -29,6 +30,10 @@ pub struct Editable {
     /// Absent: the tenant's `cache_breakpoints`.
     #[serde(default)]
     pub cache_breakpoints: Option<bool>,
+    /// The MCP servers and tools the key may use, and its calls limits
+    /// (as a policy file's key writes them); absent: none.
+    #[serde(default)]
+    pub mcp: Option<RawMcp>,
     /// RFC 3339; absent or null: never.
     #[serde(default)]
     pub expires_at: Option<String>,
@@ -50,9 +55,7 @@ impl Editable {
             model_limits: self.model_limits.clone(),
             budgets: self.budgets.clone(),
             cache_breakpoints: self.cache_breakpoints,
-            // MCP grants are the policy file's only (not in the admin
-            // API's document yet): an API key uses no MCP server.
-            mcp: None,
+            mcp: self.mcp.clone(),
         }
     }
 }

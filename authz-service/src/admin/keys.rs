@@ -19,6 +19,7 @@ use super::usage::{self, Usage};
 use super::{json, AdminState, ApiError};
 use crate::budget::RawBudgets;
 use crate::keystore::{KeyStore, KeyStoreError, Previous, Record};
+use crate::mcp_rules::RawMcp;
 use crate::policy::{check_key_fields, hash_key, raw_limits, Key, KeyFields, Limits, Policy};
 use crate::storage::Store;
 
@@ -44,6 +45,9 @@ pub struct KeyView {
     pub budgets: Option<RawBudgets>,
     /// The key's own setting (null: the tenant's applies).
     pub cache_breakpoints: Option<bool>,
+    /// The key's MCP servers, tools and calls limits (policy-file keys:
+    /// null; a key without them uses no MCP server).
+    pub mcp: Option<RawMcp>,
     pub expires_at: Option<String>,
     pub revoked_at: Option<String>,
     pub created_at: Option<String>,
@@ -120,6 +124,7 @@ fn file_view(key: &Key) -> KeyView {
             .collect(),
         budgets: None,
         cache_breakpoints: None,
+        mcp: None,
         expires_at: None,
         revoked_at: None,
         created_at: None,
@@ -143,6 +148,7 @@ fn record_view(r: &Record, policy: &Policy, now: i64) -> KeyView {
         model_limits: r.fields.model_limits.clone(),
         budgets: r.fields.budgets.clone(),
         cache_breakpoints: r.fields.cache_breakpoints,
+        mcp: r.fields.mcp.clone(),
         expires_at: r.expires_at_ms.map(rfc3339),
         revoked_at: r.revoked_at_ms.map(rfc3339),
         created_at: Some(rfc3339(r.created_at_ms)),
@@ -424,12 +430,13 @@ pub async fn list<K: KeyStore, S: Store>(
 }
 
 /// The fields an update may patch.
-const EDITABLE: [&str; 6] = [
+const EDITABLE: [&str; 7] = [
     "models",
     "limits",
     "model_limits",
     "budgets",
     "cache_breakpoints",
+    "mcp",
     "expires_at",
 ];
 
@@ -464,6 +471,7 @@ pub async fn update<K: KeyStore, S: Store>(
             "model_limits": r.fields.model_limits,
             "budgets": r.fields.budgets,
             "cache_breakpoints": r.fields.cache_breakpoints,
+            "mcp": r.fields.mcp,
             "expires_at": r.expires_at_ms.map(rfc3339),
         });
         merge_patch(&mut doc, &patch);
