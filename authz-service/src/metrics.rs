@@ -42,6 +42,10 @@ pub struct Metrics {
     /// `tollgate_authz_denials_total{tenant, limit, period, scope}`: 429s by
     /// the limit that refused them; every label value comes from the policy.
     pub denials: IntCounterVec,
+    /// `tollgate_authz_mcp_refusals_total{tenant, key, server, tool, reason}`:
+    /// MCP requests refused before the server (`tool` is `-` for other
+    /// methods; a name the policy does not grant is never a label value).
+    pub mcp_refusals: IntCounterVec,
     /// `tollgate_authz_top_ups_total{result}`: reservations the filter
     /// asked to top up (`added`, `covered`, `refused`, `error`).
     pub top_ups: IntCounterVec,
@@ -163,6 +167,14 @@ impl Metrics {
             &["tenant", "limit", "period", "scope"],
         )?;
         registry.register(Box::new(denials.clone()))?;
+        let mcp_refusals = IntCounterVec::new(
+            Opts::new(
+                "tollgate_authz_mcp_refusals_total",
+                "MCP requests refused before reaching the server, by tenant, key, server, tool and reason",
+            ),
+            &["tenant", "key", "server", "tool", "reason"],
+        )?;
+        registry.register(Box::new(mcp_refusals.clone()))?;
         let top_ups = IntCounterVec::new(
             Opts::new(
                 "tollgate_authz_top_ups_total",
@@ -226,6 +238,7 @@ impl Metrics {
             spend_usd,
             budget_soft_cap,
             denials,
+            mcp_refusals,
             top_ups,
             slots,
             key_syncs,

@@ -460,18 +460,26 @@ def test_a_huge_body_an_unknown_server_and_a_missing_key(mcp):
 
 def test_every_call_is_in_the_access_log_and_the_metrics(mcp):
     stack, replicas = mcp
-    run(stack, MCP_KEY, "auto", lambda c: c.call_tool("get_weather", {"city": "Rome"}))
-    status, _, _ = post(stack, tool_call("delete_repo", id_=8), {"authorization": f"Bearer {MCP_KEY}"})
-    assert status == 403
-    deadline = time.monotonic() + 20
-    while True:
+
+    def logged():
+        """The access log's tool calls: (get_weather done by the test key,
+        drop_tables tried: a name only this test calls)."""
         lines = [json.loads(line) for line in stack.log_path("envoy").read_text().splitlines()
                  if line.startswith("{") and '"mcp_method"' in line]
         calls_logged = [x for x in lines if x.get("mcp_method") == "tools/call"]
         ok = [x for x in calls_logged if x.get("mcp_tool") == "get_weather" and x.get("mcp_outcome") == "ok"
               and x.get("tenant") == "test-mcp"]
-        refused = [x for x in calls_logged if x.get("mcp_tool") == "delete_repo"]
-        if ok and refused:
+        return ok, [x for x in calls_logged if x.get("mcp_tool") == "drop_tables"], lines
+
+    ok_before, refused_before, _ = logged()
+    run(stack, MCP_KEY, "auto", lambda c: c.call_tool("get_weather", {"city": "Rome"}))
+    status, _, _ = post(stack, tool_call("drop_tables", id_=8), {"authorization": f"Bearer {MCP_KEY}"})
+    assert status == 403
+    deadline = time.monotonic() + 20
+    while True:
+        # The access log is flushed on a timer: wait for this test's lines.
+        ok, refused, lines = logged()
+        if len(ok) > len(ok_before) and len(refused) > len(refused_before):
             break
         assert time.monotonic() < deadline, lines[-5:]
         time.sleep(0.5)
@@ -488,6 +496,18 @@ def test_every_call_is_in_the_access_log_and_the_metrics(mcp):
                      r'[^}]*tollgate_mcp_server="demo"[^}]*tollgate_mcp_tool="get_weather"'
                      r'[^}]*tollgate_mcp_outcome="ok"[^}]*\} [1-9]', prom), \
         [x for x in prom.splitlines() if "mcp" in x][:20]
+    # Refused calls never reach the filter's metrics: authz-service counts
+    # them, the tool the key was refused as `other` (a client's name is
+    # never a series).
+    with urllib.request.urlopen(f"{stack.authz_http_url}/metrics", timeout=5) as r:
+        authz = r.read().decode()
+    labels = {"tenant": "test-mcp", "key": "mcp-key", "server": "demo", "tool": "other",
+              "reason": "tool_not_allowed"}
+    series = [line for line in authz.splitlines() if line.startswith("tollgate_authz_mcp_refusals_total{")]
+    assert any(all(f'{k}="{v}"' in line for k, v in labels.items()) and float(line.split()[-1]) >= 1
+               for line in series), series
+    assert "drop_tables" not in authz
+    prom += authz
     # No credential anywhere: the server's token, the virtual keys.
     text = stack.log_path("envoy").read_text() + prom
     for secret in (TOKEN, MCP_KEY, MONEY_KEY):

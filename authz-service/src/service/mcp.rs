@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use tollgate_wire::mcp::{code, error_body, is_aggregate, server_of, METADATA_NAMESPACE};
 
 use super::{header, to_response};
-use crate::authz::mcp::{allowed_headers, McpCall};
+use crate::authz::mcp::{allowed_headers, McpAllowed, McpCall};
 use crate::authz::{Authorizer, CheckInput};
 use crate::decision::Decision;
 use crate::storage::Store;
@@ -147,6 +147,7 @@ pub async fn check<S: Store>(
                 body: String::from_utf8_lossy(&rpc).into_owned(),
                 headers,
             })?;
+            refused(authz, call, &allowed, reason);
             (reason.to_string(), r)
         }
         Decision::Unavailable(msg) => return Err(tonic::Status::unavailable(msg)),
@@ -154,6 +155,35 @@ pub async fn check<S: Store>(
     md.insert("mcp_decision".into(), string(&label));
     response.dynamic_metadata = Some(Struct { fields: md });
     Ok(response)
+}
+
+/// Counts a refusal in `tollgate_authz_mcp_refusals_total`. Labels come
+/// from the policy: without a key, `-`; a server or tool the key was
+/// refused is `other` (its name is the client's, not the policy's).
+fn refused<S: Store>(authz: &Authorizer<S>, call: &McpCall, allowed: &McpAllowed, reason: &str) {
+    let known = allowed.key_id.is_some();
+    let server = match reason {
+        _ if !known => "-",
+        "server_not_allowed" => "other",
+        _ => call.server_label(),
+    };
+    let tool = match call.tool() {
+        None => "-",
+        Some(_) if !known => "-",
+        Some(Ok(_)) if reason != "tool_not_allowed" => allowed.tool.as_str(),
+        Some(_) => "other",
+    };
+    authz
+        .metrics()
+        .mcp_refusals
+        .with_label_values(&[
+            allowed.tenant.as_deref().unwrap_or("-"),
+            allowed.key_id.as_deref().unwrap_or("-"),
+            server,
+            tool,
+            reason,
+        ])
+        .inc();
 }
 
 #[cfg(test)]
