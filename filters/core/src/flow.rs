@@ -39,7 +39,7 @@ use tollgate_wire::header::{
 use tollgate_wire::{models_allowed, Reservation, Slot, RESERVE_PATH};
 
 use crate::calls::{self, Answer, FanOut, Retained};
-use crate::config::Runtime;
+use crate::config::{Runtime, UsageTarget};
 use crate::cooldown;
 use crate::error::{clip, ApiError, ECHO_MAX_CHARS, SERVER};
 use crate::host::{Host, Level, MetricKind};
@@ -1097,8 +1097,9 @@ impl Flow {
     /// The report carries the answer's usage; for a request the gateway
     /// answered itself before any provider call (an error, a refused
     /// top-up, a client that left first) a refund of its reservation; and
-    /// the release of its concurrency slot. Reports that release a slot, or
-    /// whose Check asked for it, go at once; others join the batch.
+    /// the release of its concurrency slot. A report whose Check asked for
+    /// it goes at once, whole; others join the batch, their slot's release
+    /// sent at once alone.
     pub fn on_log(&mut self, h: &mut dyn Host) {
         if self.logged {
             return;
@@ -1140,6 +1141,7 @@ impl Flow {
                 })
             }
         };
+        let usage_to_settle = report.is_some();
         if report.is_none() && slot.is_some() {
             // Nothing to settle (the reservation stays), a slot to release.
             report = Some(Report {
@@ -1151,9 +1153,22 @@ impl Flow {
         let (Some(mut report), Some(target)) = (report, self.rt.usage.as_ref()) else {
             return;
         };
-        report.slot = slot;
         let body = match &self.batch {
-            Some(b) if !usage::at_once(&report, account.reserved.as_ref()) => {
+            Some(b) if !usage::at_once(account.reserved.as_ref()) => {
+                if let Some(id) = slot {
+                    // The slot goes back at once, alone (one store call);
+                    // the usage joins the batch, as any other key's.
+                    let release = Report {
+                        tenant: report.tenant.clone(),
+                        key_id: report.key_id.clone(),
+                        slot: Some(id),
+                        ..Report::default()
+                    };
+                    post_report(h, target, &report_body(&release));
+                    if !usage_to_settle {
+                        return;
+                    }
+                }
                 let mut b = b.borrow_mut();
                 if !b.add(report) {
                     return;
@@ -1164,17 +1179,26 @@ impl Flow {
                     None => return,
                 }
             }
-            _ => report_body(&report),
+            _ => {
+                report.slot = slot;
+                report_body(&report)
+            }
         };
-        if !h.post(&target.cluster, &target.path, &body, target.timeout_ms) {
-            h.log(
-                Level::Warn,
-                &format!(
-                    "tollgate: could not send the usage report to cluster {}",
-                    target.cluster
-                ),
-            );
-        }
+        post_report(h, target, &body);
+    }
+}
+
+/// Posts a usage report (or a batch) to authz-service; a failure is logged
+/// (the slot then expires by its ttl, the reservation stays charged).
+fn post_report(h: &mut dyn Host, target: &UsageTarget, body: &[u8]) {
+    if !h.post(&target.cluster, &target.path, body, target.timeout_ms) {
+        h.log(
+            Level::Warn,
+            &format!(
+                "tollgate: could not send the usage report to cluster {}",
+                target.cluster
+            ),
+        );
     }
 }
 

@@ -86,9 +86,12 @@ impl UsageBatch {
     }
 }
 
-/// Should a report go at once rather than with its batch?
-pub fn at_once(r: &Report, reservation: Option<&Reservation>) -> bool {
-    r.slot.is_some() || reservation.is_some_and(|r| r.settle_now)
+/// Should a request's usage go at once rather than with its batch? When
+/// its Check asked for it (`settle_now`: the key's bucket runs low). A
+/// concurrency slot's release always goes at once, alone when the usage
+/// waits for the batch.
+pub fn at_once(reservation: Option<&Reservation>) -> bool {
+    reservation.is_some_and(|r| r.settle_now)
 }
 
 /// The top-up a request needs before it is forwarded: its reservation's
@@ -243,20 +246,14 @@ mod tests {
     }
 
     #[test]
-    fn slot_and_settle_now_reports_go_at_once() {
-        let r = report("t", "k", "a/m", 1, 1);
-        assert!(!at_once(&r, None));
+    fn settle_now_reports_go_at_once() {
+        assert!(!at_once(None));
         let now = Reservation {
             settle_now: true,
             ..Reservation::default()
         };
-        assert!(at_once(&r, Some(&now)));
-        assert!(!at_once(&r, Some(&Reservation::default())));
-        let slot = Report {
-            slot: Some("a1".into()),
-            ..r
-        };
-        assert!(at_once(&slot, None));
+        assert!(at_once(Some(&now)));
+        assert!(!at_once(Some(&Reservation::default())));
     }
 
     #[test]

@@ -285,13 +285,35 @@ fn a_slot_is_renewed_while_its_request_runs_and_released_by_its_report() {
     );
     answer(&mut f, &mut h);
     assert!(book.borrow().is_empty());
-    assert!(batch.borrow().is_empty(), "not batched");
+    // The release goes at once and alone; the usage waits for the batch.
+    assert_eq!(h.posts.len(), 1);
     let (path, report) = posted(&h, 0);
     assert_eq!(path, "/v1/usage");
     assert_eq!(
-        (&report["slot"], &report["completion_tokens"]),
-        (&json!("ab12"), &json!(2))
+        report,
+        json!({"tenant": "demo", "key_id": "demo-key", "prompt_tokens": 0, "completion_tokens": 0, "slot": "ab12"})
     );
+    let batched: Value = serde_json::from_slice(&batch.borrow_mut().take_body().unwrap()).unwrap();
+    assert_eq!(batched[0]["completion_tokens"], json!(2));
+    assert_eq!(batched[0].get("slot"), None);
+    // A request with nothing to settle: only the release.
+    let mut h = host(
+        "/v1/models",
+        &json!({}),
+        &[
+            ("x-tollgate-reserved", "0"),
+            ("x-tollgate-slot", "cd34;ttl=3000"),
+        ],
+    );
+    h.req_headers[0].1 = "GET".into();
+    let mut f = Flow::new(Arc::new(common::runtime()))
+        .with_usage_batch(Rc::clone(&batch))
+        .with_slot_book(Rc::clone(&book));
+    f.on_request_headers(&mut h, true);
+    f.on_log(&mut h);
+    assert_eq!(h.posts.len(), 1);
+    assert_eq!(posted(&h, 0).1["slot"], "cd34");
+    assert!(batch.borrow().is_empty(), "nothing batched");
 }
 
 #[test]
