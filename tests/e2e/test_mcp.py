@@ -276,6 +276,18 @@ def test_a_forbidden_tool_is_a_jsonrpc_error_that_never_reaches_the_server(mcp, 
     assert calls(replicas, "delete_repo") == 0
 
 
+def refusals(stack, **labels) -> str:
+    """authz-service's /metrics, asserting that the test key's series of
+    tollgate_authz_mcp_refusals_total with `labels` counted at least one."""
+    with urllib.request.urlopen(f"{stack.authz_http_url}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    labels = {"tenant": "test-mcp", "key": "mcp-key", **labels}
+    series = [line for line in text.splitlines() if line.startswith("tollgate_authz_mcp_refusals_total{")]
+    assert any(all(f'{k}="{v}"' in line for k, v in labels.items()) and float(line.split()[-1]) >= 1
+               for line in series), series
+    return text
+
+
 def test_calls_per_minute_answer_in_mcps_error_shape(mcp):
     stack, replicas = mcp
     before = calls(replicas, "search_docs")
@@ -300,6 +312,8 @@ def test_calls_per_minute_answer_in_mcps_error_shape(mcp):
     # Other tools of the key are not held to search_docs' limit.
     assert run(stack, MCP_KEY, "auto", lambda c: c.call_tool("get_weather", {"city": "Oslo"})).is_error is False
     assert calls(replicas, "search_docs") == before + 3
+    # A granted call a limit refused is counted under its server and tool.
+    refusals(stack, server="demo", tool="search_docs", reason="rate_limit_exceeded")
 
 
 def test_a_calls_price_is_counted_in_the_money_budget(mcp):
@@ -497,15 +511,9 @@ def test_every_call_is_in_the_access_log_and_the_metrics(mcp):
                      r'[^}]*tollgate_mcp_outcome="ok"[^}]*\} [1-9]', prom), \
         [x for x in prom.splitlines() if "mcp" in x][:20]
     # Refused calls never reach the filter's metrics: authz-service counts
-    # them, the tool the key was refused as `other` (a client's name is
-    # never a series).
-    with urllib.request.urlopen(f"{stack.authz_http_url}/metrics", timeout=5) as r:
-        authz = r.read().decode()
-    labels = {"tenant": "test-mcp", "key": "mcp-key", "server": "demo", "tool": "other",
-              "reason": "tool_not_allowed"}
-    series = [line for line in authz.splitlines() if line.startswith("tollgate_authz_mcp_refusals_total{")]
-    assert any(all(f'{k}="{v}"' in line for k, v in labels.items()) and float(line.split()[-1]) >= 1
-               for line in series), series
+    # them, the server and tool the key was refused as `other` (a client's
+    # name is never a series).
+    authz = refusals(stack, server="other", tool="other", reason="tool_not_allowed")
     assert "drop_tables" not in authz
     prom += authz
     # No credential anywhere: the server's token, the virtual keys.

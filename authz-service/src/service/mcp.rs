@@ -157,20 +157,23 @@ pub async fn check<S: Store>(
     Ok(response)
 }
 
-/// Counts a refusal in `tollgate_authz_mcp_refusals_total`. Labels come
-/// from the policy: without a key, `-`; a server or tool the key was
-/// refused is `other` (its name is the client's, not the policy's).
+/// Counts a refusal in `tollgate_authz_mcp_refusals_total`. Label values
+/// come from the policy, never from the client: a call the policy granted
+/// and a limit or budget then refused names its server and tool; any other
+/// refusal names them `other` (the names are the client's), and `-` stands
+/// for no key or no tool (a method other than `tools/call`).
 fn refused<S: Store>(authz: &Authorizer<S>, call: &McpCall, allowed: &McpAllowed, reason: &str) {
     let known = allowed.key_id.is_some();
-    let server = match reason {
-        _ if !known => "-",
-        "server_not_allowed" => "other",
-        _ => call.server_label(),
+    let granted = known && matches!(reason, "rate_limit_exceeded" | "budget_exceeded");
+    let server = match (known, granted) {
+        (false, _) => "-",
+        (true, true) => call.server_label(),
+        (true, false) => "other",
     };
     let tool = match call.tool() {
         None => "-",
         Some(_) if !known => "-",
-        Some(Ok(_)) if reason != "tool_not_allowed" => allowed.tool.as_str(),
+        Some(_) if granted => allowed.tool.as_str(),
         Some(_) => "other",
     };
     authz
