@@ -965,14 +965,7 @@ mod flow_level {
 
     fn forward(h: &mut FakeHost) -> Flow {
         let mut f = Flow::new(Arc::new(rt()));
-        assert_eq!(f.on_request_headers(h, false), Action::Pause);
-        let n = h.req_body.len();
-        assert_eq!(
-            f.on_request_body(h, n, true),
-            Action::Continue,
-            "{:?}",
-            h.local_reply
-        );
+        common::send_request(&mut f, h);
         f
     }
 
