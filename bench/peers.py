@@ -403,15 +403,6 @@ def run_mode(running: Running, gw: Gateway, mode: str, plan: Plan, out: Path) ->
 REPLICA_LATENCY_MS = B.BIFROST_LATENCY_MS
 
 
-def replica_held(r: dict, qps: float, seconds: float, conns: int) -> bool:
-    """A replica rate is held when every request succeeded and at least 95 %
-    of what fortio could send were sent. Each connection paces itself and
-    leaves its last interval unsent when the time is up: with the replica's
-    rate × 1.95 + 16 connections that is up to 13 % of 15 s at any rate,
-    so `bench.held`'s 95 % of the offered load could never be met."""
-    return r["success_rate"] == 1.0 and r["requests"] >= 0.95 * (qps * seconds - conns)
-
-
 def replica(gw: Gateway, plan: Plan, out: Path) -> dict:
     """bench.py's Bifrost replica shape: answers after 1.5 s, 1.37 KB and
     10.32 KB, stepped rates up to 5,000 requests/s (stop at the first not
@@ -428,7 +419,7 @@ def replica(gw: Gateway, plan: Plan, out: Path) -> dict:
             conns = int(qps * REPLICA_LATENCY_MS / 1000 * 1.3) + 16  # Little's law, plus headroom
             r = load(running, gw, body, qps, plan.replica_seconds, conns, out / "raw" / f"{name}-{qps:g}.json",
                      offset_ms=REPLICA_LATENCY_MS)
-            r.update(held=replica_held(r, qps, plan.replica_seconds, conns), connections=conns,
+            r.update(held=B.replica_held(r, qps, plan.replica_seconds, conns), connections=conns,
                      added_ms={p: round(r["latency_us"][p] / 1000 - REPLICA_LATENCY_MS, 2) for p in ("50", "99")})
             print(f"  {name} {qps:>6g} rps: {'held' if r['held'] else 'not held'}, {r['actual_qps']} served, "
                   f"success {r['success_rate']:.2%}, +p50 {r['added_ms']['50']} ms, +p99 {r['added_ms']['99']} ms, "
