@@ -1154,7 +1154,7 @@ impl Flow {
             return;
         };
         let body = match &self.batch {
-            Some(b) if !usage::at_once(account.reserved.as_ref()) => {
+            Some(b) if usage_to_settle && !usage::at_once(account.reserved.as_ref()) => {
                 if let Some(id) = slot {
                     // The slot goes back at once, alone (one store call);
                     // the usage joins the batch, as any other key's.
@@ -1165,9 +1165,6 @@ impl Flow {
                         ..Report::default()
                     };
                     post_report(h, target, &report_body(&release));
-                    if !usage_to_settle {
-                        return;
-                    }
                 }
                 let mut b = b.borrow_mut();
                 if !b.add(report) {
