@@ -7,7 +7,7 @@ falls on every variant alike.
 
 Each SPEC is a bench scenario (bench.py's names), optionally followed by
 `@PATH`: the Tollgate module Envoy loads instead of build/tollgate_filter.wasm
-(for the route filter and the providers' per-attempt filter alike). Every
+(for the route filter and the router's per-attempt filter alike). Every
 round runs every SPEC in the given order, each on a fresh stack: a warm-up,
 then fortio at a fixed rate. The first SPEC is the reference: for each other
 one the summary says in how many rounds it cost less than the reference did

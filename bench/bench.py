@@ -11,7 +11,7 @@ Scenarios (each on a fresh stack, all in one session so they compare fairly):
     envoy-nolog  envoy without the access log
     envoy-h1     envoy with HTTP/1.1 to the provider (envoy.yaml: HTTP/2)
     wasm         Envoy + Wasm filter (OpenAI→Anthropic, key choice)
-    wasm-noattempt  wasm without the clusters' per-attempt Wasm filter
+    wasm-noattempt  wasm without the router's per-attempt Wasm filter
     wasm-null    Envoy + null Wasm filter that waits for the body   wasm's floor
     wasm-pass    Envoy + null Wasm filter that does nothing at all
     authz        Envoy + ext_authz with Redis buckets, no Wasm
@@ -108,14 +108,11 @@ def without_filters(cfg: dict, *names: str) -> dict:
 
 
 def without_attempt_filter(cfg: dict) -> dict:
-    """The provider clusters without their per-attempt Wasm filter (which
-    swaps provider keys on retries: nothing to swap without Tollgate's)."""
+    """The router without its per-attempt Wasm filter (which swaps provider
+    keys on retries: nothing to swap without Tollgate's)."""
     cfg = copy.deepcopy(cfg)
-    for c in cfg["static_resources"]["clusters"]:
-        for opts in c.get("typed_extension_protocol_options", {}).values():
-            filters = opts.get("http_filters", [])
-            if any(f["name"] == "envoy.filters.http.wasm" for f in filters):
-                opts.pop("http_filters")
+    router = next(f for f in _hcm(cfg)["http_filters"] if f["name"] == "envoy.filters.http.router")
+    router["typed_config"].pop("upstream_http_filters", None)
     return cfg
 
 
@@ -286,7 +283,7 @@ def scenarios(mock_key: str) -> list[Scenario]:
         Scenario("wasm", "Envoy + Wasm filter, OpenAI→Anthropic translation and key choice",
                  gateway, without_filters(base, *no_authz), "anthropic/claude-sonnet-4-5",
                  headers=authz_set, floor="wasm-null"),
-        Scenario("wasm-noattempt", "wasm without the provider clusters' per-attempt Wasm filter",
+        Scenario("wasm-noattempt", "wasm without the router's per-attempt Wasm filter",
                  gateway, without_attempt_filter(without_filters(base, *no_authz)), "anthropic/claude-sonnet-4-5",
                  headers=authz_set, floor="wasm-null"),
         Scenario("wasm-null", "Envoy + null Wasm filter: pauses, buffers the body and reads it once, no work",

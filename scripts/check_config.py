@@ -6,7 +6,9 @@ The Wasm filter cannot see Envoy's clusters, so a typo in a provider's
 the stack starts, together with what else ties the files together:
 
 - every provider's `cluster` and the `usage_cluster` are clusters of envoy.yaml;
-- every provider cluster points at a port of config/ports.env or at 443;
+- every provider cluster points at a port of config/ports.env or at 443,
+  and has no upstream `http_filters` of its own (they would replace the
+  router's per-attempt filter: a retry would go out on the key that failed);
 - for a provider served by mock-llm (its cluster points at TG_MOCK_PORT), the
   mock (config/mock-llm.yaml) has a provider of that name and kind, knows
   every model (Azure: every deployment) and accepts every key, given by
@@ -58,6 +60,9 @@ def check(envoy: dict, mock: dict, ports: dict[str, int], secrets: dict[str, str
         if cluster is None:
             problems.append(f"{at}.cluster: {p.get('cluster')!r} is not a cluster of envoy.yaml (clusters: {known})")
             continue
+        if any("http_filters" in o for o in cluster.get("typed_extension_protocol_options", {}).values()):
+            problems.append(f"envoy.yaml: cluster {cluster['name']} has http_filters of its own, which replace "
+                            "the router's per-attempt filter (tollgate_attempt): retries would keep the failed key")
         cports = cluster_ports(cluster)
         for port in cports:
             if port != 443 and port not in ports.values():

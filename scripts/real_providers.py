@@ -116,9 +116,8 @@ def real_cluster(cluster: dict, host: str, port: int = 443, ca_file: str = CA_BU
     socket_address(cluster).update({"address": host, "port_value": port})
     cluster["transport_socket"] = tls_socket(host, ca_file)
     options = cluster["typed_extension_protocol_options"][HTTP_OPTIONS]
-    # envoy.yaml's provider clusters share this object (a YAML anchor), and
-    # its per-attempt filter shares the VM's environment with the route's
-    # filter: change it in place, the same for each cluster.
+    # envoy.yaml's provider clusters share this object (a YAML anchor):
+    # change it in place, the same for each cluster.
     explicit = options.get("explicit_http_config")
     if explicit is not None:
         # The same HTTP/2 (and HTTP/1.1) settings whichever ALPN picks, in
@@ -220,7 +219,7 @@ def render_local(source: dict, settings: dict, env: Mapping[str, str]) -> tuple[
                                       for n in plugin["providers"])
                           + f" (environment or {KEYS_FILE})")
     wasm["configuration"]["value"] = json.dumps(plugin, indent=2) + "\n"
-    # In place: the providers' per-attempt filter shares this object.
+    # In place: the router's per-attempt filter shares this VM config.
     wasm["vm_config"]["environment_variables"]["host_env_keys"] = env_keys
     for cluster in config["static_resources"]["clusters"]:
         if cluster["name"] in hosts:

@@ -147,7 +147,7 @@ def render(source: dict, settings: dict, variant: str) -> dict:
     if unknown:
         raise RenderError(f"{SETTINGS.relative_to(ROOT)} names providers envoy.yaml lacks: {sorted(unknown)}")
     wasm["configuration"]["value"] = json.dumps(plugin, indent=2) + "\n"
-    # In place: the providers' per-attempt filter shares this object.
+    # In place: the router's per-attempt filter shares this VM config.
     wasm["vm_config"]["environment_variables"]["host_env_keys"] = env_keys
 
     drop_demo_mcp(config)

@@ -75,3 +75,21 @@ def test_cluster_port_outside_ports_env_is_refused(tmp_path):
     r = run_check(envoy_variant(tmp_path / "port.yaml", envoy=move_gemini))
     assert r.returncode == 1
     assert "cluster gemini points at port 9999, which is not in config/ports.env" in r.stderr, r.stderr
+
+
+def test_a_provider_cluster_with_upstream_filters_of_its_own_is_refused(tmp_path):
+    """A cluster's http_filters replace the router's upstream filters, the
+    per-attempt filter among them."""
+    def own_filters(doc):
+        for c in doc["static_resources"]["clusters"]:
+            if c["name"] == "mistral":
+                options = dict(c["typed_extension_protocol_options"])  # the clusters share one dict
+                http = dict(options["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"])
+                http["http_filters"] = [{"name": "envoy.filters.http.upstream_codec", "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec"}}]
+                options["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"] = http
+                c["typed_extension_protocol_options"] = options
+    r = run_check(envoy_variant(tmp_path / "filters.yaml", envoy=own_filters))
+    assert r.returncode == 1
+    assert "cluster mistral has http_filters of its own, which replace the router's per-attempt filter" in r.stderr
+    assert "cluster openai" not in r.stderr, r.stderr

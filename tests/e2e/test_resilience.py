@@ -1,5 +1,5 @@
 """Retries on another key, end to end: real Envoy (its router retries, the
-providers' per-attempt Wasm filter swaps the key), the mock's seeded per-key
+router's per-attempt Wasm filter swaps the key), the mock's seeded per-key
 faults, the official openai client with its own retries off.
 """
 from __future__ import annotations
@@ -216,6 +216,7 @@ def test_a_provider_failing_every_call_is_replaced_by_the_fallback_from_the_firs
     edit = fallback_alias([{"id": "mistral-503", "value": "mock-mistral-key-503"}], failure_cooldown_seconds=0)
     s = make_stack(mock_config=mock_with_key(tmp_path, "mistral", MISTRAL_503),
                    envoy_config=envoy_variant(tmp_path / "envoy-fallback.yaml", plugin=edit))
+    vms = wasm_vms(s)
     client = openai.OpenAI(base_url=s.base_url, api_key=demo_key, max_retries=0, timeout=20)
     assert_served_by_openai(client, 6)
     by_key = mock_stats(s)["by_key"]
@@ -224,6 +225,19 @@ def test_a_provider_failing_every_call_is_replaced_by_the_fallback_from_the_firs
     assert by_key.get("openai-1", 0) + by_key.get("openai-2", 0) == 6, by_key
     stats = envoy_stats(s)
     assert stats["wasmcustom.tollgate.tenant.demo.key.demo-key.provider.openai.model.gpt-4o-mini.fallbacks"] == 6, stats
+    # The per-attempt filter shares the route filter's VM: one VM for each
+    # of Envoy's threads (main and one worker) plus the base VM they are
+    # cloned from (a VM of its own made that 6). The fallback calls left
+    # that VM without re-entering it: no VM failed or was made again.
+    assert vms["active"] == 3, vms
+    assert wasm_vms(s) == vms
+
+
+def wasm_vms(s) -> dict[str, int]:
+    """Envoy's V8 VMs: alive now, and made since start."""
+    with urllib.request.urlopen(f"{s.admin_url}/stats?filter=^wasm\\.envoy\\.wasm\\.runtime\\.v8\\.", timeout=5) as resp:
+        lines = resp.read().decode().splitlines()
+    return {name.rsplit(".", 1)[1]: int(value) for name, _, value in (line.partition(": ") for line in lines)}
 
 
 def cluster_counter(s, name: str) -> int:

@@ -4,9 +4,9 @@
 //! with the first key and asks Envoy's router for up to `max_attempts - 1`
 //! retries (`x-envoy-max-retries`). The router retries on 429, 401, 402,
 //! 403, 408, 5xx, resets and per-try timeouts, before any byte of the answer
-//! reached the client, replaying the translated body. This module runs in an
-//! upstream (per-attempt) filter on each provider cluster, so it gets a new
-//! context on every attempt:
+//! reached the client, replaying the translated body. This module runs in the
+//! router's upstream (per-attempt) filter, in the route filter's VM, so it
+//! gets a new context on every attempt:
 //!
 //! - **Every attempt's answer**: a failing status ([`cooldown::fails_attempt`])
 //!   cools the key that attempt used ([`cooldown::after_failure`]): a

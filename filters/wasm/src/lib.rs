@@ -6,8 +6,8 @@
 //! posts on its tick; on the same tick it renews the concurrency slots its
 //! requests hold (`tollgate_core::slots`).
 //!
-//! The same module also runs as the per-attempt (upstream) filter of the
-//! provider clusters, configured with root id [`ATTEMPT_ROOT_ID`]: its
+//! The same module, in the same VM, also runs as the router's per-attempt
+//! (upstream) filter, configured with root id [`ATTEMPT_ROOT_ID`]: its
 //! requests go to `tollgate_core::attempt::Attempt` instead.
 
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -33,8 +33,8 @@ use tollgate_core::usage::UsageBatch;
 
 use host::WasmHost;
 
-/// The root id of the per-attempt filter (the provider clusters' upstream
-/// filter in envoy.yaml).
+/// The root id of the per-attempt filter (the router's upstream filter in
+/// envoy.yaml).
 pub const ATTEMPT_ROOT_ID: &str = "tollgate_attempt";
 
 proxy_wasm::main! {{
