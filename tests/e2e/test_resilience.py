@@ -24,9 +24,10 @@ def mock_stats(s) -> dict:
         return json.load(resp)
 
 
-def envoy_stats(s) -> dict[str, int]:
-    """Envoy's counters whose names start with wasmcustom.tollgate."""
-    with urllib.request.urlopen(f"{s.admin_url}/stats?filter=^wasmcustom\\.tollgate", timeout=5) as resp:
+def envoy_stats(s, pattern: str = "^wasmcustom\\.tollgate") -> dict[str, int]:
+    """Envoy's counters and gauges whose names match `pattern` (by default
+    the filter's own, named wasmcustom.tollgate...)."""
+    with urllib.request.urlopen(f"{s.admin_url}/stats?filter={pattern}", timeout=5) as resp:
         lines = resp.read().decode().splitlines()
     out = {}
     for line in lines:
@@ -235,9 +236,8 @@ def test_a_provider_failing_every_call_is_replaced_by_the_fallback_from_the_firs
 
 def wasm_vms(s) -> dict[str, int]:
     """Envoy's V8 VMs: alive now, and made since start."""
-    with urllib.request.urlopen(f"{s.admin_url}/stats?filter=^wasm\\.envoy\\.wasm\\.runtime\\.v8\\.", timeout=5) as resp:
-        lines = resp.read().decode().splitlines()
-    return {name.rsplit(".", 1)[1]: int(value) for name, _, value in (line.partition(": ") for line in lines)}
+    stats = envoy_stats(s, "^wasm\\.envoy\\.wasm\\.runtime\\.v8\\.")
+    return {name.rsplit(".", 1)[1]: value for name, value in stats.items()}
 
 
 def cluster_counter(s, name: str) -> int:
