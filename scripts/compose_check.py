@@ -8,7 +8,9 @@
 - every `depends_on: service_healthy` target has a health check;
 - every port the compose file names is one of config/ports.env, and
   envoy.yaml listens on / points at exactly those ports;
-- the Rust image in the Dockerfiles is new enough for every locked crate.
+- the Rust image in the Dockerfiles is new enough for every locked crate;
+- Envoy gets the glibc tunable `make run` gives it (scripts/stack.py,
+  ENVOY_GLIBC_TUNABLE).
 Exit 1 with one line per problem.
 """
 from __future__ import annotations
@@ -23,7 +25,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
-from stack import DEFAULT_PORTS  # noqa: E402
+from stack import DEFAULT_PORTS, ENVOY_GLIBC_TUNABLE  # noqa: E402
 
 REQUIRED_SERVICES = {"redis", "mock-llm", "authz-service", "envoy", "fortio"}
 problems: list[str] = []
@@ -129,6 +131,10 @@ def main() -> int:
                 "TG_AUTHZ_HTTP_PORT", "TG_AUTHZ_ADMIN_PORT", "TG_REDIS_PORT"):
         if str(DEFAULT_PORTS[key]) not in compose_text:
             problem(f"docker-compose.yml never uses {key}={DEFAULT_PORTS[key]}")
+    envoy_env = (services.get("envoy") or {}).get("environment") or {}
+    if ENVOY_GLIBC_TUNABLE not in str(envoy_env.get("GLIBC_TUNABLES", "")).split(":"):
+        problem(f"docker-compose.yml: envoy's environment lacks GLIBC_TUNABLES={ENVOY_GLIBC_TUNABLE} "
+                "(tcmalloc's per-CPU caches; scripts/stack.py)")
     if "./envoy.yaml:" not in compose_text:
         problem("docker-compose.yml: envoy does not mount ./envoy.yaml")
     if "build/tollgate_filter.wasm" not in (ROOT / "envoy.yaml").read_text():

@@ -58,6 +58,26 @@ PARENT_SHUTDOWN_SECONDS = 120
 
 PROVIDER_KEYS = ROOT / "config" / "provider-keys.env"
 
+# Envoy runs with glibc's own rseq registration off. glibc (2.35 and later)
+# registers every thread's rseq area, which leaves none for Envoy's tcmalloc:
+# without it tcmalloc has no per-CPU caches and keeps a cache per thread
+# instead, and the threads that compile the Wasm module at start (Envoy's main
+# thread, V8's worker) hold ~10 MB of freed memory in theirs for good. With
+# the tunable, tcmalloc's caches are per CPU, idle ones are drained, and the
+# memory goes back to the system (bench/README.md, "The gateway against
+# plain Envoy with the same route"). docker-compose.yml and the Kubernetes
+# manifests set the same (checked by compose-check and k8s-check).
+ENVOY_GLIBC_TUNABLE = "glibc.pthread.rseq=0"
+
+
+def with_envoy_tunable(tunables: str | None) -> str:
+    """GLIBC_TUNABLES for Envoy: the caller's, plus rseq off unless the
+    caller already chose a glibc.pthread.rseq value."""
+    chosen = [t for t in (tunables or "").split(":") if t]
+    if not any(t.split("=", 1)[0] == "glibc.pthread.rseq" for t in chosen):
+        chosen.append(ENVOY_GLIBC_TUNABLE)
+    return ":".join(chosen)
+
 
 def read_env_file(path: Path) -> dict[str, str]:
     """KEY=VALUE lines; blank lines and lines starting with # are skipped."""
@@ -365,8 +385,11 @@ class Stack:
 
     def envoy_env(self) -> dict[str, str]:
         """Envoy's environment: the provider secrets of `provider_keys`, each
-        overridden by the same variable in the environment, then `env`."""
-        return {**os.environ, **provider_key_env(self.provider_keys), **self.env}
+        overridden by the same variable in the environment, then `env`, and
+        ENVOY_GLIBC_TUNABLE added to GLIBC_TUNABLES."""
+        env = {**os.environ, **provider_key_env(self.provider_keys), **self.env}
+        env["GLIBC_TUNABLES"] = with_envoy_tunable(env.get("GLIBC_TUNABLES"))
+        return env
 
     def envoy_source(self) -> Path | str:
         """envoy.yaml, or for the real providers its render with the keys of now."""

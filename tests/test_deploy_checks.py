@@ -59,6 +59,10 @@ def drop_env_from(docs):
     del container(docs, "Deployment", "tollgate-gateway")["envFrom"]
 
 
+def drop_glibc_tunable(docs):
+    del container(docs, "Deployment", "tollgate-gateway")["env"]
+
+
 def low_memory_limit(docs):
     container(docs, "Deployment", "tollgate-gateway")["resources"]["limits"]["memory"] = "2Gi"
 
@@ -99,6 +103,7 @@ def unknown_image_tag(docs):
 
 @pytest.mark.parametrize("breakage, expected", [
     (drop_env_from, "gets no provider keys"),
+    (drop_glibc_tunable, "lacks the env GLIBC_TUNABLES=glibc.pthread.rseq=0"),
     (low_memory_limit, "is not above the overload manager's heap"),
     (redis_without_fsync, "missing --appendfsync everysec"),
     (replicas_beside_hpa, "sets replicas, which its autoscaler owns"),

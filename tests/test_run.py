@@ -13,7 +13,7 @@ import sys
 import time
 
 from helpers import HI, post
-from stack import DEMO_KEY, ROOT, free_ports, port_in_use
+from stack import DEMO_KEY, ROOT, free_ports, port_in_use, with_envoy_tunable
 
 STACK = [sys.executable, str(ROOT / "scripts" / "stack.py")]
 
@@ -77,3 +77,10 @@ def test_detached_up_then_down(tmp_path):
     assert down.returncode == 0, down.stdout + down.stderr
     busy = [name for name, port in ports.items() if port_in_use(port)]
     assert not busy, f"still listening after down: {busy}"
+
+
+def test_envoy_gets_rseq_off_beside_the_callers_glibc_tunables():
+    assert with_envoy_tunable(None) == "glibc.pthread.rseq=0"
+    assert with_envoy_tunable("glibc.malloc.arena_max=2") == "glibc.malloc.arena_max=2:glibc.pthread.rseq=0"
+    # A caller's own choice stands.
+    assert with_envoy_tunable("glibc.pthread.rseq=1") == "glibc.pthread.rseq=1"

@@ -11,7 +11,8 @@
    NetworkPolicies select existing pods and ports (and autoscaled workloads
    leave replicas to the HPA); every volume and Secret is defined; each container
    has probes and resource requests; Envoy's memory limit is above its
-   overload-manager heap; the example Secret names every provider key; Redis
+   overload-manager heap and it gets `make run`'s glibc tunable; the example
+   Secret names every provider key; Redis
    persists to a PVC; images are the documented ones; the policy validates.
 
 Exit 1 with one line per problem.
@@ -32,7 +33,8 @@ import yaml
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE))
-import render_envoy  # noqa: E402
+import render_envoy  # noqa: E402  (puts scripts/ on the path)
+from stack import ENVOY_GLIBC_TUNABLE  # noqa: E402
 
 # The Kubernetes versions validated against: native sidecars need 1.29+.
 K8S_VERSIONS = ("1.30", "1.37")
@@ -232,6 +234,10 @@ class Checker:
         wasm_path = Path(c.get("workingDir", "/")) / wasm_file
         if not any(str(wasm_path.parent) == path for path in mounts):
             self.problem(where, f"{cname}: nothing mounted where the Wasm module is loaded from ({wasm_path})")
+        tunables = next((e.get("value", "") for e in c.get("env", []) if e["name"] == "GLIBC_TUNABLES"), "")
+        if ENVOY_GLIBC_TUNABLE not in tunables.split(":"):
+            self.problem(where, f"{cname}: lacks the env GLIBC_TUNABLES={ENVOY_GLIBC_TUNABLE} "
+                                "(tcmalloc's per-CPU caches; scripts/stack.py)")
         env_keys = set(wasm["vm_config"].get("environment_variables", {}).get("host_env_keys", []))
         if not c.get("envFrom"):
             self.problem(where, f"{cname}: gets no provider keys (envFrom the Secret {PROVIDER_KEYS_SECRET})")

@@ -108,3 +108,15 @@ def test_prometheus_stats_are_served(stack, client):
     assert 'envoy_cluster_name="openai"' in text
     # The filter's own metrics, labelled by the stats_tags in envoy.yaml.
     assert re.search(r'tollgate_requests\{[^}]*tollgate_provider="openai"[^}]*\}', text)
+
+
+def test_envoy_allocates_with_per_cpu_caches(stack):
+    """scripts/stack.py starts Envoy with glibc's rseq registration off, so
+    tcmalloc takes rseq and caches per CPU, draining idle caches back to the
+    system; with glibc holding rseq it keeps a cache per thread instead and
+    this reads 0."""
+    with urllib.request.urlopen(f"{stack.admin_url}/memory/tcmalloc", timeout=5) as resp:
+        text = resp.read().decode()
+    m = re.search(r"^MALLOC:\s+(\d+)\s+\(.*\)\s+per-CPU slab bytes used$", text, re.M)
+    assert m, text[:2000]
+    assert int(m.group(1)) > 0, "tcmalloc has no per-CPU caches: is GLIBC_TUNABLES=glibc.pthread.rseq=0 set?"
