@@ -12,8 +12,8 @@
    leave replicas to the HPA); every volume and Secret is defined; each container
    has probes and resource requests; Envoy's memory limit is above its
    overload-manager heap and it gets `make run`'s glibc tunable; the example
-   Secret names every provider key; Redis
-   persists to a PVC; images are the documented ones; the policy validates.
+   Secret names every provider key; Redis persists to a PVC; images are the
+   documented ones; the policy validates.
 
 Exit 1 with one line per problem.
 """
