@@ -25,7 +25,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
-from stack import DEFAULT_PORTS, ENVOY_GLIBC_TUNABLE  # noqa: E402
+from stack import DEFAULT_PORTS, ENVOY_GLIBC_TUNABLE, has_envoy_tunable  # noqa: E402
 
 REQUIRED_SERVICES = {"redis", "mock-llm", "authz-service", "envoy", "fortio"}
 problems: list[str] = []
@@ -132,7 +132,7 @@ def main() -> int:
         if str(DEFAULT_PORTS[key]) not in compose_text:
             problem(f"docker-compose.yml never uses {key}={DEFAULT_PORTS[key]}")
     envoy_env = (services.get("envoy") or {}).get("environment") or {}
-    if ENVOY_GLIBC_TUNABLE not in str(envoy_env.get("GLIBC_TUNABLES", "")).split(":"):
+    if not has_envoy_tunable(str(envoy_env.get("GLIBC_TUNABLES", ""))):
         problem(f"docker-compose.yml: envoy's environment lacks GLIBC_TUNABLES={ENVOY_GLIBC_TUNABLE} "
                 "(tcmalloc's per-CPU caches; scripts/stack.py)")
     if "./envoy.yaml:" not in compose_text:

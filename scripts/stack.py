@@ -70,6 +70,12 @@ PROVIDER_KEYS = ROOT / "config" / "provider-keys.env"
 ENVOY_GLIBC_TUNABLE = "glibc.pthread.rseq=0"
 
 
+def has_envoy_tunable(tunables: str) -> bool:
+    """Whether a GLIBC_TUNABLES value carries ENVOY_GLIBC_TUNABLE (what
+    compose-check and k8s-check require of a shipped Envoy)."""
+    return ENVOY_GLIBC_TUNABLE in tunables.split(":")
+
+
 def with_envoy_tunable(tunables: str | None) -> str:
     """GLIBC_TUNABLES for Envoy: the caller's, plus rseq off unless the
     caller already chose a glibc.pthread.rseq value."""

@@ -34,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 import render_envoy  # noqa: E402  (puts scripts/ on the path)
-from stack import ENVOY_GLIBC_TUNABLE  # noqa: E402
+from stack import ENVOY_GLIBC_TUNABLE, has_envoy_tunable  # noqa: E402
 
 # The Kubernetes versions validated against: native sidecars need 1.29+.
 K8S_VERSIONS = ("1.30", "1.37")
@@ -235,7 +235,7 @@ class Checker:
         if not any(str(wasm_path.parent) == path for path in mounts):
             self.problem(where, f"{cname}: nothing mounted where the Wasm module is loaded from ({wasm_path})")
         tunables = next((e.get("value", "") for e in c.get("env", []) if e["name"] == "GLIBC_TUNABLES"), "")
-        if ENVOY_GLIBC_TUNABLE not in tunables.split(":"):
+        if not has_envoy_tunable(tunables):
             self.problem(where, f"{cname}: lacks the env GLIBC_TUNABLES={ENVOY_GLIBC_TUNABLE} "
                                 "(tcmalloc's per-CPU caches; scripts/stack.py)")
         env_keys = set(wasm["vm_config"].get("environment_variables", {}).get("host_env_keys", []))
