@@ -8,13 +8,11 @@
 //! admin token and every secret absent from every log and metric.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{
+use crate::common::{
     check_key, client, free_port, header_map, http1, http_status, request_with, temp_policy,
     AuthzClient, RedisServer,
 };

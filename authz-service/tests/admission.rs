@@ -6,13 +6,13 @@
 //! reports sent during an outage are applied when it returns.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{
+use crate::common::{
     check_key, client, client_headers, http1, http_status, metric, start_service, temp_policy,
     AuthzClient, RedisCluster, RedisServer,
 };

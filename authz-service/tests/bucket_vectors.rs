@@ -3,15 +3,13 @@
 //! the Lua script `src/storage/bucket.lua` in a real Redis.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::time::Duration;
 
 use serde::Deserialize;
 use tollgate_authz::bucket::{self, BucketSpec, BucketState};
 use tollgate_authz::storage::{bucket_key, BucketOp, RedisStore, RedisStoreConfig, Store};
 
-use common::RedisServer;
+use crate::common::RedisServer;
 
 const DAY: u64 = 86_400_000;
 

@@ -5,14 +5,12 @@
 //! client (replacing an upstream's), and denials keep our JSON bodies.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::common::{envoy_bin, free_port, http1, repo_policy, start_service, RedisServer};
 use axum::http::HeaderMap;
-use common::{envoy_bin, free_port, http1, repo_policy, start_service, RedisServer};
 
 struct Envoy(Child);
 

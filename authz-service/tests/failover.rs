@@ -3,13 +3,13 @@
 //! returns. Authentication never depends on Redis.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::service::auth::v3::check_response::HttpResponse;
 
-use common::{
+use crate::common::{
     check_key, client, client_headers, http_status, metric, repo_policy, start_service, RedisServer,
 };
 

@@ -2,8 +2,6 @@
 //! the HTTP side, against a real redis-server.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::collections::HashMap;
 
 use envoy_types::pb::envoy::config::core::v3::header_value_option::HeaderAppendAction;
@@ -13,7 +11,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
-use common::{
+use crate::common::{
     check_key, client, header_map, http1, repo_policy, request_with, start_service, RedisServer,
 };
 

@@ -6,11 +6,11 @@
 //! key made on one instance is admitted by another.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{check_key, client, http1, http_status, temp_policy, RedisCluster, RedisServer};
+use crate::common::{
+    check_key, client, http1, http_status, temp_policy, RedisCluster, RedisServer,
+};
 use tollgate_authz::admin::AdminToken;
 use tollgate_authz::keystore::{KeyStore, KeyStoreError, MemoryKeyStore, RedisKeyStore};
 use tollgate_authz::server::{start, ServeConfig};

@@ -9,12 +9,10 @@
 //! expire.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{http1, metric, temp_policy, RedisServer};
+use crate::common::{http1, metric, temp_policy, RedisServer};
 use tollgate_authz::authz::{Authorizer, CheckInput, TopUpError};
 use tollgate_authz::decision::Decision;
 use tollgate_authz::metrics::Metrics;

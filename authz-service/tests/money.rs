@@ -5,13 +5,11 @@
 //! clock passed in, and every counter carries a TTL past its window.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::RedisServer;
+use crate::common::RedisServer;
 use tollgate_authz::authz::{Authorizer, CheckInput, Decision, UsageReport};
 use tollgate_authz::metrics::Metrics;
 use tollgate_authz::policy::{hash_key, Policy};

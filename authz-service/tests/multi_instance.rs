@@ -2,9 +2,9 @@
 //! of N admits N in total (± one refill's worth), never N per instance.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
-use common::{check_key, client, http_status, start_service, temp_policy, RedisServer};
+use crate::common::{check_key, client, http_status, start_service, temp_policy, RedisServer};
 use tollgate_authz::policy::hash_key;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

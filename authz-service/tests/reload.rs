@@ -2,11 +2,11 @@
 //! the previous policy stays.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::{check_key, client, http_status, metric, temp_policy};
+use crate::common::{check_key, client, http_status, metric, temp_policy};
 use tollgate_authz::policy::hash_key;
 use tollgate_authz::server::{start, ServeConfig};
 

@@ -3,7 +3,7 @@
 //! concurrency slots.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +14,7 @@ use tollgate_authz::storage::{
     SlotMode, SlotOp, Store, SystemClock,
 };
 
-use common::RedisServer;
+use crate::common::RedisServer;
 
 const MIN: u64 = 60_000;
 const DAY: u64 = 86_400_000;

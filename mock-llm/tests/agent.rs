@@ -5,8 +5,7 @@
 //! quoting the last tool result. A conversation is replayed turn by turn
 //! as an agent would send it; nothing is kept between requests.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 const PROMPT: &str = r#"Read the notes. [[mock-tools: Bash {"command":"ls /tmp/x"} ; Read {"file_path":"/tmp/x/notes.txt"}]]"#;

@@ -3,9 +3,9 @@
 //! Per-key fault injection (`faults` on a configured key) and the
 //! per-request fault headers.
 
-mod common;
+use crate::common;
+use crate::common::*;
 use bytes::Bytes;
-use common::*;
 use http_body_util::BodyExt;
 use hyper::Request;
 use mock_llm::app::App;

@@ -1,7 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 const GK: (&str, &str) = ("x-goog-api-key", "mock-gemini-key-1");

@@ -6,8 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-use common::*;
+use crate::common::*;
 use mock_llm::app::App;
 use mock_llm::core::config::Config;
 use serde_json::{json, Value};

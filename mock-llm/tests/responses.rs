@@ -3,8 +3,7 @@
 //! OpenAI Responses API: validation, the `response` object, the stream's
 //! event sequence, Azure's paths.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 async fn responses(body: &Value, extra: &[(&str, &str)]) -> Resp {

@@ -5,8 +5,7 @@
 //! anthropic-sdk-python's param types (stable and beta) and the errors in
 //! notes/anthropic.md.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 const SONNET: &str = "claude-sonnet-4-5";

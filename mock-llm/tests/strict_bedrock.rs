@@ -5,8 +5,7 @@
 //! botocore's bedrock-runtime service model and the errors quoted in
 //! notes/bedrock.md.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 const SECRET: &str = "mock-bedrock-secret-1";

@@ -4,8 +4,7 @@
 //! status and the words of Google's answer. Rules: notes/gemini.md (the
 //! v1beta protos and google-genai's Developer-API converters).
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 const KEY: (&str, &str) = ("x-goog-api-key", "mock-gemini-key-1");

@@ -4,8 +4,7 @@
 //! `param`, `code` and words of OpenAI's answer. Rules: openai-python's
 //! `types/chat` and the errors in notes/openai.md §7.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 fn req(extra: Value) -> Value {

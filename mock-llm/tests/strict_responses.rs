@@ -5,8 +5,7 @@
 //! openai-python's `types/responses` and notes/openai.md (what Codex
 //! sends, how the API refuses).
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 fn req(extra: Value) -> Value {

@@ -4,7 +4,7 @@
 //! many sessions, a cooling key moves only its own sessions and gets them
 //! back, and OpenAI gets the session as `prompt_cache_key`.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -1,6 +1,6 @@
 //! Table-driven request and response vectors for OpenAI → Anthropic.
 
-mod common;
+use crate::common;
 
 use serde_json::{json, Value};
 use tollgate_core::translate::{for_kind, Endpoint, RequestCtx, ResponseCtx};

@@ -4,7 +4,7 @@
 //! one on the system prompt, the last tool and the latest user turn; a
 //! request with markers of its own, or without the opt-in, goes as written.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

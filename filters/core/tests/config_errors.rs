@@ -1,6 +1,6 @@
 //! Config validation: each invalid case with its exact message.
 
-mod common;
+use crate::common;
 
 use tollgate_core::config::{model_allowed, Runtime};
 

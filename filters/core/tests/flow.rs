@@ -1,7 +1,7 @@
 //! The request flow against the in-memory host: routing, header rewriting,
 //! local replies, response translation, cooldown, usage reports, stats.
 
-mod common;
+use crate::common;
 
 use std::cell::RefCell;
 use std::rc::Rc;

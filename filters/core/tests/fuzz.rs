@@ -8,7 +8,7 @@
 
 #![allow(clippy::manual_is_multiple_of)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -4,7 +4,7 @@
 
 #![allow(clippy::manual_is_multiple_of)]
 
-mod common;
+use crate::common;
 
 use serde_json::{json, Value};
 use tollgate_core::error::ApiError;

@@ -5,7 +5,7 @@
 //! renewed while its request runs and released by the request's report,
 //! which goes at once.
 
-mod common;
+use crate::common;
 
 use std::cell::RefCell;
 use std::rc::Rc;

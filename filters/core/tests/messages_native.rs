@@ -6,7 +6,7 @@
 //! `cache_control` → Bedrock `cachePoint` blocks; what is not mapped is
 //! named in the dropped list (the `x-tollgate-dropped` header).
 
-mod common;
+use crate::common;
 
 use serde_json::{json, Value};
 use tollgate_core::config::Runtime;

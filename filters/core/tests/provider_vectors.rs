@@ -3,7 +3,7 @@
 //! streams (Gemini SSE, Bedrock event-stream) fed at every byte split, plus
 //! the event-stream translator on truncated and corrupted frames.
 
-mod common;
+use crate::common;
 
 use serde_json::{json, Value};
 use tollgate_core::codec::eventstream::{encode, event};
