@@ -21,7 +21,9 @@ changes only what must differ there, as listed in deploy/k8s/providers.yaml:
 - every provider key is read from `value_env: TG_KEY_<ID>` (as in envoy.yaml), listed
   in the VM's host_env_keys, so keys come from a Secret through the
   container's environment and never sit in a ConfigMap;
-- the authz-service clusters resolve the authz Service name by DNS.
+- the authz-service clusters resolve the authz Service name by DNS;
+- a variant with `heap_soft_limit_mib` (the sidecar) sets tcmalloc's soft
+  limit (`memory_allocator_manager.soft_memory_limit_bytes`).
 """
 from __future__ import annotations
 
@@ -164,6 +166,8 @@ def render(source: dict, settings: dict, variant: str) -> dict:
         else:
             raise RenderError(f"envoy.yaml cluster {name!r} is neither a provider's nor authz-service's")
     clusters.append(static_cluster(ADMIN_CLUSTER, "127.0.0.1", config["admin"]["address"]["socket_address"]["port_value"]))
+    if "heap_soft_limit_mib" in var:
+        config.setdefault("memory_allocator_manager", {})["soft_memory_limit_bytes"] = var["heap_soft_limit_mib"] * 2**20
     return config
 
 
