@@ -142,6 +142,14 @@ def test_render_refuses_a_provider_without_kubernetes_settings():
         render.render(source, settings, "base")
 
 
+@pytest.mark.parametrize("limit", ["32Mi", 0, True])
+def test_render_refuses_a_heap_limit_that_is_not_a_positive_number(limit):
+    settings = yaml.safe_load(render.SETTINGS.read_text())
+    settings["variants"]["sidecar"]["heap_soft_limit_mib"] = limit
+    with pytest.raises(render.RenderError, match="heap_soft_limit_mib must be a positive whole number"):
+        render.render(yaml.safe_load(render.SOURCE.read_text()), settings, "sidecar")
+
+
 def test_render_moves_every_inline_key_to_the_environment():
     config = render.render(yaml.safe_load(render.SOURCE.read_text()), yaml.safe_load(render.SETTINGS.read_text()), "base")
     text = yaml.safe_dump(config)

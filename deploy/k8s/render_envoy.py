@@ -166,8 +166,11 @@ def render(source: dict, settings: dict, variant: str) -> dict:
         else:
             raise RenderError(f"envoy.yaml cluster {name!r} is neither a provider's nor authz-service's")
     clusters.append(static_cluster(ADMIN_CLUSTER, "127.0.0.1", config["admin"]["address"]["socket_address"]["port_value"]))
-    if "heap_soft_limit_mib" in var:
-        config.setdefault("memory_allocator_manager", {})["soft_memory_limit_bytes"] = var["heap_soft_limit_mib"] * 2**20
+    limit = var.get("heap_soft_limit_mib")
+    if limit is not None:
+        if type(limit) is not int or limit <= 0:
+            raise RenderError(f"variant {variant!r}: heap_soft_limit_mib must be a positive whole number, not {limit!r}")
+        config.setdefault("memory_allocator_manager", {})["soft_memory_limit_bytes"] = limit * 2**20
     return config
 
 
