@@ -63,13 +63,17 @@ def local_k8s_config(path: Path, stats_port: int, variant: str = "base") -> None
     path.write_text(yaml.safe_dump(config, sort_keys=False))
 
 
+def start_k8s_stack(make_stack, tmp_path: Path, variant: str = "base"):
+    """(stack, stats URL): a harness stack with Envoy on the variant's Kubernetes config."""
+    stats_port = free_ports()["TG_ADMIN_PORT"]
+    config = tmp_path / f"k8s-{variant}-envoy.yaml"
+    local_k8s_config(config, stats_port, variant)
+    return make_stack(envoy_config=config, env=inline_keys()), f"http://127.0.0.1:{stats_port}"
+
+
 @pytest.fixture
 def k8s_stack(make_stack, tmp_path):
-    """(stack, stats URL): a harness stack with Envoy on the Kubernetes config."""
-    stats_port = free_ports()["TG_ADMIN_PORT"]
-    config = tmp_path / "k8s-envoy.yaml"
-    local_k8s_config(config, stats_port)
-    return make_stack(envoy_config=config, env=inline_keys()), f"http://127.0.0.1:{stats_port}"
+    return start_k8s_stack(make_stack, tmp_path)
 
 
 def test_chats_go_through_authz_and_use_the_keys_from_the_environment(k8s_stack):
@@ -113,10 +117,9 @@ def test_the_sidecar_gives_back_the_heap_its_start_freed(make_stack, tmp_path):
     module at start goes above it, and tcmalloc gives the pages the compile
     freed back to the system at once. Without the limit it keeps them for five
     minutes and this count is 0."""
-    config = tmp_path / "k8s-sidecar-envoy.yaml"
-    local_k8s_config(config, free_ports()["TG_ADMIN_PORT"], variant="sidecar")
-    assert yaml.safe_load(config.read_text())["memory_allocator_manager"]["soft_memory_limit_bytes"] == 32 * 2**20
-    stack = make_stack(envoy_config=config, env=inline_keys())
+    stack, _ = start_k8s_stack(make_stack, tmp_path, "sidecar")
+    config = yaml.safe_load((tmp_path / "k8s-sidecar-envoy.yaml").read_text())
+    assert config["memory_allocator_manager"]["soft_memory_limit_bytes"] == 32 * 2**20
     client = openai.OpenAI(base_url=stack.base_url, api_key="tg-demo-key", max_retries=0)
     assert client.chat.completions.create(model="openai/gpt-4o-mini", messages=HI).choices[0].message.content
     status, body = http_get(f"{stack.admin_url}/memory/tcmalloc", timeout=5)
