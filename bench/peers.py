@@ -11,6 +11,8 @@ non-streaming (`chat`) and streaming (`stream`), with the same fortio load:
 
     direct          fortio → mock-llm                                the latency baseline
     envoy           plain Envoy router, 2 workers                     the CPU baseline
+    floor           Envoy + do-nothing Wasm filter + ext_authz → authz-null, 2 workers
+                                                                      what the architecture costs before Tollgate's work
     tollgate        the whole gateway (Envoy 2 workers + authz-service + Redis), demo key
     litellm         LiteLLM proxy, gunicorn with 2 Uvicorn workers
     portkey         Portkey's open-source gateway (one Node process)
@@ -110,6 +112,10 @@ class Gateway:
 GATEWAYS = [
     Gateway("direct", "fortio → mock-llm, no gateway", 1, ()),
     Gateway("envoy", f"plain Envoy 1.40 router, {ENVOY_WORKERS} workers", 1, ("envoy",)),
+    # bench.py's `floor`: Tollgate's Envoy with a Wasm filter that does
+    # nothing and ext_authz against an allow-everything service, no Redis.
+    Gateway("floor", f"the floor: Envoy ({ENVOY_WORKERS} workers) + a do-nothing Wasm filter + ext_authz → "
+            "authz-null (allows everything; no Redis)", 1, ("envoy", "authz")),
     Gateway("tollgate", f"Tollgate: Envoy ({ENVOY_WORKERS} workers) + Wasm filter + ext_authz → authz-service "
             "+ Redis, demo virtual key", 1, B.GATEWAY_PROCS, model="openai/gpt-4o-mini"),
     Gateway("litellm", f"LiteLLM proxy, gunicorn with {LITELLM_WORKERS} Uvicorn workers, master key", 1,
@@ -237,8 +243,8 @@ def start(gw: Gateway, work: Path, tag: str, latency_ms: int = 0, answer_bytes: 
     if gw.name in ("tollgate", "tollgate-keys"):
         key = DEMO_KEY if gw.name == "tollgate" else BENCH_MONEY_KEY
         sc = replace(known["full"], name=tag, model=gw.model, headers={"authorization": f"Bearer {key}"})
-    elif gw.name == "envoy":
-        sc = replace(known["envoy"], name=tag)
+    elif gw.name in ("envoy", "floor"):
+        sc = replace(known[gw.name], name=tag)
     else:  # the mock alone; a peer is started in front of it below
         sc = replace(known["direct"], name=tag)
     run_dir = work / "stacks" / tag

@@ -5,7 +5,10 @@
 Every figure is read from the summary; every ratio divides two figures of
 the same run: a gateway's over Tollgate's (`× tollgate`) or over the plain
 Envoy's (`× envoy`), at the same rate and mode; latency overheads subtract
-the `direct` baseline (fortio → mock-llm) at the same rate and mode.
+the `direct` baseline (fortio → mock-llm) at the same rate and mode. The
+`floor` (Envoy with a do-nothing Wasm filter and ext_authz against an
+allow-everything service) is what Tollgate's architecture costs before any
+of its work: a peer below it is below what any gateway of this shape holds.
 """
 from __future__ import annotations
 
@@ -17,9 +20,9 @@ from bench import held as B_held
 from report import _fmt
 
 PEERS = ("litellm", "portkey")
-SHOWN = ("envoy", "tollgate", "tollgate-keys", "litellm", "portkey")
-COLORS = {"envoy": "#999999", "tollgate": "#1f77b4", "tollgate-keys": "#6baed6", "litellm": "#d62728",
-          "portkey": "#ff7f0e"}
+SHOWN = ("envoy", "floor", "tollgate", "tollgate-keys", "litellm", "portkey")
+COLORS = {"envoy": "#999999", "floor": "#c7c7c7", "tollgate": "#1f77b4", "tollgate-keys": "#6baed6",
+          "litellm": "#d62728", "portkey": "#ff7f0e"}
 
 
 def _load(s: dict, gw: str, mode: str, rate: str) -> dict | None:
@@ -111,42 +114,46 @@ def replica_table(s: dict) -> list[str]:
 
 
 def replica_memory(s: dict) -> list[str]:
-    """Tollgate's peak RSS over plain Envoy's at each replica rate both
-    served (the same route and retry policy)."""
-    t, e = s["replica"].get("tollgate", {}), s["replica"].get("envoy", {})
+    """Tollgate's peak RSS, and the floor's, over plain Envoy's at each
+    replica rate both served (the same route and retry policy)."""
+    e = s["replica"].get("envoy", {})
     lines = []
-    for label, b in t.items():
-        cells = []
-        for q, r in b["steps"].items():
-            er = e.get(label, {}).get("steps", {}).get(q)
-            if "error" in r or not er or "error" in er:
-                continue
-            held = "" if r["held"] and er["held"] else " (not held)"
-            cells.append(f"{q}: {_x(r['gateway_peak_rss_mb'], er['gateway_peak_rss_mb'])}{held}")
-        if cells:
-            lines.append(f"- {label}: " + ", ".join(cells))
-    return (["Tollgate's peak RSS × plain Envoy's (same route and retry policy), by offered rate:", "", *lines]
+    for gw, what in (("tollgate", "Tollgate"), ("floor", "the floor")):
+        for label, b in s["replica"].get(gw, {}).items():
+            cells = []
+            for q, r in b["steps"].items():
+                er = e.get(label, {}).get("steps", {}).get(q)
+                if "error" in r or not er or "error" in er:
+                    continue
+                held = "" if r["held"] and er["held"] else " (not held)"
+                cells.append(f"{q}: {_x(r['gateway_peak_rss_mb'], er['gateway_peak_rss_mb'])}{held}")
+            if cells:
+                lines.append(f"- {what}, {label}: " + ", ".join(cells))
+    return (["Peak RSS × plain Envoy's (same route and retry policy), by offered rate:", "", *lines]
             if lines else [])
 
 
 def headline(s: dict) -> list[str]:
-    """One line per peer and fixed rate: its ratios to Tollgate, non-streaming
-    and streaming, a rate the peer or Tollgate did not hold marked (its CPU
-    per request and latency are then those of a queue). The README's claim
-    is read from here."""
+    """One line per peer (and the floor) and fixed rate: its ratios to
+    Tollgate, non-streaming and streaming, a rate the peer or Tollgate did not
+    hold marked (its CPU per request and latency are then those of a queue);
+    a peer's peak RSS over the floor's too. The README's claim is read from
+    here."""
     lines, seconds = [], s["plan_settings"]["seconds"]
-    for peer in PEERS:
+    for peer in ("floor", *PEERS):
         for rate in _rates(s):
             parts = []
             for mode in ("chat", "stream"):
                 p, t = _load(s, peer, mode, rate), _load(s, "tollgate", mode, rate)
                 if not p or not t:
                     continue
+                f = _load(s, "floor", mode, rate) if peer != "floor" else None
                 late = [g for g, r in ((peer, p), ("tollgate", t)) if not B_held(r, float(rate), seconds)]
                 parts.append(f"{mode}{' (not held by ' + ', '.join(late) + ')' if late else ''}: CPU per request "
                              f"{_x(p['gateway_cpu_us_per_request'], t['gateway_cpu_us_per_request'])}, p99 overhead "
                              f"{_x(overhead_us(s, peer, mode, rate, '99'), overhead_us(s, 'tollgate', mode, rate, '99'))}, "
-                             f"peak RSS {_x(p['gateway_peak_rss_mb'], t['gateway_peak_rss_mb'])}")
+                             f"peak RSS {_x(p['gateway_peak_rss_mb'], t['gateway_peak_rss_mb'])}"
+                             + (f" (× the floor: {_x(p['gateway_peak_rss_mb'], f['gateway_peak_rss_mb'])})" if f else ""))
             if parts:
                 lines.append(f"- **{peer}** at {rate} requests/s, × Tollgate: " + "; ".join(parts))
     return lines
@@ -250,6 +257,10 @@ def write_report(s: dict, out: Path) -> None:
               "`provider/model` form) passed through to the mock's OpenAI API with the provider key from "
               "config/provider-keys.env.",
               "- **envoy**: the same Envoy with only the router (bench.py's `envoy` scenario), 2 workers.",
+              "- **floor**: the same Envoy with a Wasm filter that does nothing and ext_authz against authz-null, "
+              "which allows every request (bench.py's `floor` scenario), 2 workers; no Redis. What the "
+              "architecture costs before any of Tollgate's work: Tollgate adds its module, authz-service's "
+              "checks and the Redis they use.",
               "- **litellm**: `litellm --config … --num_workers 2 --run_gunicorn` (LiteLLM's server-tuning guide: "
               "gunicorn when several workers share one container; one per core), one model `gpt-4o-mini` → "
               "`openai/gpt-4o-mini` at the mock with one key, a master key, `LITELLM_LOG=ERROR`, `set_verbose: "

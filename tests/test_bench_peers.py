@@ -58,11 +58,15 @@ def check_gateway(out, summary: dict, name: str) -> None:
     assert sizes["stream"] > sizes["chat"], sizes  # server-sent events, not one JSON answer
 
 
-@pytest.mark.parametrize("name", ["direct", "envoy", "tollgate", "tollgate-keys"])
+@pytest.mark.parametrize("name", ["direct", "envoy", "floor", "tollgate", "tollgate-keys"])
 def test_baselines_and_tollgate(run, name):
     out, summary = run
     check_gateway(out, summary, name)
     assert summary["scenarios"]["tollgate-chat"]["processes"] == ["envoy", "authz", "redis"]
+    assert summary["scenarios"]["floor-chat"]["processes"] == ["envoy", "authz"]
+    # The floor's Envoy runs the do-nothing module, not Tollgate's.
+    floor_config = (out / "stacks" / "floor-chat" / "envoy.yaml").read_text()
+    assert "tollgate_null_filter.wasm" in floor_config and "tollgate_filter.wasm" not in floor_config
 
 
 @pytest.mark.parametrize("peer", ["litellm", "portkey", "aigw"])
