@@ -63,6 +63,10 @@ def test_baselines_and_tollgate(run, name):
     out, summary = run
     check_gateway(out, summary, name)
     assert summary["scenarios"]["tollgate-chat"]["processes"] == ["envoy", "authz", "redis"]
+
+
+def test_the_floor_runs_the_null_module_without_redis(run):
+    out, summary = run
     assert summary["scenarios"]["floor-chat"]["processes"] == ["envoy", "authz"]
     # The floor's Envoy runs the do-nothing module, not Tollgate's.
     floor_config = (out / "stacks" / "floor-chat" / "envoy.yaml").read_text()
