@@ -94,9 +94,19 @@ impl CreateKey {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Rotate {
-    /// How long the replaced secret keeps working.
-    #[serde(default)]
+    /// How long the replaced secret keeps working. Absent: the default;
+    /// `null` is refused, as admin.yaml gives it no `nullable`.
+    #[serde(default, deserialize_with = "not_null")]
     pub grace_seconds: Option<u64>,
+}
+
+/// A field that may be absent (`#[serde(default)]`) but not `null`.
+fn not_null<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
 }
 
 impl Rotate {
@@ -294,6 +304,20 @@ mod tests {
         for bad in ["limit=0", "limit=x", "tenant=a%20b", "usage=maybe", "x=1"] {
             assert!(ListQuery::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn rotate_grace_may_be_absent_but_not_null() {
+        let r: Rotate = parse(b"{}").unwrap();
+        assert_eq!(
+            r.grace_seconds().unwrap(),
+            super::super::DEFAULT_GRACE_SECONDS
+        );
+        let r: Rotate = parse(br#"{"grace_seconds":0}"#).unwrap();
+        assert_eq!(r.grace_seconds().unwrap(), 0);
+        let e = parse::<Rotate>(br#"{"grace_seconds":null}"#).unwrap_err();
+        assert_eq!((e.status.as_u16(), e.code), (400, "invalid_body"));
+        assert!(e.message.contains("null"), "{}", e.message);
     }
 
     #[test]
