@@ -427,6 +427,13 @@ async fn api_answers_and_refusals() {
     assert_eq!(v["usage"]["budgets"][0]["spent_usd"], "0.15");
     let (s, v) = call(&a, "PATCH", "/admin/keys/spender", r#"{"tenant":"other"}"#).await;
     assert_eq!((s, v["error"]["param"].as_str()), (400, Some("body")));
+    // models: null would remove the field, which means any model: refused.
+    let (s, v) = call(&a, "PATCH", "/admin/keys/spender", r#"{"models":null}"#).await;
+    assert_eq!(
+        (s, v["error"]["param"].as_str()),
+        (400, Some("models")),
+        "{v}"
+    );
     // Cache breakpoints: the key's own setting (none: the tenant's, off),
     // shown and sent to the filter.
     let breakpoints = |r: &CheckResponse| match &r.http_response {

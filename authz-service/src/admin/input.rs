@@ -75,6 +75,17 @@ impl CreateKey {
         let serde_json::Value::Object(mut fields) = v else {
             return Err(ApiError::invalid("body", "The body must be a JSON object."));
         };
+        refuse_null(
+            &fields,
+            &[
+                "models",
+                "limits",
+                "model_limits",
+                "budgets",
+                "cache_breakpoints",
+                "mcp",
+            ],
+        )?;
         let mut text = |name: &str, required: bool| match fields.remove(name) {
             Some(serde_json::Value::String(s)) => Ok(Some(s)),
             None | Some(serde_json::Value::Null) if !required => Ok(None),
@@ -87,6 +98,25 @@ impl CreateKey {
             id,
             grants: Editable::from_value(serde_json::Value::Object(fields))?,
         })
+    }
+}
+
+/// `Err` naming the first of `names` that `fields` sets to `null`:
+/// admin.yaml gives them no `nullable` (absent has a meaning, such as any
+/// model; `null` has none, and must not be read as absent).
+pub fn refuse_null(
+    fields: &serde_json::Map<String, serde_json::Value>,
+    names: &[&str],
+) -> Result<(), ApiError> {
+    match names
+        .iter()
+        .find(|n| fields.get(**n).is_some_and(serde_json::Value::is_null))
+    {
+        Some(n) => Err(ApiError::invalid(
+            n,
+            format!("{n} must not be null; leave it out for its default."),
+        )),
+        None => Ok(()),
     }
 }
 
@@ -318,6 +348,28 @@ mod tests {
         let e = parse::<Rotate>(br#"{"grace_seconds":null}"#).unwrap_err();
         assert_eq!((e.status.as_u16(), e.code), (400, "invalid_body"));
         assert!(e.message.contains("null"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_create_refuses_null_where_absent_has_a_meaning() {
+        for field in [
+            "models",
+            "limits",
+            "model_limits",
+            "budgets",
+            "cache_breakpoints",
+            "mcp",
+        ] {
+            let body = format!(r#"{{"tenant":"demo","{field}":null}}"#);
+            let e = CreateKey::parse(body.as_bytes()).unwrap_err();
+            assert_eq!(
+                (e.status.as_u16(), e.param.as_deref()),
+                (400, Some(field)),
+                "{field}"
+            );
+        }
+        // expires_at is nullable (never), and id null is generated.
+        assert!(CreateKey::parse(br#"{"tenant":"demo","expires_at":null,"id":null}"#).is_ok());
     }
 
     #[test]

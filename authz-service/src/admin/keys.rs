@@ -13,7 +13,7 @@ use rand::distr::{Alphanumeric, SampleString};
 use serde::Serialize;
 
 use super::input::{
-    merge_patch, name, parse, rfc3339, time_ms, CreateKey, Editable, ListQuery, Rotate,
+    merge_patch, name, parse, refuse_null, rfc3339, time_ms, CreateKey, Editable, ListQuery, Rotate,
 };
 use super::usage::{self, Usage};
 use super::{json, AdminState, ApiError};
@@ -453,6 +453,9 @@ pub async fn update<K: KeyStore, S: Store>(
             "The body must be a JSON object (a merge patch of the key).",
         ));
     };
+    // A null field is removed by the merge; `models` removed would mean any
+    // model, so its null is refused (admin.yaml: not nullable).
+    refuse_null(fields, &["models"])?;
     if let Some(f) = fields.keys().find(|f| !EDITABLE.contains(&f.as_str())) {
         return Err(ApiError::invalid(
             "body",
