@@ -60,6 +60,18 @@ impl Editable {
     }
 }
 
+/// The fields of a key the admin API makes and changes (an update may
+/// patch only these).
+pub const EDITABLE: [&str; 7] = [
+    "models",
+    "limits",
+    "model_limits",
+    "budgets",
+    "cache_breakpoints",
+    "mcp",
+    "expires_at",
+];
+
 /// `POST /admin/keys`: a tenant, an id (generated when absent) and the
 /// fields of [`Editable`].
 #[derive(Debug)]
@@ -75,17 +87,9 @@ impl CreateKey {
         let serde_json::Value::Object(mut fields) = v else {
             return Err(ApiError::invalid("body", "The body must be a JSON object."));
         };
-        refuse_null(
-            &fields,
-            &[
-                "models",
-                "limits",
-                "model_limits",
-                "budgets",
-                "cache_breakpoints",
-                "mcp",
-            ],
-        )?;
+        // Every editable field but expires_at (nullable: never) has a
+        // meaning when absent and none when null.
+        refuse_null(&fields, EDITABLE.into_iter().filter(|f| *f != "expires_at"))?;
         let mut text = |name: &str, required: bool| match fields.remove(name) {
             Some(serde_json::Value::String(s)) => Ok(Some(s)),
             None | Some(serde_json::Value::Null) if !required => Ok(None),
@@ -104,13 +108,13 @@ impl CreateKey {
 /// `Err` naming the first of `names` that `fields` sets to `null`:
 /// admin.yaml gives them no `nullable` (absent has a meaning, such as any
 /// model; `null` has none, and must not be read as absent).
-pub fn refuse_null(
+pub fn refuse_null<'a>(
     fields: &serde_json::Map<String, serde_json::Value>,
-    names: &[&str],
+    names: impl IntoIterator<Item = &'a str>,
 ) -> Result<(), ApiError> {
     match names
-        .iter()
-        .find(|n| fields.get(**n).is_some_and(serde_json::Value::is_null))
+        .into_iter()
+        .find(|n| fields.get(*n).is_some_and(serde_json::Value::is_null))
     {
         Some(n) => Err(ApiError::invalid(
             n,

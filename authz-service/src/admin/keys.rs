@@ -13,7 +13,8 @@ use rand::distr::{Alphanumeric, SampleString};
 use serde::Serialize;
 
 use super::input::{
-    merge_patch, name, parse, refuse_null, rfc3339, time_ms, CreateKey, Editable, ListQuery, Rotate,
+    merge_patch, name, parse, refuse_null, rfc3339, time_ms, CreateKey, Editable, ListQuery,
+    Rotate, EDITABLE,
 };
 use super::usage::{self, Usage};
 use super::{json, AdminState, ApiError};
@@ -429,17 +430,6 @@ pub async fn list<K: KeyStore, S: Store>(
     )
 }
 
-/// The fields an update may patch.
-const EDITABLE: [&str; 7] = [
-    "models",
-    "limits",
-    "model_limits",
-    "budgets",
-    "cache_breakpoints",
-    "mcp",
-    "expires_at",
-];
-
 pub async fn update<K: KeyStore, S: Store>(
     state: &AdminState<K, S>,
     id: &str,
@@ -455,7 +445,7 @@ pub async fn update<K: KeyStore, S: Store>(
     };
     // A null field is removed by the merge; `models` removed would mean any
     // model, so its null is refused (admin.yaml: not nullable).
-    refuse_null(fields, &["models"])?;
+    refuse_null(fields, ["models"])?;
     if let Some(f) = fields.keys().find(|f| !EDITABLE.contains(&f.as_str())) {
         return Err(ApiError::invalid(
             "body",
