@@ -108,7 +108,7 @@ bench-cache: build ## Prompt-cache economics: 200 agent sessions x 10 turns thro
 bench-replica: build ## Bifrost replica only, short (1,000 / 3,000 rps), HTTP/1.1 vs HTTP/2 to the provider
 	$(PY) bench/bench.py replica
 
-bench-peers: build peers-install ## Tollgate beside LiteLLM and Portkey: same box, same mock, same load (about 35 min) → bench/results/<time>-peers/
+bench-peers: build peers-install ## Tollgate beside LiteLLM, Portkey and (where installed) aigw: same box, same mock, same load (about 45 min) → bench/results/<time>-peers/
 	$(PY) bench/peers.py full
 
 peers-install: ## Install the peer gateways of bench-peers, pinned, into .tools/peers (LiteLLM, Portkey)

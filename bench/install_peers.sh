@@ -14,7 +14,8 @@
 #
 # Not installed, and why (bench/REPORT-peers.md says the same):
 #   Envoy AI Gateway's `aigw`: the Go module proxy here refuses its module; the
-#     lane uses an `aigw` already on PATH (or .tools/peers/aigw/aigw) if any.
+#     lane runs an `aigw` already on PATH (or .tools/peers/aigw/aigw) if any,
+#     with this machine's Envoy (bench/peers.py, `aigw_data_home`).
 #   Bifrost: its Go module is refused and its npm wrapper downloads the binary
 #     at run time. agentgateway: on no package registry.
 # A failed install of one peer does not stop the others: the lane reports the

@@ -16,6 +16,7 @@ non-streaming (`chat`) and streaming (`stream`), with the same fortio load:
     tollgate        the whole gateway (Envoy 2 workers + authz-service + Redis), demo key
     litellm         LiteLLM proxy, gunicorn with 2 Uvicorn workers
     portkey         Portkey's open-source gateway (one Node process)
+    aigw            Envoy AI Gateway standalone (`aigw run`), where installed
     tollgate-keys   Tollgate with a key that has rate limits and a money budget (part 2)
 
 Gateway CPU per request is the user+system CPU of every process of that
@@ -34,6 +35,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -46,7 +48,7 @@ from pathlib import Path
 import yaml
 
 import bench as B
-from stack import DEMO_KEY, Stack, _die_with_parent, free_ports, http_get
+from stack import DEMO_KEY, Stack, _die_with_parent, free_ports, http_get, tool
 
 PEERS_DIR = B.ROOT / ".tools" / "peers"
 MOCK_KEY = "mock-openai-key-1"          # the one upstream key every gateway uses
@@ -121,6 +123,8 @@ GATEWAYS = [
     Gateway("litellm", f"LiteLLM proxy, gunicorn with {LITELLM_WORKERS} Uvicorn workers, master key", 1,
             ("litellm",)),
     Gateway("portkey", "Portkey gateway, one Node process, provider and key in headers", 1, ("portkey",)),
+    Gateway("aigw", "Envoy AI Gateway standalone (`aigw run`): Envoy Gateway's control plane and the AI "
+            "Gateway's ext_proc in one Go process, Envoy (a worker per core) as its child", 1, ("aigw",)),
     Gateway("tollgate-keys", "Tollgate, virtual key with rate limits and a money budget (tg-bench-money)", 2,
             B.GATEWAY_PROCS, model="openai/gpt-4o-mini"),
 ]
@@ -142,8 +146,12 @@ def aigw_bin() -> str | None:
 
 
 def installed_versions() -> dict[str, str | None]:
-    """What .tools/peers holds (the pins are in bench/install_peers.sh)."""
-    versions: dict[str, str | None] = {"litellm": None, "portkey": None, "hono_node_server": None}
+    """What .tools/peers holds (the pins are in bench/install_peers.sh), and
+    the `aigw` found."""
+    versions: dict[str, str | None] = {"litellm": None, "portkey": None, "hono_node_server": None, "aigw": None}
+    if aigw_bin():
+        out = subprocess.run([aigw_bin(), "version"], capture_output=True, text=True, timeout=60)
+        versions["aigw"] = out.stdout.strip().rpartition(": ")[2] or None
     if litellm_bin():
         out = subprocess.run([str(PEERS_DIR / "litellm" / "bin" / "python"), "-c",
                               "import importlib.metadata as m; print(m.version('litellm'))"],
@@ -164,11 +172,9 @@ def not_installed() -> dict[str, str]:
     if not portkey_server():
         missing["portkey"] = ("not installed: `make peers-install` puts @portkey-ai/gateway 1.15.2 in "
                               ".tools/peers/portkey (needs node and npm)")
-    found = aigw_bin()
-    missing["aigw"] = (f"found at {found} but not measured: this harness has no aigw runner yet (none could be "
-                       "tested here)" if found else
-                       "not installed: the Go module proxy here refuses github.com/envoyproxy/ai-gateway; "
-                       "`go install` it on a machine that can reach it (v1.1.0) and put `aigw` on PATH")
+    if not aigw_bin():
+        missing["aigw"] = ("not installed: the Go module proxy here refuses github.com/envoyproxy/ai-gateway; "
+                           "`go install` it on a machine that can reach it (v1.1.0) and put `aigw` on PATH")
     missing.update(CANNOT_INSTALL)
     return missing
 
@@ -257,15 +263,15 @@ def start(gw: Gateway, work: Path, tag: str, latency_ms: int = 0, answer_bytes: 
     if sc.envoy is not None:
         return Running(f"{stack.base_url}/chat/completions", sc.headers, pids, stack, startup_s=time.monotonic() - t0)
     try:
-        port = free_ports()["TG_GATEWAY_PORT"]
-        argv, env, headers, health = peer_command(gw.name, port, stack.mock_url, run_dir)
+        peer = peer_command(gw.name, free_ports(), stack.mock_url, run_dir)
         log = run_dir / f"{gw.name}.log"
+        since = log.stat().st_size if log.exists() else 0  # the log is appended to
         with open(log, "ab") as out:
-            proc = subprocess.Popen(argv, cwd=log.parent, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            proc = subprocess.Popen(peer.argv, cwd=log.parent, stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, env=peer.env, start_new_session=True,
                                     preexec_fn=_die_with_parent)
-        running = Running(f"http://127.0.0.1:{port}/v1/chat/completions", headers, {**pids, gw.name: proc.pid},
-                          stack, proc, log)
+        running = Running(f"http://127.0.0.1:{peer.port}/v1/chat/completions", peer.headers,
+                          {**pids, gw.name: proc.pid}, stack, proc, log)
     except BaseException:
         stack.stop()
         raise
@@ -274,11 +280,8 @@ def start(gw: Gateway, work: Path, tag: str, latency_ms: int = 0, answer_bytes: 
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise RuntimeError(f"{gw.name} exited with {proc.returncode}:\n{running.tail()}")
-            try:
-                if http_get(f"http://127.0.0.1:{port}{health}", timeout=2)[0] == 200:
-                    break
-            except OSError:
-                pass
+            if peer.ready(log, since):
+                break
             time.sleep(0.25)
         else:
             raise RuntimeError(f"{gw.name} not healthy after 300 s:\n{running.tail()}")
@@ -289,10 +292,51 @@ def start(gw: Gateway, work: Path, tag: str, latency_ms: int = 0, answer_bytes: 
     return running
 
 
-def peer_command(name: str, port: int, mock_url: str, run_dir: Path) -> tuple[list[str], dict, dict, str]:
-    """argv, environment, request headers and health path of a peer, each as
-    its docs recommend for production."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LITELLM", "PORTKEY"))}
+@dataclass
+class PeerCommand:
+    """How to start a peer and tell that it is ready: its health URL answers
+    200, or (where it has none that waits for its proxy) its log says so."""
+    argv: list[str]
+    env: dict[str, str]
+    headers: dict[str, str]
+    port: int                      # where the chat requests go
+    health_url: str = ""
+    ready_line: str = ""
+
+    def ready(self, log: Path, since: int) -> bool:
+        if self.ready_line:
+            with open(log, "rb") as f:
+                f.seek(since)
+                return self.ready_line.encode() in f.read()
+        try:
+            return http_get(self.health_url, timeout=2)[0] == 200
+        except OSError:
+            return False
+
+
+# `aigw run` without a config file listens on this port (its autoconfig).
+AIGW_PORT = 1975
+
+
+def aigw_data_home(run_dir: Path) -> tuple[Path, str]:
+    """An AIGW_DATA_HOME where func-e finds this machine's Envoy under its
+    own version (so `aigw run` downloads nothing), and that version."""
+    envoy = Path(tool("envoy")).resolve()
+    out = subprocess.run([str(envoy), "--version"], capture_output=True, text=True, timeout=60).stdout
+    version = re.search(r"/(\d+\.\d+\.\d+)/", out).group(1)  # "…version: <sha>/1.40.0/Clean/…"
+    home = run_dir / "aigw" / "data"
+    target = home / "envoy-versions" / version / "bin" / "envoy"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if not target.exists():
+        target.symlink_to(envoy)
+    return home, version
+
+
+def peer_command(name: str, ports: dict[str, int], mock_url: str, run_dir: Path) -> PeerCommand:
+    """argv, environment, request headers and readiness of a peer, each as
+    its docs recommend for production, on free ports where it takes them."""
+    port = ports["TG_GATEWAY_PORT"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LITELLM", "PORTKEY", "AIGW", "OPENAI"))}
     if name == "litellm":
         # docs.litellm.ai/docs/proxy/prod: a master key, no debug logs (LITELLM_LOG=ERROR,
         # set_verbose off, JSON logs); /docs/proxy/server_tuning: several workers in one
@@ -313,7 +357,8 @@ def peer_command(name: str, port: int, mock_url: str, run_dir: Path) -> tuple[li
                     "JSON_LOGS": "True"})
         argv = [str(litellm_bin()), "--config", str(path), "--host", "127.0.0.1", "--port", str(port),
                 "--num_workers", str(LITELLM_WORKERS), "--run_gunicorn"]
-        return argv, env, {"authorization": f"Bearer {master}"}, "/health/liveliness"
+        return PeerCommand(argv, env, {"authorization": f"Bearer {master}"}, port,
+                           health_url=f"http://127.0.0.1:{port}/health/liveliness")
     if name == "portkey":
         # NODE_ENV=production and --headless: no log console, no in-memory log stream.
         # The open-source gateway takes the provider, its host and key from headers.
@@ -321,7 +366,21 @@ def peer_command(name: str, port: int, mock_url: str, run_dir: Path) -> tuple[li
         argv = ["node", str(portkey_server()), "--headless", f"--port={port}"]
         headers = {"x-portkey-provider": "openai", "x-portkey-custom-host": f"{mock_url}/v1",
                    "authorization": f"Bearer {MOCK_KEY}"}
-        return argv, env, headers, "/"
+        return PeerCommand(argv, env, headers, port, health_url=f"http://127.0.0.1:{port}/")
+    if name == "aigw":
+        # aigw.envoyproxy.io/docs/cli/aigwrun: with no config file, `aigw run` configures one
+        # OpenAI-compatible backend from OPENAI_BASE_URL and OPENAI_API_KEY (logging at
+        # `error`, its access log on stdout, no OpenTelemetry exporter unless asked). Its
+        # Envoy is this machine's, found by func-e under ENVOY_VERSION. Its directories
+        # are the run's; its admin server takes a free port, its listener is fixed.
+        data, version = aigw_data_home(run_dir)
+        env.update({"OPENAI_API_KEY": MOCK_KEY, "OPENAI_BASE_URL": f"{mock_url}/v1", "ENVOY_VERSION": version,
+                    "AIGW_DATA_HOME": str(data), "AIGW_CONFIG_HOME": str(run_dir / "aigw" / "config"),
+                    "AIGW_STATE_HOME": str(run_dir / "aigw" / "state"),
+                    "AIGW_RUNTIME_DIR": str(run_dir / "aigw" / "run")})
+        argv = [aigw_bin(), "run", f"--admin-port={ports['TG_ADMIN_PORT']}"]
+        # Printed once its Envoy's admin says ready.
+        return PeerCommand(argv, env, {}, AIGW_PORT, ready_line=f"listening on http://localhost:{AIGW_PORT}")
     raise ValueError(name)
 
 
@@ -465,7 +524,8 @@ def main() -> int:
               and gw.name not in missing]
     summary = {"plan": args.plan, "started": stamp, "machine": B.machine(), "plan_settings": plan.__dict__,
                "load_average_start": loadavg(), "nice": os.nice(0), "versions": installed_versions(),
-               "workers": {"envoy": ENVOY_WORKERS, "litellm": LITELLM_WORKERS, "portkey": 1},
+               "workers": {"envoy": ENVOY_WORKERS, "litellm": LITELLM_WORKERS, "portkey": 1,
+                           "aigw": os.cpu_count()},
                "not_installed": missing, "no_virtual_keys": NO_VIRTUAL_KEYS, "scenarios": {}, "replica": {}}
     print(f"peers: load average {summary['load_average_start']}; not measured: {', '.join(missing) or 'none'}",
           flush=True)

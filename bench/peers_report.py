@@ -19,10 +19,10 @@ from pathlib import Path
 from bench import held as B_held
 from report import _fmt
 
-PEERS = ("litellm", "portkey")
-SHOWN = ("envoy", "floor", "tollgate", "tollgate-keys", "litellm", "portkey")
+PEERS = ("litellm", "portkey", "aigw")
+SHOWN = ("envoy", "floor", "tollgate", "tollgate-keys", "litellm", "portkey", "aigw")
 COLORS = {"envoy": "#999999", "floor": "#c7c7c7", "tollgate": "#1f77b4", "tollgate-keys": "#6baed6",
-          "litellm": "#d62728", "portkey": "#ff7f0e"}
+          "litellm": "#d62728", "portkey": "#ff7f0e", "aigw": "#2ca02c"}
 
 
 def _load(s: dict, gw: str, mode: str, rate: str) -> dict | None:
@@ -211,10 +211,11 @@ def write_report(s: dict, out: Path) -> None:
         + (f"; the run's processes (every gateway, the mock and fortio alike) at nice {s['nice']}, ahead of the "
            "machine's other work." if s.get("nice") else "."),
         f"Peers: LiteLLM {v.get('litellm') or 'not installed'}, Portkey gateway {v.get('portkey') or 'not installed'}"
-        f" (@hono/node-server {v.get('hono_node_server') or '–'}). Workers: Envoy {s['workers']['envoy']} "
+        f" (@hono/node-server {v.get('hono_node_server') or '–'}), Envoy AI Gateway's aigw "
+        f"{v.get('aigw') or 'not installed'}. Workers: Envoy {s['workers']['envoy']} "
         f"(Tollgate and the plain Envoy), LiteLLM {s['workers']['litellm']}, Portkey {s['workers']['portkey']} "
-        "(one Node process). fortio and the mock share the same 2 cores: only the ratios within this run mean "
-        "anything.",
+        f"(one Node process), aigw's Envoy {s['workers'].get('aigw', '–')} (its default, one per core). fortio and "
+        "the mock share the same 2 cores: only the ratios within this run mean anything.",
         "",
     ]
     if png:
@@ -270,6 +271,12 @@ def write_report(s: dict, out: Path) -> None:
               "provider (`x-portkey-provider: openai`), its host (`x-portkey-custom-host`) and key (`authorization`) "
               "in each request's headers, as the open-source gateway takes them. Node runs one thread of "
               "JavaScript: one core at most, as shipped.",
+              "- **aigw**: `aigw run --admin-port=…` with no config file, as its CLI docs start: it configures one "
+              "OpenAI-compatible backend from `OPENAI_BASE_URL` (the mock) and `OPENAI_API_KEY` (the key it adds "
+              "to each request), Envoy's logging at `error`, its access log on stdout (to the run's log file), no "
+              "OpenTelemetry exporter; it listens on its fixed port 1975. Its Envoy is this machine's Envoy, "
+              "which func-e finds in `AIGW_DATA_HOME` under `ENVOY_VERSION`, so nothing is downloaded; Envoy "
+              "Gateway's control plane (in Host mode) and the AI Gateway's ext_proc run in the one aigw process.",
               "- RSS summed over a process tree counts pages shared between its processes once per process "
               "(LiteLLM's gunicorn arbiter and two workers); the PSS columns (each shared page divided among the "
               "processes sharing it, read once when idle and once after the last load) count them once.", ""]

@@ -14,15 +14,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from stack import ROOT
+from stack import ROOT, tool
 
 sys.path.insert(0, str(ROOT / "bench"))
 import peers  # noqa: E402
 
 SMOKE = peers.PLANS["smoke"]
+PEERS = ["litellm", "portkey", "aigw"]
 
 
 @pytest.fixture(scope="module")
@@ -73,20 +75,29 @@ def test_the_floor_runs_the_null_module_without_redis(run):
     assert "tollgate_null_filter.wasm" in floor_config and "tollgate_filter.wasm" not in floor_config
 
 
-@pytest.mark.parametrize("peer", ["litellm", "portkey", "aigw"])
+@pytest.mark.parametrize("peer", PEERS)
 def test_peer(run, peer):
     out, summary = run
     if peer in summary["not_installed"]:
         pytest.skip(f"{peer}: {summary['not_installed'][peer]}")
     check_gateway(out, summary, peer)
     assert summary["versions"][peer], summary["versions"]
+    if peer == "aigw":
+        # func-e ran this machine's Envoy, under the version aigw was told, not one it downloaded.
+        data = out / "stacks" / "aigw-chat" / "aigw" / "data" / "envoy-versions"
+        (envoy,) = data.glob("*/bin/envoy")
+        assert envoy.resolve() == Path(tool("envoy")).resolve(), envoy
+        assert envoy.parent.parent.name == summary["machine"]["envoy"]
 
 
 def test_the_report_says_what_was_not_measured(run):
     out, summary = run
     report = (out / "REPORT-peers.md").read_text()
-    for peer in ("bifrost", "agentgateway", "aigw"):
-        assert f"**{peer}**: {summary['not_installed'][peer]}" in report
+    assert {"bifrost", "agentgateway"} <= set(summary["not_installed"])
+    for peer in PEERS:
+        assert f"{peer}-chat" in summary["scenarios"] or peer in summary["not_installed"], peer
+    for peer, why in summary["not_installed"].items():
+        assert f"**{peer}**: {why}" in report
     for peer, why in summary["no_virtual_keys"].items():
         assert f"**{peer}**: not measured with keys: {why}" in report
     for name, sc in summary["scenarios"].items():
