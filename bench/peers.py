@@ -72,6 +72,10 @@ NO_VIRTUAL_KEYS = {
                "Postgres itself installs from Debian, but no LiteLLM key can be created without the engines",
     "portkey": "Portkey's open-source gateway has no virtual keys, rate limits or budgets of its own: "
                "its `x-portkey-virtual-key` is resolved by Portkey's hosted control plane",
+    "aigw": "Envoy AI Gateway's token rate limits are Envoy Gateway's global rate limiting, which needs "
+            "Envoy's rate-limit service and its Redis deployed beside it, and its quota policy a rate-limit "
+            "service that `aigw run` addresses by its Kubernetes name (envoy-ai-gateway-ratelimit."
+            "envoy-gateway-system); `aigw run` alone starts neither",
 }
 
 
