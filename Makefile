@@ -111,7 +111,7 @@ bench-replica: build ## Bifrost replica only, short (1,000 / 3,000 rps), HTTP/1.
 bench-peers: build peers-install ## Tollgate beside LiteLLM, Portkey and (where installed) aigw: same box, same mock, same load (about 45 min) → bench/results/<time>-peers/
 	$(PY) bench/peers.py full
 
-peers-install: ## Install the peer gateways of bench-peers, pinned, into .tools/peers (LiteLLM, Portkey)
+peers-install: ## Install the peer gateways of bench-peers, pinned, into .tools/peers (LiteLLM with prisma-client-py, Portkey) and Debian's Postgres
 	@bench/install_peers.sh
 
 lint: ## clippy with warnings as errors, rustfmt --check, and no circle between modules

@@ -27,6 +27,7 @@ PEERS="$ROOT/.tools/peers"
 LITELLM_VERSION="1.108.7"
 PORTKEY_VERSION="1.15.2"
 HONO_NODE_SERVER_VERSION="1.13.8"
+PRISMA_VERSION="0.15.0"
 CHECK_ONLY=0
 [[ "${1:-}" == "--check" ]] && CHECK_ONLY=1
 
@@ -54,6 +55,37 @@ else
     say "litellm: install failed (the lane reports it as not installed)"
     rm -rf "$PEERS/litellm"
   fi
+fi
+
+# --- LiteLLM's database layer (part 2: virtual keys) -------------------------
+# The `prisma` client the proxy's `extra_proxy` extra names (its newest, the
+# one that extra resolves to), in LiteLLM's venv, and Postgres from Debian.
+# Prisma's engines are not installed here: prisma-client-py downloads them
+# from binaries.prisma.sh at first use, or takes them from
+# PRISMA_QUERY_ENGINE_BINARY / PRISMA_SCHEMA_ENGINE_BINARY or from
+# .tools/peers/prisma/{query,schema}-engine (bench/peers.py, `litellm_keys_missing`).
+if [[ -x "$PEERS/litellm/bin/python" ]]; then
+  if "$PEERS/litellm/bin/python" -c 'import importlib.metadata as m; assert m.version("prisma") == "'"$PRISMA_VERSION"'"' 2>/dev/null; then
+    say "litellm: prisma $PRISMA_VERSION"
+  elif [[ $CHECK_ONLY == 1 ]]; then
+    say "litellm: prisma missing"
+  else
+    say "litellm: pip install prisma==$PRISMA_VERSION (LiteLLM's database client)"
+    "$PEERS/litellm/bin/python" -m pip install -q --disable-pip-version-check "prisma==$PRISMA_VERSION" ||
+      say "litellm: prisma install failed (the lane reports litellm-keys as not measured)"
+  fi
+fi
+if compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null; then
+  say "postgres: $(ls -d /usr/lib/postgresql/*/ | tail -1)"
+elif [[ $CHECK_ONLY == 1 ]]; then
+  say "postgres: missing"
+elif command -v apt-get >/dev/null; then
+  SUDO=""; [[ $(id -u) == 0 ]] || SUDO=sudo
+  say "postgres: apt-get install postgresql (LiteLLM's database)"
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null ||
+    say "postgres: install failed (the lane reports litellm-keys as not measured)"
+else
+  say "postgres: apt-get not found (the lane reports litellm-keys as not measured)"
 fi
 
 # --- Portkey gateway (npm) ---------------------------------------------------

@@ -18,14 +18,16 @@ non-streaming (`chat`) and streaming (`stream`), with the same fortio load:
     portkey         Portkey's open-source gateway (one Node process)
     aigw            Envoy AI Gateway standalone (`aigw run`), where installed
     tollgate-keys   Tollgate with a key that has rate limits and a money budget (part 2)
+    litellm-keys    LiteLLM with its Postgres database and a virtual key with the same (part 2)
 
 Gateway CPU per request is the user+system CPU of every process of that
 gateway, each read with its whole process tree from /proc (Tollgate: Envoy,
-authz-service and Redis; LiteLLM: gunicorn and its workers), over the
-requests served; peak RSS likewise, summed over the trees. The peers live in
-.tools/peers/ (bench/install_peers.sh, pinned versions); a peer that is not
-installed is reported as such with the reason. Results go to
-bench/results/<time>-peers/ (summary.json, raw/, REPORT-peers.md, peers.png).
+authz-service and Redis; LiteLLM: gunicorn and its workers, and Postgres
+with keys), over the requests served; peak RSS likewise, summed over the
+trees. The peers live in .tools/peers/ (bench/install_peers.sh, pinned
+versions); a peer that is not installed is reported as such with the
+reason. Results go to bench/results/<time>-peers/ (summary.json, raw/,
+REPORT-peers.md, peers.png).
 Every load targets 127.0.0.1, is bounded in time, and every process started
 is stopped at the end, also on failure.
 """
@@ -40,6 +42,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field, replace
@@ -65,11 +68,6 @@ CANNOT_INSTALL = {
                     "container images only)",
 }
 NO_VIRTUAL_KEYS = {
-    "litellm": "LiteLLM's virtual keys (rate limits, budgets) need its Postgres database, reached "
-               "through prisma-client-py, whose CLI downloads Prisma's query and schema engines at first "
-               "run from binaries.prisma.sh, which is not a package registry (`prisma --version`: "
-               "'request to https://binaries.prisma.sh/... failed, reason: getaddrinfo ENOTFOUND'); "
-               "Postgres itself installs from Debian, but no LiteLLM key can be created without the engines",
     "portkey": "Portkey's open-source gateway has no virtual keys, rate limits or budgets of its own: "
                "its `x-portkey-virtual-key` is resolved by Portkey's hosted control plane",
     "aigw": "Envoy AI Gateway's token rate limits are Envoy Gateway's global rate limiting, which needs "
@@ -131,6 +129,8 @@ GATEWAYS = [
             "Gateway's ext_proc in one Go process, Envoy (a worker per core) as its child", 1, ("aigw",)),
     Gateway("tollgate-keys", "Tollgate, virtual key with rate limits and a money budget (tg-bench-money)", 2,
             B.GATEWAY_PROCS, model="openai/gpt-4o-mini"),
+    Gateway("litellm-keys", f"LiteLLM proxy ({LITELLM_WORKERS} workers) with its Postgres database, a virtual "
+            "key with rate limits and a budget", 2, ("litellm", "postgres")),
 ]
 
 
@@ -156,6 +156,10 @@ def installed_versions() -> dict[str, str | None]:
     if aigw_bin():
         out = subprocess.run([aigw_bin(), "version"], capture_output=True, text=True, timeout=60)
         versions["aigw"] = out.stdout.strip().rpartition(": ")[2] or None
+    engine = prisma_env().get("PRISMA_QUERY_ENGINE_BINARY")
+    if engine:
+        out = subprocess.run([engine, "--version"], capture_output=True, text=True, timeout=60)
+        versions["prisma_engines"] = f"{out.stdout.strip()} ({engine})"
     if litellm_bin():
         out = subprocess.run([str(PEERS_DIR / "litellm" / "bin" / "python"), "-c",
                               "import importlib.metadata as m; print(m.version('litellm'))"],
@@ -181,6 +185,15 @@ def not_installed() -> dict[str, str]:
                            "`go install` it on a machine that can reach it (v1.1.0) and put `aigw` on PATH")
     missing.update(CANNOT_INSTALL)
     return missing
+
+
+def not_measured_with_keys() -> dict[str, str]:
+    """Peer → why it has no part-2 run here."""
+    why = dict(NO_VIRTUAL_KEYS)
+    reason = litellm_keys_missing() if litellm_bin() else "LiteLLM is not installed"
+    if reason:
+        why["litellm"] = reason
+    return why
 
 
 def connections(plan: Plan, qps: float) -> int:
@@ -222,6 +235,8 @@ class Running:
     peer: subprocess.Popen | None = None
     log: Path | None = None
     startup_s: float = 0.0
+    database: subprocess.Popen | None = None
+    scratch: list[Path] = field(default_factory=list)
 
     def stop(self) -> None:
         if self.peer is not None and self.peer.poll() is None:
@@ -237,6 +252,10 @@ class Running:
                 os.killpg(self.peer.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        if self.database is not None:
+            stop_postgres(self.database)
+        for path in self.scratch:
+            shutil.rmtree(path, ignore_errors=True)
         self.stack.stop()
 
     def tail(self, lines: int = 60) -> str:
@@ -266,8 +285,13 @@ def start(gw: Gateway, work: Path, tag: str, latency_ms: int = 0, answer_bytes: 
                        startup_s=time.monotonic() - t0)
     if sc.envoy is not None:
         return Running(f"{stack.base_url}/chat/completions", sc.headers, pids, stack, startup_s=time.monotonic() - t0)
+    database = None
     try:
-        peer = peer_command(gw.name, free_ports(), stack.mock_url, run_dir)
+        ports = free_ports()
+        if gw.name == "litellm-keys":
+            database = start_postgres(run_dir, ports["TG_REDIS_PORT"])
+            pids["postgres"] = database.pid
+        peer = peer_command(gw.name, ports, stack.mock_url, run_dir)
         log = run_dir / f"{gw.name}.log"
         since = log.stat().st_size if log.exists() else 0  # the log is appended to
         with open(log, "ab") as out:
@@ -275,8 +299,11 @@ def start(gw: Gateway, work: Path, tag: str, latency_ms: int = 0, answer_bytes: 
                                     stderr=subprocess.STDOUT, env=peer.env, start_new_session=True,
                                     preexec_fn=_die_with_parent)
         running = Running(f"http://127.0.0.1:{peer.port}/v1/chat/completions", peer.headers,
-                          {**pids, gw.name: proc.pid}, stack, proc, log)
+                          {**pids, gw.procs[0]: proc.pid}, stack, proc, log, database=database,
+                          scratch=peer.scratch)
     except BaseException:
+        if database is not None:
+            stop_postgres(database)
         stack.stop()
         raise
     try:
@@ -289,6 +316,8 @@ def start(gw: Gateway, work: Path, tag: str, latency_ms: int = 0, answer_bytes: 
             time.sleep(0.25)
         else:
             raise RuntimeError(f"{gw.name} not healthy after 300 s:\n{running.tail()}")
+        if gw.name == "litellm-keys":
+            running.headers = {"authorization": f"Bearer {litellm_key(peer)}"}
     except BaseException:
         running.stop()
         raise
@@ -306,6 +335,7 @@ class PeerCommand:
     port: int                      # where the chat requests go
     health_url: str = ""
     ready_line: str = ""
+    scratch: list[Path] = field(default_factory=list)  # removed when it stops
 
     def ready(self, log: Path, since: int) -> bool:
         if self.ready_line:
@@ -336,12 +366,127 @@ def aigw_data_home(run_dir: Path) -> tuple[Path, str]:
     return home, version
 
 
+# -- LiteLLM's database (part 2) ----------------------------------------------
+PRISMA_DIR = PEERS_DIR / "prisma"
+
+
+def postgres_bindir() -> Path | None:
+    """Debian's Postgres (bench/install_peers.sh), the newest there."""
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"), key=lambda p: int(p.parts[-3]))
+    return found[-1].parent if found else None
+
+
+def prisma_env() -> dict[str, str]:
+    """Where prisma-client-py finds Prisma's engines and keeps its caches:
+    the engines named by PRISMA_*_ENGINE_BINARY, else those in
+    .tools/peers/prisma/ if there, else none (it downloads them)."""
+    env = {"PRISMA_HOME_DIR": str(PRISMA_DIR / "home"), "PRISMA_ENGINES_CHECKSUM_IGNORE_MISSING": "1"}
+    for kind in ("query", "schema"):
+        var = f"PRISMA_{kind.upper()}_ENGINE_BINARY"
+        local = PRISMA_DIR / f"{kind}-engine"
+        if os.environ.get(var):
+            env[var] = os.environ[var]
+        elif local.exists():
+            env[var] = str(local)
+    return env
+
+
+def litellm_database_env(pg_port: int) -> dict[str, str]:
+    venv_bin = str(PEERS_DIR / "litellm" / "bin")
+    return {**prisma_env(), "DATABASE_URL": f"postgresql://postgres@127.0.0.1:{pg_port}/litellm",
+            "PATH": f"{venv_bin}:{os.environ.get('PATH', '')}"}
+
+
+def litellm_keys_missing() -> str | None:
+    """Why LiteLLM cannot run with keys here, or None. Generates the
+    prisma client from LiteLLM's schema (as LiteLLM's image does at build
+    time), which also proves that Prisma's engines can be had."""
+    prisma = PEERS_DIR / "litellm" / "bin" / "prisma"
+    if not litellm_bin() or not prisma.exists():
+        return "not installed: `make peers-install` puts prisma-client-py into LiteLLM's venv"
+    if postgres_bindir() is None:
+        return "not installed: Postgres (`make peers-install` installs Debian's postgresql)"
+    schema = next((PEERS_DIR / "litellm").glob("lib/python3*/site-packages/litellm/proxy/schema.prisma"))
+    env = {**os.environ, **litellm_database_env(5432)}
+    out = subprocess.run([str(prisma), "generate", f"--schema={schema}"], capture_output=True, text=True,
+                         timeout=600, env=env, cwd=schema.parent)
+    if out.returncode != 0:
+        last = [line for line in (out.stdout + out.stderr).splitlines() if line.strip()][-1:]
+        return ("LiteLLM's virtual keys need its Postgres database, reached through prisma-client-py, whose "
+                "CLI downloads Prisma's query and schema engines at first run from binaries.prisma.sh, which "
+                f"is not a package registry (`prisma generate`: {last[0][:200] if last else out.returncode!r}); "
+                "set PRISMA_QUERY_ENGINE_BINARY and PRISMA_SCHEMA_ENGINE_BINARY, or put them in "
+                ".tools/peers/prisma/, where they cannot be downloaded")
+    return None
+
+
+def start_postgres(log_dir: Path, port: int) -> subprocess.Popen:
+    """A fresh Postgres cluster on loopback (Debian's defaults, trust for the
+    local user), with LiteLLM's database created. Its data lives in a
+    directory of its own (as root, it runs as the `postgres` user, which may
+    not enter the run's directories), removed by `stop_postgres`."""
+    bindir = postgres_bindir()
+    data = Path(tempfile.mkdtemp(prefix="tollgate-bench-pg-"))
+    user = {} if os.getuid() else {"user": "postgres"}  # postgres refuses to run as root
+    if user:
+        shutil.chown(data, "postgres")
+    try:
+        subprocess.run([str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "--no-sync"],
+                       check=True, capture_output=True, timeout=120, **user)
+    except BaseException:
+        shutil.rmtree(data, ignore_errors=True)
+        raise
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / "postgres.log"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([str(bindir / "postgres"), "-D", str(data), "-p", str(port), "-k", str(data),
+                                 "-c", "listen_addresses=127.0.0.1"], stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
+                                **user)
+    proc.data_dir = data
+    deadline = time.monotonic() + 60
+    while subprocess.run([str(bindir / "pg_isready"), "-h", "127.0.0.1", "-p", str(port)],
+                         capture_output=True).returncode != 0:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_postgres(proc)
+            raise RuntimeError(f"postgres did not start: {log.read_text()[-2000:]}")
+        time.sleep(0.2)
+    subprocess.run([str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "litellm"],
+                   check=True, capture_output=True, timeout=60)
+    return proc
+
+
+def stop_postgres(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)  # fast shutdown
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    shutil.rmtree(proc.data_dir, ignore_errors=True)
+
+
+# The key each litellm-keys load uses: the limits of config/policy.yaml's
+# tg-bench-money (never reached), a budget that resets every 30 days.
+LITELLM_KEY = {"models": ["gpt-4o-mini"], "rpm_limit": 1_000_000, "tpm_limit": 10_000_000_000,
+               "max_budget": 9_000_000, "budget_duration": "30d"}
+
+
+def litellm_key(peer: PeerCommand) -> str:
+    """A virtual key made with the master key (POST /key/generate)."""
+    req = urllib.request.Request(f"http://127.0.0.1:{peer.port}/key/generate", data=json.dumps(LITELLM_KEY).encode(),
+                                 headers={**peer.headers, "content-type": "application/json"}, method="POST")
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return json.loads(resp.read())["key"]
+
+
 def peer_command(name: str, ports: dict[str, int], mock_url: str, run_dir: Path) -> PeerCommand:
     """argv, environment, request headers and readiness of a peer, each as
     its docs recommend for production, on free ports where it takes them."""
     port = ports["TG_GATEWAY_PORT"]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LITELLM", "PORTKEY", "AIGW", "OPENAI"))}
-    if name == "litellm":
+    if name in ("litellm", "litellm-keys"):
         # docs.litellm.ai/docs/proxy/prod: a master key, no debug logs (LITELLM_LOG=ERROR,
         # set_verbose off, JSON logs); /docs/proxy/server_tuning: several workers in one
         # container under gunicorn; one per core here. The model cost map from the
@@ -361,6 +506,10 @@ def peer_command(name: str, ports: dict[str, int], mock_url: str, run_dir: Path)
                     "JSON_LOGS": "True"})
         argv = [str(litellm_bin()), "--config", str(path), "--host", "127.0.0.1", "--port", str(port),
                 "--num_workers", str(LITELLM_WORKERS), "--run_gunicorn"]
+        if name == "litellm-keys":
+            # docs.litellm.ai/docs/proxy/virtual_keys: DATABASE_URL (Postgres); the proxy applies
+            # its migrations at start with the prisma CLI from its venv.
+            env.update(litellm_database_env(ports["TG_REDIS_PORT"]))
         return PeerCommand(argv, env, {"authorization": f"Bearer {master}"}, port,
                            health_url=f"http://127.0.0.1:{port}/health/liveliness")
     if name == "portkey":
@@ -381,10 +530,12 @@ def peer_command(name: str, ports: dict[str, int], mock_url: str, run_dir: Path)
         env.update({"OPENAI_API_KEY": MOCK_KEY, "OPENAI_BASE_URL": f"{mock_url}/v1", "ENVOY_VERSION": version,
                     "AIGW_DATA_HOME": str(data), "AIGW_CONFIG_HOME": str(run_dir / "aigw" / "config"),
                     "AIGW_STATE_HOME": str(run_dir / "aigw" / "state"),
-                    "AIGW_RUNTIME_DIR": str(run_dir / "aigw" / "run")})
+                    # Its sockets live here: a short path (a Unix socket's is at most 107 bytes).
+                    "AIGW_RUNTIME_DIR": tempfile.mkdtemp(prefix="tollgate-aigw-")})
         argv = [aigw_bin(), "run", f"--admin-port={ports['TG_ADMIN_PORT']}"]
         # Printed once its Envoy's admin says ready.
-        return PeerCommand(argv, env, {}, AIGW_PORT, ready_line=f"listening on http://localhost:{AIGW_PORT}")
+        return PeerCommand(argv, env, {}, AIGW_PORT, ready_line=f"listening on http://localhost:{AIGW_PORT}",
+                           scratch=[Path(env["AIGW_RUNTIME_DIR"])])
     raise ValueError(name)
 
 
@@ -524,24 +675,30 @@ def main() -> int:
     t0 = time.monotonic()
 
     missing = not_installed()
+    no_keys = not_measured_with_keys()
     chosen = [gw for gw in GATEWAYS if (not args.only or gw.name in args.only.split(","))
-              and gw.name not in missing]
+              and gw.name not in missing and not (gw.name == "litellm-keys" and "litellm" in no_keys)]
     summary = {"plan": args.plan, "started": stamp, "machine": B.machine(), "plan_settings": plan.__dict__,
                "load_average_start": loadavg(), "nice": os.nice(0), "versions": installed_versions(),
                "workers": {"envoy": ENVOY_WORKERS, "litellm": LITELLM_WORKERS, "portkey": 1,
                            "aigw": os.cpu_count()},
-               "not_installed": missing, "no_virtual_keys": NO_VIRTUAL_KEYS, "scenarios": {}, "replica": {}}
+               "not_installed": missing, "no_virtual_keys": no_keys, "scenarios": {}, "replica": {}}
     print(f"peers: load average {summary['load_average_start']}; not measured: {', '.join(missing) or 'none'}",
           flush=True)
+    def save() -> None:  # after each gateway: a run that fails later keeps what it measured
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+
     for gw in chosen:
         print(f"peers: {gw.name}: {gw.what}", flush=True)
         for mode, result in run_gateway(gw, plan, out).items():
             summary["scenarios"][f"{gw.name}-{mode}"] = result
+        save()
     if plan.replica_rates:
         for gw in chosen:
             if gw.part == 1 and gw.name != "direct":
                 print(f"peers: Bifrost replica: {gw.name}", flush=True)
                 summary["replica"][gw.name] = replica(gw, plan, out)
+                save()
     summary["load_average_end"] = loadavg()
     summary["seconds"] = round(time.monotonic() - t0)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))

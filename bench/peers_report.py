@@ -20,9 +20,9 @@ from bench import held as B_held
 from report import _fmt
 
 PEERS = ("litellm", "portkey", "aigw")
-SHOWN = ("envoy", "floor", "tollgate", "tollgate-keys", "litellm", "portkey", "aigw")
+SHOWN = ("envoy", "floor", "tollgate", "tollgate-keys", "litellm", "litellm-keys", "portkey", "aigw")
 COLORS = {"envoy": "#999999", "floor": "#c7c7c7", "tollgate": "#1f77b4", "tollgate-keys": "#6baed6",
-          "litellm": "#d62728", "portkey": "#ff7f0e", "aigw": "#2ca02c"}
+          "litellm": "#d62728", "litellm-keys": "#ff9896", "portkey": "#ff7f0e", "aigw": "#2ca02c"}
 
 
 def _load(s: dict, gw: str, mode: str, rate: str) -> dict | None:
@@ -140,22 +140,23 @@ def headline(s: dict) -> list[str]:
     a peer's peak RSS over the floor's too. The README's claim is read from
     here."""
     lines, seconds = [], s["plan_settings"]["seconds"]
-    for peer in ("floor", *PEERS):
+    for peer, base in (("floor", "tollgate"), *((p, "tollgate") for p in PEERS), ("litellm-keys", "tollgate-keys")):
         for rate in _rates(s):
             parts = []
             for mode in ("chat", "stream"):
-                p, t = _load(s, peer, mode, rate), _load(s, "tollgate", mode, rate)
+                p, t = _load(s, peer, mode, rate), _load(s, base, mode, rate)
                 if not p or not t:
                     continue
                 f = _load(s, "floor", mode, rate) if peer != "floor" else None
-                late = [g for g, r in ((peer, p), ("tollgate", t)) if not B_held(r, float(rate), seconds)]
+                late = [g for g, r in ((peer, p), (base, t)) if not B_held(r, float(rate), seconds)]
                 parts.append(f"{mode}{' (not held by ' + ', '.join(late) + ')' if late else ''}: CPU per request "
                              f"{_x(p['gateway_cpu_us_per_request'], t['gateway_cpu_us_per_request'])}, p99 overhead "
-                             f"{_x(overhead_us(s, peer, mode, rate, '99'), overhead_us(s, 'tollgate', mode, rate, '99'))}, "
+                             f"{_x(overhead_us(s, peer, mode, rate, '99'), overhead_us(s, base, mode, rate, '99'))}, "
                              f"peak RSS {_x(p['gateway_peak_rss_mb'], t['gateway_peak_rss_mb'])}"
                              + (f" (× the floor: {_x(p['gateway_peak_rss_mb'], f['gateway_peak_rss_mb'])})" if f else ""))
             if parts:
-                lines.append(f"- **{peer}** at {rate} requests/s, × Tollgate: " + "; ".join(parts))
+                against = "Tollgate" if base == "tollgate" else f"`{base}`"
+                lines.append(f"- **{peer}** at {rate} requests/s, × {against}: " + "; ".join(parts))
     return lines
 
 
@@ -168,6 +169,8 @@ def chart(s: dict, out: Path) -> str | None:
         return None
     rate = _rates(s)[0]
     gws = [g for g in SHOWN if f"{g}-chat" in s["scenarios"]]
+    if not gws:
+        return None
     panels = [
         ("gateway CPU per request, µs", lambda g, m: (_load(s, g, m, rate) or {}).get("gateway_cpu_us_per_request")),
         ("p99 overhead over direct, ms", lambda g, m: (lambda v: v / 1000 if v is not None else None)(
@@ -246,7 +249,10 @@ def write_report(s: dict, out: Path) -> None:
     lines += ["## Part 2: with a virtual key, a rate limit and a budget", "",
               "`tollgate-keys` is Tollgate with `tg-bench-money` (config/policy.yaml: requests and tokens per "
               "minute, daily and monthly money budgets, all checked on every request), beside `tollgate` with the "
-              "demo key (rate limits only):", "", *cost_table(s, 2), ""]
+              "demo key (rate limits only); `litellm-keys` is LiteLLM with its Postgres database and a virtual "
+              "key made with `/key/generate` (the same per-minute request and token limits, a money budget "
+              "reset every 30 days; `peers.LITELLM_KEY`), its CPU and memory Postgres's too "
+              f"(Prisma's engines: {v.get('prisma_engines') or '–'}):", "", *cost_table(s, 2), ""]
     for peer, why in s["no_virtual_keys"].items():
         lines.append(f"- **{peer}**: not measured with keys: {why}.")
     lines += ["", "## Not measured", ""]
@@ -277,6 +283,10 @@ def write_report(s: dict, out: Path) -> None:
               "OpenTelemetry exporter; it listens on its fixed port 1975. Its Envoy is this machine's Envoy, "
               "which func-e finds in `AIGW_DATA_HOME` under `ENVOY_VERSION`, so nothing is downloaded; Envoy "
               "Gateway's control plane (in Host mode) and the AI Gateway's ext_proc run in the one aigw process.",
+              "- **litellm-keys**: the same LiteLLM with `DATABASE_URL` at a fresh Postgres (Debian's, its "
+              "defaults, on loopback) whose schema LiteLLM migrates at start with the prisma CLI, and a key from "
+              "`POST /key/generate`; its processes are LiteLLM's tree (each worker's Prisma query engine "
+              "included) and Postgres's.",
               "- RSS summed over a process tree counts pages shared between its processes once per process "
               "(LiteLLM's gunicorn arbiter and two workers); the PSS columns (each shared page divided among the "
               "processes sharing it, read once when idle and once after the last load) count them once.", ""]

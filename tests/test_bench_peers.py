@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import peers  # noqa: E402
 
 SMOKE = peers.PLANS["smoke"]
-PEERS = ["litellm", "portkey", "aigw"]
+PEERS = ["litellm", "portkey", "aigw", "litellm-keys"]
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +80,13 @@ def test_peer(run, peer):
     out, summary = run
     if peer in summary["not_installed"]:
         pytest.skip(f"{peer}: {summary['not_installed'][peer]}")
+    if peer == "litellm-keys" and "litellm" in summary["no_virtual_keys"]:
+        pytest.skip(f"{peer}: {summary['no_virtual_keys']['litellm']}")
     check_gateway(out, summary, peer)
-    assert summary["versions"][peer], summary["versions"]
+    assert summary["versions"][peer.removesuffix("-keys")], summary["versions"]
+    if peer == "litellm-keys":
+        # LiteLLM's database is part of the gateway measured.
+        assert summary["scenarios"]["litellm-keys-chat"]["processes"] == ["litellm", "postgres"]
     if peer == "aigw":
         # func-e ran this machine's Envoy, under the version aigw was told, not one it downloaded.
         data = out / "stacks" / "aigw-chat" / "aigw" / "data" / "envoy-versions"
@@ -95,7 +100,8 @@ def test_the_report_says_what_was_not_measured(run):
     report = (out / "REPORT-peers.md").read_text()
     assert {"bifrost", "agentgateway"} <= set(summary["not_installed"])
     for peer in PEERS:
-        assert f"{peer}-chat" in summary["scenarios"] or peer in summary["not_installed"], peer
+        assert (f"{peer}-chat" in summary["scenarios"] or peer in summary["not_installed"]
+                or peer.removesuffix("-keys") in summary["no_virtual_keys"]), peer
     for peer, why in summary["not_installed"].items():
         assert f"**{peer}**: {why}" in report
     for peer, why in summary["no_virtual_keys"].items():
