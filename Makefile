@@ -21,6 +21,13 @@ TG_PROVIDERS ?= mock
 PYTEST_ARGS  ?=
 
 NATIVE_BINS := target/release/mock-llm target/release/tollgate-authz
+# What build-native compiles. `make test` compiles the binaries with the tests
+# and examples in one go: their dev-dependencies change the features of crates
+# the binaries share (serde, regex-automata, zerocopy), so building the
+# binaries alone first would compile them, and all that depends on those
+# crates, twice.
+NATIVE_TARGETS := --bins -p mock-llm -p tollgate-authz
+test: NATIVE_TARGETS := --bins --tests --examples
 
 .PHONY: help bootstrap build build-native build-wasm run up down stop status rotate-keys \
         test test-unit validate check-config compose-check k8s-config k8s-check dashboard-check test-e2e bench-smoke bench bench-full bench-replica bench-cache bench-peers peers-install lint fmt clean
@@ -35,7 +42,7 @@ bootstrap: ## Install what is missing: Envoy 1.40, Wasm target, Redis, fortio, P
 build: bootstrap build-native build-wasm ## Build the authz service, the mock and the Wasm filter
 
 build-native: ## Build only the native binaries (mock-llm, tollgate-authz), release mode
-	$(CARGO) build --release --bins -p mock-llm -p tollgate-authz
+	$(CARGO) build --release $(NATIVE_TARGETS)
 
 build-wasm: ## Build only the Wasm filter into build/tollgate_filter.wasm (and the bench's null filter)
 	@scripts/build-wasm.sh
@@ -91,7 +98,7 @@ dashboard-check: bootstrap ## Check the Grafana dashboard and Prometheus configs
 	@$(PY) deploy/grafana/check.py
 
 test-e2e: build ## End-to-end tests: real Envoy, Redis, Wasm filter, authz-service and mock, official openai client
-	$(PY) -m pytest tests $(PYTEST_ARGS)
+	MOCK_LLM_BIN=$${MOCK_LLM_BIN:-$(CURDIR)/target/release/mock-llm} $(PY) -m pytest tests $(PYTEST_ARGS)
 
 bench-smoke: build ## Every benchmark scenario briefly (under a minute): keeps the harness working
 	$(PY) bench/bench.py smoke --out .run/bench-smoke

@@ -52,10 +52,11 @@ def test_a_conversation_stays_on_one_key_on_both_gateways(stack, make_stack, dem
     conversation reaches the same provider key, and a second gateway (its
     own Envoy, authz-service and mock) picks the same key."""
     other = make_stack()
+    clients = {id(s): openai.OpenAI(base_url=s.base_url, api_key=demo_key, max_retries=0, timeout=20)
+               for s in (stack, other)}
 
     def key_of(s, messages, **extra) -> tuple[str, dict]:
-        client = openai.OpenAI(base_url=s.base_url, api_key=demo_key, max_retries=0, timeout=20)
-        client.chat.completions.create(model="openai/gpt-4o-mini", max_tokens=1, messages=messages, **extra)
+        clients[id(s)].chat.completions.create(model="openai/gpt-4o-mini", max_tokens=1, messages=messages, **extra)
         last = mock_stats(s)["recent"][-1]
         return last["key_id"], last["body"]
 
