@@ -100,7 +100,7 @@ dashboard-check: bootstrap ## Check the Grafana dashboard and Prometheus configs
 test-e2e: build ## End-to-end tests: real Envoy, Redis, Wasm filter, authz-service and mock, official openai client
 	MOCK_LLM_BIN=$${MOCK_LLM_BIN:-$(CURDIR)/target/release/mock-llm} $(PY) -m pytest tests $(PYTEST_ARGS)
 
-bench-smoke: build ## Every benchmark scenario briefly (under a minute): keeps the harness working
+bench-smoke: build ## Every benchmark scenario briefly (about a minute): keeps the harness working
 	$(PY) bench/bench.py smoke --out .run/bench-smoke
 
 bench: build ## Benchmarks against same-run baselines (a few minutes) → bench/results/<time>/

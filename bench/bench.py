@@ -517,7 +517,7 @@ class Plan:
 
 
 PLANS = {
-    "smoke": Plan(rates=[100], seconds=2, conns=4, max_steps=[], step_seconds=0, p99_bound_ms=1000,
+    "smoke": Plan(rates=[100], seconds=1, conns=4, max_steps=[], step_seconds=0, p99_bound_ms=1000,
                   large_body_rate=20),
     "quick": Plan(rates=[500, 1000, 2000], seconds=8, conns=32, max_steps=[1000, 2000, 3000, 4000, 6000],
                   step_seconds=5, p99_bound_ms=50),
