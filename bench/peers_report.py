@@ -25,6 +25,22 @@ COLORS = {"envoy": "#999999", "floor": "#c7c7c7", "tollgate": "#1f77b4", "tollga
           "litellm": "#d62728", "litellm-keys": "#ff9896", "portkey": "#ff7f0e", "aigw": "#2ca02c"}
 
 
+def rate_held(s: dict, r: dict, rate: str) -> bool:
+    """A fixed rate was held over the time it ran (runs before the plan had
+    a minimum request count ran every rate for the plan's seconds)."""
+    return B_held(r, float(rate), r.get("seconds", s["plan_settings"]["seconds"]))
+
+
+def per_rate(plan: dict) -> str:
+    """How long each fixed rate ran, in words."""
+    text = f"{plan['seconds']:g} s per rate"
+    low = [q for q in plan["rates"] if plan.get("min_requests", 0) / q > plan["seconds"]]
+    if low:
+        text += (f" (at least {plan['min_requests']:,} requests: "
+                 + ", ".join(f"{plan['min_requests'] / q:g} s at {q:g} requests/s" for q in low) + ")")
+    return text
+
+
 def _load(s: dict, gw: str, mode: str, rate: str) -> dict | None:
     return s["scenarios"].get(f"{gw}-{mode}", {}).get("rates", {}).get(rate)
 
@@ -63,7 +79,7 @@ def cost_table(s: dict, part: int) -> list[str]:
                 cpu, p50, p99 = (r["gateway_cpu_us_per_request"], overhead_us(s, gw, mode, rate, "50"),
                                  overhead_us(s, gw, mode, rate, "99"))
                 t99 = overhead_us(s, "tollgate", mode, rate, "99")
-                held = "" if B_held(r, float(rate), s["plan_settings"]["seconds"]) else " (not held)"
+                held = "" if rate_held(s, r, rate) else " (not held)"
                 rows.append(
                     f"| {gw} | {mode} | {rate} | {r['actual_qps']:,.0f}{held} | {r['success_rate']:.2%} | {cpu:,.0f} | "
                     f"{_x(cpu, e and e['gateway_cpu_us_per_request'])} | "
@@ -139,7 +155,7 @@ def headline(s: dict) -> list[str]:
     hold marked (its CPU per request and latency are then those of a queue);
     a peer's peak RSS over the floor's too. The README's claim is read from
     here."""
-    lines, seconds = [], s["plan_settings"]["seconds"]
+    lines = []
     for peer, base in (("floor", "tollgate"), *((p, "tollgate") for p in PEERS), ("litellm-keys", "tollgate-keys")):
         for rate in _rates(s):
             parts = []
@@ -148,7 +164,7 @@ def headline(s: dict) -> list[str]:
                 if not p or not t:
                     continue
                 f = _load(s, "floor", mode, rate) if peer != "floor" else None
-                late = [g for g, r in ((peer, p), (base, t)) if not B_held(r, float(rate), seconds)]
+                late = [g for g, r in ((peer, p), (base, t)) if not rate_held(s, r, rate)]
                 parts.append(f"{mode}{' (not held by ' + ', '.join(late) + ')' if late else ''}: CPU per request "
                              f"{_x(p['gateway_cpu_us_per_request'], t['gateway_cpu_us_per_request'])}, p99 overhead "
                              f"{_x(overhead_us(s, peer, mode, rate, '99'), overhead_us(s, base, mode, rate, '99'))}, "
@@ -227,7 +243,7 @@ def write_report(s: dict, out: Path) -> None:
               "## Part 1: each gateway as its docs recommend for production", "",
               "Same OpenAI chat request (`Say hello to the benchmark.`), non-streaming (`chat`) and streaming "
               "(`stream`), same fortio load (`-uniform`, "
-              f"rate ÷ 4 connections, at most {s['plan_settings']['conns']}, {s['plan_settings']['seconds']:g} s per rate after a "
+              f"rate ÷ 4 connections, at most {s['plan_settings']['conns']}, {per_rate(s['plan_settings'])} after a "
               f"{s['plan_settings']['warmup_seconds']:g} s warm-up). CPU per request: user+system CPU of every "
               "process of the gateway with its whole process tree, over the requests served. +p50 / +p99: the "
               "gateway's percentile minus `direct`'s at the same rate and mode. Peak RSS: summed over the "
