@@ -10,6 +10,7 @@ import concurrent.futures
 import json
 import re
 import socket
+import threading
 import time
 import urllib.request
 
@@ -35,6 +36,43 @@ def variant(tmp_path, **subs) -> "Path":
     out = tmp_path / "envoy-variant.yaml"
     out.write_text(text)
     return out
+
+
+class TimeoutProbes:
+    """Connections that wait for Envoy's own timeouts (about 10 s each), opened
+    to the shared stack when this module starts so that the waits run beside
+    its other tests; each test then reads its probe's outcome."""
+
+    def __init__(self, port: int):
+        self.port, self.outcomes, self.threads = port, {}, {}
+        for name, send in (("silent", b""),  # sends nothing at all
+                           ("unfinished", b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n")):  # headers never end
+            self.threads[name] = threading.Thread(target=self._probe, args=(name, send), daemon=True)
+            self.threads[name].start()
+
+    def _probe(self, name: str, send: bytes) -> None:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=30) as sock:
+                started = time.monotonic()
+                if send:
+                    sock.sendall(send)
+                raw = b""
+                while chunk := sock.recv(4096):
+                    raw += chunk
+                self.outcomes[name] = (raw, time.monotonic() - started)
+        except OSError as err:
+            self.outcomes[name] = err
+
+    def result(self, name: str) -> tuple[bytes, float]:
+        self.threads[name].join(40)
+        outcome = self.outcomes.get(name)
+        assert isinstance(outcome, tuple), outcome  # the socket's own timeout (30 s) did not fire
+        return outcome
+
+
+@pytest.fixture(scope="module", autouse=True)
+def timeout_probes(stack):
+    return TimeoutProbes(stack.ports["TG_GATEWAY_PORT"])
 
 
 def test_provider_down_is_502_upstream_unavailable(make_stack, demo_key):
@@ -112,11 +150,9 @@ def test_headers_too_large_is_431_openai_error(stack, demo_key):
     assert "aaaa" not in body["error"]["message"]
 
 
-def test_connection_that_sends_nothing_is_closed(stack):
-    with socket.create_connection(("127.0.0.1", stack.ports["TG_GATEWAY_PORT"]), timeout=30) as sock:
-        started = time.monotonic()
-        assert sock.recv(1) == b""  # closed by Envoy, not by our timeout
-        waited = time.monotonic() - started
+def test_connection_that_sends_nothing_is_closed(timeout_probes):
+    first, waited = timeout_probes.result("silent")
+    assert first == b""  # closed by Envoy, not by our timeout
     assert 5 < waited < 30, waited
 
 
@@ -153,12 +189,8 @@ def test_connections_past_the_limit_are_refused(make_stack, demo_key, tmp_path):
     assert re.search(r"127\.0\.0\.1_\d+\.downstream_global_cx_overflow: [1-9]", stats), stats
 
 
-def test_headers_not_finished_in_time_is_408_openai_error(stack):
-    with socket.create_connection(("127.0.0.1", stack.ports["TG_GATEWAY_PORT"]), timeout=30) as sock:
-        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n")  # headers never end
-        raw = b""
-        while chunk := sock.recv(4096):
-            raw += chunk
+def test_headers_not_finished_in_time_is_408_openai_error(timeout_probes):
+    raw, _ = timeout_probes.result("unfinished")
     head, _, body = raw.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408"), raw
     assert b"content-type: application/json" in head.lower(), raw
