@@ -604,9 +604,9 @@ def run_mode(running: Running, gw: Gateway, mode: str, plan: Plan, out: Path) ->
         B.fortio(running.url, body, running.headers, min(plan.rates), connections(plan, min(plan.rates)),
                  plan.warmup_seconds, out / "raw" / f"{name}-warmup.json")
     for qps in plan.rates:
-        r = load(running, gw, body, qps, plan.rate_seconds(qps), connections(plan, qps),
-                 out / "raw" / f"{name}-{qps:g}.json")
-        r["seconds"] = plan.rate_seconds(qps)
+        seconds = plan.rate_seconds(qps)
+        r = load(running, gw, body, qps, seconds, connections(plan, qps), out / "raw" / f"{name}-{qps:g}.json")
+        r["seconds"] = seconds
         result["rates"][f"{qps:g}"] = r
         print(f"  {name} {qps:>6g} rps: {r['actual_qps']:>8} served, success {r['success_rate']:.2%}, "
               f"p50 {r['latency_us']['50']:.0f} µs, p99 {r['latency_us']['99']:.0f} µs, "
